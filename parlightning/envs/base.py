@@ -1,0 +1,93 @@
+"""The `BatchedEnv` protocol: N actors stepped together by tensor ops, with auto-reset.
+
+A world never knows the learner. It takes a batched action tensor and returns batched
+tensors; an actor whose episode ends is reset inside `step` (to the task given in
+`next_task` when the world has tasks) and its final observation is returned beside the
+new one, so truncation can bootstrap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple, Optional, Protocol, Sequence, runtime_checkable
+
+import torch
+from torch import Tensor
+
+
+@dataclass(frozen=True)
+class ActionSpec:
+    """What one actor's action is: `discrete` (nvec=(n,)), `multi_discrete` (nvec=(n1, n2, ...))
+    or `continuous` (shape=(d,), optional bounds)."""
+
+    kind: Literal["discrete", "multi_discrete", "continuous"]
+    nvec: tuple[int, ...] = ()
+    shape: tuple[int, ...] = ()
+    low: Optional[float] = None
+    high: Optional[float] = None
+
+    @property
+    def is_discrete(self) -> bool:
+        return self.kind != "continuous"
+
+    @property
+    def action_shape(self) -> tuple[int, ...]:
+        """Shape of one actor's action tensor: () discrete, (len(nvec),) multi-discrete, shape continuous."""
+        if self.kind == "discrete":
+            return ()
+        if self.kind == "multi_discrete":
+            return (len(self.nvec),)
+        return tuple(self.shape)
+
+
+class EpisodeParts(NamedTuple):
+    """Per-actor facts about the episode that just finished (valid where `done`), all shape [N].
+
+    `outcome` is r_perf in 0..1; the PARL reward, the samplers and critical steps read these.
+    """
+
+    task: Tensor  # long: index into the env's task bank
+    outcome: Tensor  # float: task outcome r_perf in [0, 1]
+    n_subagents: Tensor  # float: subagents spawned in the episode
+    assigned: Tensor  # float: subtasks assigned to subagents
+    completed: Tensor  # float: assigned subtasks the subagents completed
+    critical_steps: Tensor  # float: sum over stages of main steps + longest subagent
+    serial_steps: Tensor  # float: the same work done one step after another by the main agent
+
+
+class StepResult(NamedTuple):
+    """One batched env step. `obs` is after auto-reset; `final_obs` is the observation the
+    finished episode ended on (equal to `obs` where not done). `parts` is None for worlds
+    without tasks (e.g. CartPole)."""
+
+    obs: Tensor  # [N, *observation_shape]
+    reward: Tensor  # [N] float
+    terminated: Tensor  # [N] bool
+    truncated: Tensor  # [N] bool
+    final_obs: Tensor  # [N, *observation_shape]
+    parts: Optional[EpisodeParts] = None
+
+
+@runtime_checkable
+class BatchedEnv(Protocol):
+    """N actors, one tensor op per step. Worlds with tasks also expose `task_ids` (a list of
+    `family-index` strings, the task bank) and accept `next_task` ([N] bank indices, read only
+    where an episode ends) in `step` and `task_index` in `reset`."""
+
+    num_envs: int
+    device: torch.device
+    observation_shape: tuple[int, ...]
+    action_spec: ActionSpec
+
+    def reset(self, *, seed: Optional[int] = None, task_index: Optional[Tensor] = None) -> Tensor: ...
+
+    def step(self, action: Tensor, next_task: Optional[Tensor] = None) -> StepResult: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+def task_ids_of(env: Any) -> Optional[Sequence[str]]:
+    """The env's task bank ids, or None for a world without tasks."""
+    return getattr(env, "task_ids", None)
