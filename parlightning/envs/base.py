@@ -8,8 +8,9 @@ new one, so truncation can bootstrap.
 
 from __future__ import annotations
 
+import abc
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple, Optional, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Literal, NamedTuple, Optional, Sequence
 
 import torch
 from torch import Tensor
@@ -68,24 +69,44 @@ class StepResult(NamedTuple):
     parts: Optional[EpisodeParts] = None
 
 
-@runtime_checkable
-class BatchedEnv(Protocol):
-    """N actors, one tensor op per step. Worlds with tasks also expose `task_ids` (a list of
-    `family-index` strings, the task bank) and accept `next_task` ([N] bank indices, read only
-    where an episode ends) in `step` and `task_index` in `reset`."""
+class BatchedEnv(abc.ABC):
+    """N actors, one tensor op per step. A structural protocol: any class with `reset` and
+    `step` counts as a BatchedEnv (`issubclass` checks the methods), so a user's world need not
+    inherit from it; inheriting gives the default `state_dict`.
+
+    Attributes: `num_envs`, `device`, `observation_shape`, `action_spec`. Worlds with tasks
+    also expose `task_ids` (a list of `family-index` strings, the task bank) and accept
+    `next_task` in `step` (either [N] bank indices read only where an episode ends, or a
+    callable `done_mask -> [N] bank indices` the env calls once per step so the sampler picks
+    only for actors that reset) and `task_index` in `reset`; they may expose
+    `solved_threshold` (outcome counted as solved).
+    """
 
     num_envs: int
     device: torch.device
     observation_shape: tuple[int, ...]
     action_spec: ActionSpec
 
-    def reset(self, *, seed: Optional[int] = None, task_index: Optional[Tensor] = None) -> Tensor: ...
+    @classmethod
+    def __subclasshook__(cls, other: type) -> bool:
+        if cls is BatchedEnv:
+            return all(callable(getattr(other, m, None)) for m in ("reset", "step"))
+        return NotImplemented
 
-    def step(self, action: Tensor, next_task: Optional[Tensor] = None) -> StepResult: ...
+    @abc.abstractmethod
+    def reset(self, *, seed: Optional[int] = None, task_index: Optional[Tensor] = None) -> Tensor:
+        """Start every actor; returns obs [N, *observation_shape]."""
 
-    def state_dict(self) -> dict[str, Any]: ...
+    @abc.abstractmethod
+    def step(self, action: Tensor, next_task: Optional[Tensor | Callable[[Tensor], Tensor]] = None) -> StepResult:
+        """Step every actor; finished actors are reset inside (to `next_task` where given)."""
 
-    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume exactly (tensors and plain containers)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        return None
 
 
 def task_ids_of(env: Any) -> Optional[Sequence[str]]:

@@ -1,0 +1,73 @@
+"""`python -m parlightning.fit --config configs/swarm.yaml`: a thin LightningCLI over
+`PPOModule` and `RolloutDataModule`, with no subcommand.
+
+Everything is a plain class configured from YAML (`class_path` for envs, samplers, rewards
+and callbacks); dotted overrides (`--model.lr 1e-3`), `--print_config` and `--ckpt_path` work
+as in any LightningCLI program.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Optional
+
+import torch
+from lightning.pytorch.cli import LightningCLI
+
+from parlightning.data import RolloutDataModule
+from parlightning.errors import ConfigError
+from parlightning.module import PPOModule
+
+
+class ParlCLI(LightningCLI):
+    """LightningCLI with `--ckpt_path` (resume) and `--torch_threads` on the top level."""
+
+    def add_arguments_to_parser(self, parser) -> None:
+        parser.add_argument("--ckpt_path", type=Optional[str], default=None, help="checkpoint to resume from")
+        parser.add_argument(
+            "--torch_threads", type=Optional[int], default=1,
+            help="intra-op CPU threads per process (small policies run fastest with 1); null keeps torch's default",
+        )
+
+    def before_instantiate_classes(self) -> None:
+        config = self.config
+        ckpt = config.get("ckpt_path")
+        if ckpt is not None and not os.path.isfile(ckpt):
+            raise SystemExit(f"error: --ckpt_path: no checkpoint file at {ckpt!r}; pass an existing .ckpt file or drop the flag")
+        threads = config.get("torch_threads")
+        if threads is not None:
+            if threads <= 0:
+                raise SystemExit(f"error: --torch_threads: must be a positive integer or null, got {threads}")
+            torch.set_num_threads(threads)
+
+
+def main(args: Optional[list[str]] = None) -> ParlCLI:
+    """Parse the config, build trainer/module/datamodule, and fit (resuming from `--ckpt_path`).
+
+    A bad value (in the config, an argument or a class's own checks) ends the program with one
+    `error: ...` line naming the field, before any rollout and before anything is written.
+    """
+    try:
+        cli = ParlCLI(
+            PPOModule,
+            RolloutDataModule,
+            run=False,
+            seed_everything_default=0,
+            trainer_defaults={"max_epochs": 50, "log_every_n_steps": 1, "num_sanity_val_steps": 0},
+            save_config_kwargs={"overwrite": True},
+            args=args,
+            parser_kwargs={"description": __doc__},
+        )
+    except (ValueError, TypeError) as err:  # raised by a class's __init__ checks during instantiation
+        raise SystemExit(f"error: {err}") from None
+    try:
+        cli.datamodule.preflight()
+        cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=cli.config.get("ckpt_path"))
+    except ConfigError as err:  # checks that need the env or the device (run in setup, before any rollout)
+        raise SystemExit(f"error: {err}") from None
+    return cli
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,54 @@
+"""The clipped PPO loss for one minibatch, as a plain function (tested against a hand computation)."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+
+class PPOLoss(NamedTuple):
+    loss: Tensor
+    policy_loss: Tensor
+    value_loss: Tensor
+    entropy: Tensor
+    approx_kl: Tensor  # (r - 1) - log r estimator
+    old_approx_kl: Tensor  # -log r estimator
+    clip_fraction: Tensor
+
+
+def ppo_loss(
+    new_logprob: Tensor,
+    entropy: Tensor,
+    new_value: Tensor,
+    old_logprob: Tensor,
+    old_value: Tensor,
+    advantages: Tensor,
+    returns: Tensor,
+    clip_coef: float = 0.2,
+    ent_coef: float = 0.01,
+    vf_coef: float = 0.5,
+    norm_adv: bool = True,
+    clip_vloss: bool = True,
+) -> PPOLoss:
+    """Clipped surrogate + (optionally clipped) value loss - entropy bonus, CleanRL's formulation:
+    advantages normalised per minibatch, value loss 0.5 * max(unclipped, clipped)."""
+    logratio = new_logprob - old_logprob
+    ratio = logratio.exp()
+    with torch.no_grad():
+        old_approx_kl = (-logratio).mean()
+        approx_kl = ((ratio - 1) - logratio).mean()
+        clip_fraction = ((ratio - 1.0).abs() > clip_coef).float().mean()
+    if norm_adv and advantages.numel() > 1:
+        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    pg_loss = torch.max(-advantages * ratio, -advantages * ratio.clamp(1 - clip_coef, 1 + clip_coef)).mean()
+    v_unclipped = (new_value - returns) ** 2
+    if clip_vloss:
+        v_clipped = old_value + (new_value - old_value).clamp(-clip_coef, clip_coef)
+        v_loss = 0.5 * torch.max(v_unclipped, (v_clipped - returns) ** 2).mean()
+    else:
+        v_loss = 0.5 * v_unclipped.mean()
+    entropy_mean = entropy.mean()
+    loss = pg_loss - ent_coef * entropy_mean + vf_coef * v_loss
+    return PPOLoss(loss, pg_loss, v_loss, entropy_mean, approx_kl, old_approx_kl, clip_fraction)
