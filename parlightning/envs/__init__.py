@@ -1,5 +1,9 @@
 """Batched, tensor-native worlds behind the `BatchedEnv` protocol."""
 
 from parlightning.envs.base import ActionSpec, BatchedEnv, EpisodeParts, StepResult, task_ids_of
+from parlightning.envs.cartpole import CartPoleEnv
+from parlightning.envs.gym import GymVectorEnv
+from parlightning.envs.swarm import SwarmEnv
 
-__all__ = ["ActionSpec", "BatchedEnv", "EpisodeParts", "StepResult", "task_ids_of"]
+__all__ = ["ActionSpec", "BatchedEnv", "CartPoleEnv", "EpisodeParts", "GymVectorEnv", "StepResult", "SwarmEnv",
+           "task_ids_of"]

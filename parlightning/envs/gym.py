@@ -1,0 +1,265 @@
+"""`GymVectorEnv`: any Gymnasium env, vectorized by `gymnasium.make_vec`, behind `BatchedEnv`.
+
+Bring your own environment: pass a registered env id. Observations come back as float32
+tensors on `device`; actions go in as tensors. Gymnasium runs on the host in numpy, so every
+step crosses host and device once (that is the price of the adapter; `CartPoleEnv` shows the
+tensor-native alternative). Gymnasium is an optional extra: `pip install parlightning[gym]`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from parlightning.envs.base import ActionSpec, BatchedEnv, StepResult
+
+_VECTORIZATIONS = ("sync", "async")
+
+
+def _uniform_bound(values: np.ndarray) -> Optional[float]:
+    """The one finite value shared by every dimension of a Box bound, else None."""
+    first = float(values.flat[0])
+    if np.isfinite(first) and np.all(values == first):
+        return first
+    return None
+
+
+def action_spec_of(space: Any) -> tuple[ActionSpec, Optional[np.ndarray]]:
+    """The `ActionSpec` for one actor's Gymnasium action space, and the offset (`start`) to add
+    to the policy's 0-based indices for discrete spaces."""
+    from gymnasium import spaces
+
+    if isinstance(space, spaces.Discrete):
+        return ActionSpec("discrete", nvec=(int(space.n),)), np.asarray(space.start, dtype=np.int64)
+    if isinstance(space, spaces.MultiDiscrete):
+        if space.nvec.ndim != 1:
+            raise ValueError(
+                f"GymVectorEnv supports 1-D MultiDiscrete action spaces, got nvec shape {space.nvec.shape}: "
+                "flatten the action space with a wrapper"
+            )
+        nvec = tuple(int(n) for n in space.nvec)
+        return ActionSpec("multi_discrete", nvec=nvec), np.asarray(space.start, dtype=np.int64)
+    if isinstance(space, spaces.Box):
+        spec = ActionSpec(
+            "continuous", shape=tuple(space.shape), low=_uniform_bound(space.low), high=_uniform_bound(space.high)
+        )
+        return spec, None
+    raise ValueError(
+        f"GymVectorEnv supports Discrete, MultiDiscrete and Box action spaces, got {space}: "
+        "wrap the env to expose one of them"
+    )
+
+
+class GymVectorEnv(BatchedEnv):
+    """N copies of a Gymnasium env as one `BatchedEnv` (Gymnasium's SAME_STEP auto-reset).
+
+    - Actions: `discrete` -> [N] ints in 0..n-1, `multi_discrete` -> [N, k] ints, `continuous` ->
+      [N, *shape] (or flat [N, prod(shape)]) floats, clipped to the Box bounds before stepping
+      (the policy's log-prob stays that of the unclipped sample, as in CleanRL and SB3).
+      Discrete `start` offsets are added here, so the policy always emits 0-based indices.
+    - `terminated` and `truncated` are Gymnasium's, passed through; `final_obs` is the true last
+      observation of a finished episode (`info["final_obs"]`), `obs` the reset observation.
+    - Episode statistics: `last_episode_return` / `last_episode_length` ([N], valid where done),
+      `episode_count` ([N] finished episodes per actor).
+    - `seed` seeds the first reset (actor i gets seed + i, Gymnasium's convention).
+    - `env_kwargs` (a dict, settable from YAML) and any extra keyword arguments go to
+      `gymnasium.make_vec`: e.g. `max_episode_steps`, `wrappers`, the env's own arguments.
+    - The first three parameters are the data module's env factory order `(num_envs, device,
+      seed)`; `env_id` is keyword-only: `GymVectorEnv(8, env_id="CartPole-v1")`, or in YAML
+      `class_path: parlightning.envs.GymVectorEnv` with `init_args: {env_id: CartPole-v1}`.
+
+    Checkpoints hold the seed and the episode counters only: Gymnasium env internals cannot be
+    saved in general, so after `load_state_dict` call `reset()` before stepping.
+    """
+
+    checkpoint_exact = False  # after load_state_dict, reset() before stepping
+
+    def __init__(
+        self,
+        num_envs: int,
+        device: str | torch.device = "cpu",
+        seed: int = 0,
+        *,
+        env_id: str,
+        vectorization: str = "sync",
+        env_kwargs: Optional[dict[str, Any]] = None,
+        **kwargs: Any,
+    ):
+        try:
+            import gymnasium
+        except ImportError as e:
+            raise ImportError("GymVectorEnv needs Gymnasium, an optional extra: pip install parlightning[gym]") from e
+        try:
+            from gymnasium.vector import AutoresetMode
+        except ImportError as e:
+            raise ImportError(
+                f"GymVectorEnv needs Gymnasium >= 1.1 (same-step autoreset), found {gymnasium.__version__}: "
+                "pip install -U 'parlightning[gym]'"
+            ) from e
+        if isinstance(num_envs, str):
+            raise TypeError(f"env_id is keyword-only: GymVectorEnv(num_envs, env_id={num_envs!r})")
+        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs <= 0:
+            raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
+        if not isinstance(env_id, str) or not env_id:
+            raise ValueError(f"env_id must be a registered Gymnasium env id such as 'CartPole-v1', got {env_id!r}")
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ValueError(f"seed must be an int, got {seed!r}")
+        if vectorization not in _VECTORIZATIONS:
+            raise ValueError(f"vectorization must be one of {_VECTORIZATIONS}, got {vectorization!r}")
+        env_kwargs = {**(env_kwargs or {}), **kwargs}
+        vector_kwargs = dict(env_kwargs.pop("vector_kwargs", None) or {})
+        mode = vector_kwargs.setdefault("autoreset_mode", AutoresetMode.SAME_STEP)
+        if AutoresetMode(mode) != AutoresetMode.SAME_STEP:
+            raise ValueError(
+                f"GymVectorEnv needs autoreset_mode SAME_STEP (final_obs beside the reset obs), got {mode!r}: "
+                "drop autoreset_mode from vector_kwargs"
+            )
+
+        self.env_id = env_id
+        self.num_envs = num_envs
+        self.seed = seed
+        self.device = torch.device(device)
+        self.env = gymnasium.make_vec(
+            env_id, num_envs=num_envs, vectorization_mode=vectorization, vector_kwargs=vector_kwargs, **env_kwargs
+        )
+        obs_space = self.env.single_observation_space
+        if not isinstance(obs_space, gymnasium.spaces.Box):
+            self.env.close()
+            raise ValueError(
+                f"GymVectorEnv needs a Box observation space, {env_id} has {obs_space}: "
+                "pass wrappers=[gymnasium.wrappers.FlattenObservation] (or a one-hot wrapper)"
+            )
+        self.observation_shape = tuple(obs_space.shape)
+        self.action_spec, self._action_start = action_spec_of(self.env.single_action_space)
+        act_space = self.env.single_action_space
+        self._action_dtype = act_space.dtype
+        if self.action_spec.kind == "continuous":
+            # Per-dimension bounds (ActionSpec.low/high hold only a bound shared by every dimension).
+            self.action_low = torch.as_tensor(act_space.low, dtype=torch.float32, device=self.device)
+            self.action_high = torch.as_tensor(act_space.high, dtype=torch.float32, device=self.device)
+
+        # Episode statistics live on the host beside Gymnasium's numpy data (tiny numpy ops are
+        # cheaper than torch ops here); the properties below hand them out as tensors.
+        n = num_envs
+        self._return = np.zeros(n, np.float64)  # running, current episode
+        self._length = np.zeros(n, np.int64)
+        self._last_return = np.zeros(n, np.float64)
+        self._last_length = np.zeros(n, np.int64)
+        self._count = np.zeros(n, np.int64)
+        self._seeded = False
+        self._needs_reset = True
+
+    def _to_tensor(self, array: np.ndarray) -> Tensor:
+        """`array` must be a fresh array this env owns: on CPU the tensor shares its memory."""
+        return torch.from_numpy(array).to(self.device)
+
+    @property
+    def last_episode_return(self) -> Tensor:
+        """Return of each actor's last finished episode ([N] float32, valid where done)."""
+        return self._to_tensor(self._last_return.astype(np.float32))
+
+    @property
+    def last_episode_length(self) -> Tensor:
+        """Length of each actor's last finished episode ([N] long, valid where done)."""
+        return self._to_tensor(self._last_length.copy())
+
+    @property
+    def episode_count(self) -> Tensor:
+        """Episodes each actor has finished ([N] long)."""
+        return self._to_tensor(self._count.copy())
+
+    def reset(self, *, seed: Optional[int] = None, task_index: Optional[Tensor] = None) -> Tensor:
+        """Reset every actor. The first reset uses the constructor's seed; `seed` reseeds (actor i
+        gets seed + i). No task bank, so `task_index` is ignored."""
+        if seed is None and not self._seeded:
+            seed = self.seed
+        if seed is not None:
+            self.seed = seed
+            self._seeded = True
+        obs, _ = self.env.reset(seed=seed)
+        self._return[:] = 0
+        self._length[:] = 0
+        self._needs_reset = False
+        return self._to_tensor(np.array(obs, dtype=np.float32))
+
+    def _to_numpy_action(self, action: Tensor) -> np.ndarray:
+        spec = self.action_spec
+        expected = (self.num_envs, *spec.action_shape)
+        if spec.kind == "continuous" and action.dim() == 2 and action.shape[0] == self.num_envs:
+            if action.shape[1] == int(np.prod(spec.shape)):
+                action = action.reshape(expected)  # a policy's flat [N, prod(shape)] output
+        if tuple(action.shape) != expected:
+            raise ValueError(
+                f"action for {self.env_id} ({spec.kind}) must have shape {expected}, got {tuple(action.shape)}"
+            )
+        if spec.kind == "continuous":
+            action = torch.clamp(action.detach().to(self.device, torch.float32), self.action_low, self.action_high)
+            return action.cpu().numpy().astype(self._action_dtype, copy=False)
+        if action.is_floating_point() or action.is_complex():
+            raise TypeError(f"{spec.kind} actions must be integer tensors, got dtype {action.dtype}")
+        return action.detach().cpu().numpy().astype(np.int64) + self._action_start
+
+    def step(self, action: Tensor, next_task: Optional[Tensor] = None) -> StepResult:
+        """Step all actors; finished ones are reset by Gymnasium in the same step (`next_task` ignored)."""
+        if self._needs_reset:
+            raise RuntimeError(
+                "GymVectorEnv.step called before reset(): call env.reset() first "
+                "(also needed after load_state_dict: Gymnasium env internals are not checkpointed)"
+            )
+        obs, reward, terminated, truncated, info = self.env.step(self._to_numpy_action(action))
+        both = np.empty((2, *np.shape(obs)), dtype=np.float32)  # [obs, final_obs], converted at once
+        both[0] = obs
+        both[1] = obs
+        if "final_obs" in info:
+            finished = np.flatnonzero(info["_final_obs"])
+            if finished.size:
+                both[1, finished] = np.stack([info["final_obs"][i] for i in finished])
+        terminated = np.array(terminated, dtype=bool)
+        truncated = np.array(truncated, dtype=bool)
+        done = terminated | truncated
+        self._return += reward
+        self._length += 1
+        self._last_return[done] = self._return[done]
+        self._last_length[done] = self._length[done]
+        self._count += done
+        self._return[done] = 0
+        self._length[done] = 0
+        obs_t, final_t = self._to_tensor(both).unbind(0)
+        reward_t = self._to_tensor(np.array(reward, dtype=np.float32))
+        return StepResult(obs_t, reward_t, self._to_tensor(terminated), self._to_tensor(truncated), final_t)
+
+    def close(self) -> None:
+        """Close the Gymnasium vector env (stops async worker processes)."""
+        self.env.close()
+
+    def state_dict(self) -> dict[str, Any]:
+        """The seed and episode counters. Gymnasium env internals (physics, RNGs inside each env)
+        cannot be checkpointed in general; resuming restarts the episodes."""
+        return {
+            "env_id": self.env_id,
+            "num_envs": self.num_envs,
+            "seed": self.seed,
+            "last_episode_return": torch.from_numpy(self._last_return.copy()),
+            "last_episode_length": torch.from_numpy(self._last_length.copy()),
+            "episode_count": torch.from_numpy(self._count.copy()),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the counters and the seed; the next `reset()` reseeds with it (call it before stepping)."""
+        for key in ("env_id", "num_envs"):
+            if state[key] != getattr(self, key):
+                raise ValueError(
+                    f"checkpoint has {key}={state[key]!r} but this GymVectorEnv has {key}={getattr(self, key)!r}: "
+                    f"build the env with {key}={state[key]!r} to resume"
+                )
+        self.seed = state["seed"]
+        self._last_return[:] = state["last_episode_return"].cpu().double().numpy()
+        self._last_length[:] = state["last_episode_length"].cpu().long().numpy()
+        self._count[:] = state["episode_count"].cpu().long().numpy()
+        self._return[:] = 0
+        self._length[:] = 0
+        self._seeded = False
+        self._needs_reset = True
