@@ -6,14 +6,15 @@ implement without a Python loop per actor; `as_batched` wraps a user's two-metho
 
 Built-ins: `RoundRobin` (default, reward-blind), `DifficultyWeighted` (UCB over learning
 signal, sampled in proportion to its score) and `PosteriorSignal` (a posterior over
-always-pass / always-fail / informative with an estimated flip rate, Thompson-sampled).
+always-pass / always-fail / informative with an estimated flip rate, sampled in proportion
+to the sharpened probability that a task is informative).
 """
 
 from __future__ import annotations
 
 import math
 import threading
-from typing import Any, Optional, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Optional, Protocol, Sequence, runtime_checkable
 
 import torch
 from torch import Tensor
@@ -35,7 +36,9 @@ class BatchedTaskSampler(Protocol):
     - `bind(task_ids, device)`: declare the task bank once, before the first pick.
     - `pick_batch(shard, round_index, reset_mask, generator)`: [N] bank indices, one per actor;
       only entries where `reset_mask` is True are used (those actors start a new episode).
-    - `record_batch(task_index, score)`: E finished episodes, scores in 0..1.
+    - `record_batch(task_index, score)`: E finished episodes, scores in 0..1. The built-ins
+      and the `as_batched` adapter also take `mask=` ([E] bool; only True entries count), so
+      the data module can pass all N actors with mask=done every step without a host sync.
     """
 
     def bind(self, task_ids: Sequence[str], device: torch.device) -> None: ...
@@ -54,7 +57,9 @@ class BatchedTaskSampler(Protocol):
 def _check_shard(name: str, shard: Tensor) -> None:
     """Shape-only checks (no host sync): a non-empty 1-D long tensor of bank indices."""
     if shard.dim() != 1 or shard.numel() == 0:
-        raise ValueError(f"{name}.pick_batch: `shard` must be a non-empty 1-D tensor of bank indices, got shape {tuple(shard.shape)}")
+        raise ValueError(
+            f"{name}.pick_batch: `shard` must be a non-empty 1-D tensor of bank indices, got shape {tuple(shard.shape)}"
+        )
 
 
 def _check_keys(name: str, keys: Sequence[str]) -> None:
@@ -96,17 +101,18 @@ class RoundRobin:
     def pick_batch(
         self, shard: Tensor, round_index: int, reset_mask: Tensor, generator: Optional[torch.Generator] = None
     ) -> Tensor:
-        assert self._batch_cursor is not None and self.picks is not None, "call bind() first"
+        if self._batch_cursor is None or self.picks is None:
+            raise RuntimeError("RoundRobin.pick_batch: call bind(task_ids, device) first")
         _check_shard("RoundRobin", shard)
-        order = torch.cumsum(reset_mask.long(), 0) - 1 + self._batch_cursor
-        chosen = shard[order.remainder(shard.numel())]
-        with self._lock:
+        with self._lock:  # read and advance the cursor together: threads never hand out the same turn
+            order = torch.cumsum(reset_mask.long(), 0) - 1 + self._batch_cursor
+            chosen = shard[order.remainder(shard.numel())]
             self._batch_cursor += reset_mask.sum()
             self.picks.index_add_(0, chosen, reset_mask.long())
         return chosen
 
-    def record_batch(self, task_index: Tensor, score: Tensor) -> None:
-        return None
+    def record_batch(self, task_index: Tensor, score: Tensor, mask: Optional[Tensor] = None) -> None:
+        return None  # reward-blind
 
     def signals(self) -> dict[str, Tensor]:
         """Run-level statistics for logging (0-dim tensors): a reward-blind sampler has picks only."""
@@ -127,24 +133,28 @@ class RoundRobin:
         if self._batch_cursor is None:  # not bound yet: applied by bind()
             self._pending = dict(state)
             return
-        self._batch_cursor.copy_(state["batch_cursor"])
         if state["picks"].shape != self.picks.shape:
             raise ValueError(
                 f"RoundRobin.load_state_dict: the checkpoint has picks for {state['picks'].numel()} tasks but the "
                 f"bound bank has {self.picks.numel()}; resume with the same task bank"
             )
+        self._batch_cursor.copy_(state["batch_cursor"])
         self.picks.copy_(state["picks"])
 
 
 class _LearningSampler:
     """Shared machinery of the reward-aware built-ins: per-task statistics as tensors
-    ([K] attempts, passes, picks) indexed by task id, one lock, both paths, checkpoints.
+    ([K] attempts, passes, picks, plus a subclass's own) indexed by task id, one lock, both
+    paths, signals and checkpoints.
 
     Unbound (string path only), the statistics grow as new task ids appear; `bind` lays them
     out over the bank, on its device, keeping what was already learnt for ids in the bank.
-    Subclasses supply `_weights(shard)` (per-key inputs) and `_sample(weights, n, generator)`
-    (n positions into the shard), and may refresh derived state in `_refresh()`.
+    Recording only counts; a subclass that fits something to the counts does it in `_learn()`,
+    run once before the next pick after new results, so both paths learn on the same schedule.
+    Subclasses supply `_weights(shard)` and `_sample(weights, n, generator)` (n positions).
     """
+
+    PER_TASK = ("attempts", "passes", "picks")
 
     def __init__(self, pass_threshold: float, seed: Optional[int]) -> None:
         if not (isinstance(pass_threshold, (int, float)) and 0.0 < pass_threshold <= 1.0):
@@ -163,28 +173,33 @@ class _LearningSampler:
         self._ids: list[str] = []  # index -> task id
         self._index: dict[str, int] = {}
         self._bound = False
+        self._dirty = False  # results recorded since the last _learn()
         self.device = torch.device("cpu")
-        self.attempts = torch.zeros(0)  # [K] float: recorded episodes per task
-        self.passes = torch.zeros(0)  # [K] float: of those, score >= pass_threshold
-        self.picks = torch.zeros(0, dtype=torch.long)  # [K] picks handed out per task
-        self._resize(0)
+        self._empty()
 
     # -- statistics layout -----------------------------------------------------------------
+    def _new_entries(self, name: str, n: int) -> Tensor:
+        """Values for n new (untried) tasks of per-task tensor `name`."""
+        if name == "picks":
+            return torch.zeros(n, dtype=torch.long, device=self.device)
+        return torch.zeros(n, device=self.device)
+
+    def _empty(self) -> None:
+        for name in self.PER_TASK:
+            setattr(self, name, self._new_entries(name, 0))
+
+    def _per_task(self) -> dict[str, Tensor]:
+        return {name: getattr(self, name) for name in self.PER_TASK}
+
     def _resize(self, k: int) -> None:
-        """Grow per-task tensors to k entries (new tasks start untried)."""
+        """Grow the per-task tensors to k entries; new tasks start untried."""
         extra = k - self.attempts.numel()
         if extra > 0:
-            z = torch.zeros(extra, device=self.device)
-            self.attempts = torch.cat([self.attempts, z])
-            self.passes = torch.cat([self.passes, z])
-            self.picks = torch.cat([self.picks, torch.zeros(extra, dtype=torch.long, device=self.device)])
-        self._grow_extra(k)
-
-    def _grow_extra(self, k: int) -> None:
-        """Hook: subclasses grow their own per-task tensors."""
+            for name, value in self._per_task().items():
+                setattr(self, name, torch.cat([value, self._new_entries(name, extra)]))
 
     def _indices(self, keys: Sequence[str], who: str) -> list[int]:
-        """Bank positions of `keys` (caller holds the lock); unbound, unknown ids are added."""
+        """Positions of `keys` (caller holds the lock); unbound, unknown ids are added."""
         out = []
         for k in keys:
             i = self._index.get(k)
@@ -197,68 +212,63 @@ class _LearningSampler:
                 i = self._index[k] = len(self._ids)
                 self._ids.append(k)
             out.append(i)
-        if not self._bound and len(self._ids) > self.attempts.numel():
-            self._resize(len(self._ids))
+        self._resize(len(self._ids))
         return out
 
-    def _adopt(self, ids: Sequence[str], tensors: dict[str, Tensor]) -> None:
-        """Lay out statistics given for `ids` over the current index (ids outside it are dropped)."""
-        keep_src, keep_dst = [], []
+    def _layout(self, ids: Sequence[str], per_task: dict[str, Tensor]) -> None:
+        """Fresh untried statistics over the current index, then copy in `per_task` (given for
+        `ids`) where an id is in the index; others are dropped."""
+        self._empty()
+        self._resize(len(self._ids))
+        src, dst = [], []
         for j, k in enumerate(ids):
             i = self._index.get(k)
             if i is not None:
-                keep_src.append(j)
-                keep_dst.append(i)
-        if not keep_src:
+                src.append(j)
+                dst.append(i)
+        if not src:
             return
-        src = torch.tensor(keep_src, dtype=torch.long)
-        dst = torch.tensor(keep_dst, dtype=torch.long, device=self.device)
-        for name, value in tensors.items():
+        for name, value in per_task.items():
             mine = getattr(self, name)
-            mine[dst] = value.to(device=self.device, dtype=mine.dtype)[src.to(value.device)]
+            src_t, dst_t = torch.tensor(src, device=self.device), torch.tensor(dst, device=self.device)
+            mine[dst_t] = value.to(self.device, mine.dtype)[src_t]
 
     def bind(self, task_ids: Sequence[str], device: torch.device) -> None:
         """Lay the statistics out over the bank (on `device`); what was learnt for ids in it is kept."""
+        ids = list(task_ids)
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"{type(self).__name__}.bind: task_ids has duplicates; give each task one id")
         with self._lock:
-            old_ids, old = list(self._ids), self._per_task()
+            old_ids, old = self._ids, self._per_task()
             self.device = torch.device(device)
-            self._ids = list(task_ids)
-            self._index = {k: i for i, k in enumerate(self._ids)}
-            if len(self._index) != len(self._ids):
-                raise ValueError(f"{type(self).__name__}.bind: task_ids has duplicates; give each task one id")
-            self._bound = True
-            self.attempts = torch.zeros(0, device=self.device)
-            self.passes = torch.zeros(0, device=self.device)
-            self.picks = torch.zeros(0, dtype=torch.long, device=self.device)
-            self._reset_extra()
-            self._resize(len(self._ids))
-            self._adopt(old_ids, old)
-            self._derive()
+            self._to_device()
+            self._ids, self._index, self._bound = ids, {k: i for i, k in enumerate(ids)}, True
+            self._layout(old_ids, old)
 
-    def _reset_extra(self) -> None:
-        """Hook: subclasses drop their per-task tensors before a re-layout."""
+    def _to_device(self) -> None:
+        """Hook: move a subclass's non per-task tensors to self.device."""
 
-    def _per_task(self) -> dict[str, Tensor]:
-        return {"attempts": self.attempts, "passes": self.passes, "picks": self.picks}
+    def _learn(self) -> None:
+        """Hook: fit whatever the subclass derives from the counts (caller holds the lock)."""
 
-    def _refresh(self) -> None:
-        """Hook: learn from new results (caller holds the lock); by default just `_derive()`."""
-        self._derive()
-
-    def _derive(self) -> None:
-        """Hook: recompute state derived from the statistics, learning nothing new (bind, load)."""
+    def _learn_if_dirty(self) -> None:
+        if self._dirty:
+            self._learn()
+            self._dirty = False
 
     # -- subclass hooks --------------------------------------------------------------------
     def _weights(self, shard: Tensor) -> Tensor:
         raise NotImplementedError
 
     def _sample(self, weights: Tensor, n: int, generator: Optional[torch.Generator]) -> Tensor:
-        raise NotImplementedError
+        """n independent draws in proportion to the weights: one multinomial, no loop per actor."""
+        return torch.multinomial(weights, n, replacement=True, generator=generator)
 
     def weights(self, keys: Sequence[str]) -> Tensor:
         """What `pick` draws from for these keys, on the CPU (for inspection and tests)."""
         with self._lock:
             idx = self._indices(keys, "weights")
+            self._learn_if_dirty()
             return self._weights(torch.tensor(idx, dtype=torch.long, device=self.device)).cpu()
 
     # -- string protocol -------------------------------------------------------------------
@@ -267,8 +277,8 @@ class _LearningSampler:
         _check_keys(type(self).__name__, keys)
         with self._lock:
             idx = self._indices(keys, "pick")
-            shard = torch.tensor(idx, dtype=torch.long, device=self.device)
-            weights = self._weights(shard).cpu()
+            self._learn_if_dirty()
+            weights = self._weights(torch.tensor(idx, dtype=torch.long, device=self.device)).cpu()
             pos = int(self._sample(weights, 1, self._rng)[0])
             self.picks[idx[pos]] += 1
         return keys[pos]
@@ -277,57 +287,63 @@ class _LearningSampler:
         """One scored episode; a score >= pass_threshold is a pass."""
         score = float(score)
         if not (0.0 <= score <= 1.0):  # also rejects NaN
-            raise ValueError(f"{type(self).__name__}.record: score={score!r} for {task_id!r} must be in [0, 1]; normalise the reward")
+            raise ValueError(
+                f"{type(self).__name__}.record: score={score!r} for {task_id!r} must be in [0, 1]; normalise the reward"
+            )
         with self._lock:
             (i,) = self._indices((task_id,), "record")
             self.attempts[i] += 1.0
             if score >= self.pass_threshold:
                 self.passes[i] += 1.0
-            self._refresh()
+            self._dirty = True
 
     # -- tensor path -----------------------------------------------------------------------
     def pick_batch(
         self, shard: Tensor, round_index: int, reset_mask: Tensor, generator: Optional[torch.Generator] = None
     ) -> Tensor:
-        """[N] bank indices drawn from `shard` only; one draw per actor, no host sync."""
+        """[N] bank indices drawn from `shard` only, one independent draw per actor; no host
+        sync. Without a generator, the sampler's own seeded one is used on CPU."""
         _check_shard(type(self).__name__, shard)
         if not self._bound:
             raise RuntimeError(f"{type(self).__name__}.pick_batch: call bind(task_ids, device) first")
         if generator is None and self.device.type == "cpu":
             generator = self._rng
         with self._lock:
-            pos = self._sample(self._weights(shard), reset_mask.numel(), generator)
-            chosen = shard[pos]
+            self._learn_if_dirty()
+            chosen = shard[self._sample(self._weights(shard), reset_mask.numel(), generator)]
             self.picks.index_add_(0, chosen, reset_mask.to(torch.long))
         return chosen
 
-    def record_batch(self, task_index: Tensor, score: Tensor) -> None:
-        """E finished episodes at once (scores in 0..1; not range-checked here to avoid a host sync)."""
+    def record_batch(self, task_index: Tensor, score: Tensor, mask: Optional[Tensor] = None) -> None:
+        """E finished episodes at once (scores in 0..1; not range-checked here, to avoid a host
+        sync). With `mask` ([E] bool), only entries where it is True count: pass all N actors'
+        tasks and outcomes with mask=done every step, and nothing is synchronised."""
         if not self._bound:
             raise RuntimeError(f"{type(self).__name__}.record_batch: call bind(task_ids, device) first")
+        count = torch.ones_like(score, dtype=self.attempts.dtype) if mask is None else mask.to(self.attempts.dtype)
         with self._lock:
-            self.attempts.index_add_(0, task_index, torch.ones_like(score, dtype=self.attempts.dtype))
-            self.passes.index_add_(0, task_index, (score >= self.pass_threshold).to(self.passes.dtype))
-            self._refresh()
+            self.attempts.index_add_(0, task_index, count)
+            self.passes.index_add_(0, task_index, (score >= self.pass_threshold).to(self.passes.dtype) * count)
+            self._dirty = True
 
     # -- observability -----------------------------------------------------------------------
     def signals(self) -> dict[str, Tensor]:
         """Run-level statistics for logging, as 0-dim tensors (read at rollout end, not per step):
-        `informative_share` (picks so far on tasks whose observed pass rate is strictly between
-        0 and 1), `pass_rate_spread` (std of the observed pass rates of tried tasks),
-        `tried_fraction` and `picks`."""
+        `informative_share` (share of all picks so far that went to tasks whose observed pass
+        rate is strictly between 0 and 1), `pass_rate_spread` (std of the observed pass rates
+        of tried tasks), `tried_fraction` and `picks`."""
         with self._lock:
-            n, s, picks = self.attempts, self.passes, self.picks.to(self.attempts.dtype)
+            n, s = self.attempts, self.passes
+            picks = self.picks.to(n.dtype)
             tried = (n > 0).to(n.dtype)
             rate = s / n.clamp(min=1.0)
             informative = tried * ((rate > 0) & (rate < 1)).to(n.dtype)
             total_picks = picks.sum()
             n_tried = tried.sum()
             mean = (rate * tried).sum() / n_tried.clamp(min=1.0)
-            spread = (((rate - mean) ** 2 * tried).sum() / n_tried.clamp(min=1.0)).sqrt()
             out = {
                 "informative_share": (picks * informative).sum() / total_picks.clamp(min=1.0),
-                "pass_rate_spread": spread,
+                "pass_rate_spread": (((rate - mean) ** 2 * tried).sum() / n_tried.clamp(min=1.0)).sqrt(),
                 "tried_fraction": n_tried / max(n.numel(), 1),
                 "picks": total_picks,
             }
@@ -337,11 +353,32 @@ class _LearningSampler:
     def _extra_signals(self) -> dict[str, Tensor]:
         return {}
 
+    # -- distributed ------------------------------------------------------------------------
+    def sync(self, reduce_sum: Callable[[Tensor], Tensor]) -> None:
+        """Make every rank's statistics the union of all ranks' episodes: all-reduce (sum) the
+        counts recorded since the last sync. Every rank must call it (a collective)."""
+        with self._lock:
+            counts = torch.stack([getattr(self, n).to(torch.float64) for n in self.PER_TASK])
+            base = getattr(self, "_synced", None)
+            if base is None or base.shape != counts.shape or base.device != counts.device:
+                base = torch.zeros_like(counts)
+            total = base + reduce_sum(counts - base)
+            for i, name in enumerate(self.PER_TASK):
+                mine = getattr(self, name)
+                setattr(self, name, total[i].to(mine.dtype))
+            self._synced = total
+            self._dirty = True
+
     # -- checkpoints -------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """Tensors and plain containers only (loads with torch.load(weights_only=True))."""
         with self._lock:
-            state: dict[str, Any] = {"task_ids": list(self._ids), "pass_threshold": self.pass_threshold, "rng": self._rng.get_state()}
+            state: dict[str, Any] = {
+                "task_ids": list(self._ids),
+                "pass_threshold": self.pass_threshold,
+                "dirty": self._dirty,
+                "rng": self._rng.get_state(),
+            }
             state.update({k: v.detach().clone() for k, v in self._per_task().items()})
             state.update(self._extra_state())
         return state
@@ -350,54 +387,53 @@ class _LearningSampler:
         return {}
 
     def _load_extra(self, state: dict[str, Any]) -> None:
-        """Hook: restore non per-task state (caller holds the lock)."""
+        """Hook: restore a subclass's non per-task state (caller holds the lock)."""
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore statistics; bound, they are laid out over the current bank by task id (a
-        checkpoint from a different bank keeps what overlaps). Works before or after bind()."""
-        missing = [k for k in ("task_ids", "attempts", "passes", "picks") if k not in state]
+        """Restore statistics. Bound, they are laid out over the current bank by task id (a
+        checkpoint from another bank keeps what overlaps); works before or after bind()."""
+        missing = [k for k in ("task_ids", *self.PER_TASK) if k not in state]
         if missing:
-            raise ValueError(f"{type(self).__name__}.load_state_dict: state lacks {missing}; pass a dict from state_dict()")
+            raise ValueError(
+                f"{type(self).__name__}.load_state_dict: state lacks {missing}; pass a dict from state_dict()"
+            )
+        if float(state.get("pass_threshold", self.pass_threshold)) != self.pass_threshold:
+            raise ValueError(
+                f"{type(self).__name__}.load_state_dict: the checkpoint counted a pass at "
+                f"{state['pass_threshold']} but this sampler at pass_threshold={self.pass_threshold}; "
+                "construct it with the checkpoint's pass_threshold"
+            )
         with self._lock:
-            if float(state.get("pass_threshold", self.pass_threshold)) != self.pass_threshold:
-                raise ValueError(
-                    f"{type(self).__name__}.load_state_dict: the checkpoint counted a pass at "
-                    f"{state['pass_threshold']} but this sampler at pass_threshold={self.pass_threshold}; "
-                    "construct it with the checkpoint's pass_threshold"
-                )
             if "rng" in state:
                 self._rng.set_state(state["rng"])
             if not self._bound:
                 self._ids = list(state["task_ids"])
                 self._index = {k: i for i, k in enumerate(self._ids)}
-                self.attempts = torch.zeros(0, device=self.device)
-                self.passes = torch.zeros(0, device=self.device)
-                self.picks = torch.zeros(0, dtype=torch.long, device=self.device)
-                self._reset_extra()
-                self._resize(len(self._ids))
-            else:
-                for t in self._per_task().values():
-                    t.zero_()
-            per_task = {k: state[k] for k in self._per_task()}
-            self._adopt(state["task_ids"], per_task)
             self._load_extra(state)
-            self._derive()
+            self._layout(state["task_ids"], {k: state[k] for k in self.PER_TASK})
+            self._dirty = bool(state.get("dirty", False))
+            # every rank loads the same (already synced) counts: the next sync adds only what follows
+            self._synced = torch.stack([getattr(self, n).to(torch.float64) for n in self.PER_TASK])
 
 
 class DifficultyWeighted(_LearningSampler):
     """UCB over learning signal: score = min(4p(1-p), 1) + c*sqrt(ln(total)/n), p the observed
-    pass rate (untried tasks at the optimistic prior p = 0.5), sampled in proportion to score.
+    pass rate (a score >= pass_threshold is a pass; untried tasks at the optimistic prior
+    p = 0.5), and each actor's task drawn in proportion to its score. `total` is every episode
+    recorded so far; n is clamped to 1 for untried tasks.
 
-    Why proportional rather than argmax: the data module picks for many actors at once, before
-    their results return; argmax sends every one of them to the same task (and collapses onto
-    one task even sequentially), while proportional draws spread in-flight picks over the
-    shard's informative tasks. It is also what reproduces the published targeting table.
-    `total` is every episode recorded so far; n is clamped to 1 for untried tasks.
+    Why in proportion rather than the best score: the data module picks for every actor that
+    resets in a step at once, from one shard, before their results return; argmax sends all of
+    them to the same task. Measured (scripts/sampler_table.py), argmax lands more rollouts on
+    informative tasks one at a time but loses a fifth of that with 8 picks in flight, and
+    concentrates on fewer of them (coverage ~72 vs ~92 with noisy rewards); proportional
+    draws are also what reproduce the published table. For sharper targeting without that
+    collapse, use `PosteriorSignal`.
     """
 
     def __init__(self, c: float = 0.2, pass_threshold: float = 0.999, seed: Optional[int] = None) -> None:
         if not (isinstance(c, (int, float)) and c >= 0 and math.isfinite(c)):
-            raise ValueError(f"c={c!r} must be a finite number >= 0 (0.2 is the measured default; larger explores more)")
+            raise ValueError(f"c={c!r} must be a finite number >= 0 (0.2 is the default; larger explores more)")
         self.c = float(c)
         super().__init__(pass_threshold, seed)
 
@@ -409,27 +445,27 @@ class DifficultyWeighted(_LearningSampler):
         explore = self.c * torch.sqrt(torch.log(total) / n.clamp(min=1.0))
         return signal + explore + 1e-6  # floor: an all-zero shard is drawn uniformly
 
-    def _sample(self, weights: Tensor, n: int, generator: Optional[torch.Generator]) -> Tensor:
-        return torch.multinomial(weights, n, replacement=True, generator=generator)
-
 
 class PosteriorSignal(_LearningSampler):
-    """Thompson sampling over "is this task informative?". Each task is always-pass,
-    always-fail or informative (true pass rate ~ Beta(2, 2), the shape of the 4p(1-p) signal);
-    every outcome flips with a rate that is estimated. One EM step per update refits the class
-    priors and the flip rate; `p_informative` [K] is each task's posterior probability of
-    being informative. Each pick draws, for every shard task, an indicator with probability
-    `p_informative ** sharpness` and takes one of the hits at random (any task if none hit).
+    """A posterior over what each task is, sampled towards the informative ones. Each task is
+    always-pass, always-fail or informative (true pass rate ~ Beta(2, 2), the shape of the
+    4p(1-p) signal), and every outcome flips with a rate that is estimated. One warm-started
+    EM step after new results refits the class priors and the flip rate; `p_informative` [K]
+    is each task's posterior probability of being informative. Picks are drawn independently
+    per actor in proportion to `p_informative ** sharpness` (one multinomial per call).
 
-    Why it beats `DifficultyWeighted` on share of rollouts landing on informative tasks: a
+    Why it beats `DifficultyWeighted` on the share of rollouts landing on informative tasks: a
     flipped outcome makes a solved task look half-solved to a pass-rate weight (p = 0.85 gives
     4p(1-p) = 0.51), while the posterior knows flips happen at the estimated rate and asks
-    whether the task's outcomes are more mixed than that. Draws are independent per actor, so
-    picks made before earlier results return spread instead of piling onto one task.
-    `sharpness=1` is plain probability matching; 2 (the measured default) exploits harder.
-    `flip_rate=None` estimates the flip rate; a float fixes it.
+    whether a task's outcomes are more mixed than that; and a task seen to pass and fail is
+    near-certainly informative after a few episodes, where 4p(1-p) keeps wavering. Untried
+    tasks sit at the estimated share of informative tasks, so exploration needs no constant.
+    Independent draws spread picks made before earlier results return. `sharpness=1` is
+    probability matching; 3 (the measured default) concentrates harder on tasks known to be
+    informative. `flip_rate=None` estimates the flip rate; a float fixes it.
     """
 
+    PER_TASK = ("attempts", "passes", "picks", "p_informative")
     GRID = 32  # quadrature points over the informative class's true pass rate
     FLIP_PRIOR = (0.05, 20.0)  # flip-rate prior: mean, weight in pseudo-episodes
 
@@ -437,17 +473,21 @@ class PosteriorSignal(_LearningSampler):
         self,
         pass_threshold: float = 0.999,
         flip_rate: Optional[float] = None,
-        sharpness: float = 2.0,
+        sharpness: float = 3.0,
         informative_prior: tuple[float, float] = (2.0, 2.0),
         seed: Optional[int] = None,
     ) -> None:
         if flip_rate is not None and not (isinstance(flip_rate, (int, float)) and 0.0 <= flip_rate < 0.5):
             raise ValueError(f"flip_rate={flip_rate!r} must be in [0, 0.5), or None to estimate it from the outcomes")
         if not (isinstance(sharpness, (int, float)) and sharpness > 0):
-            raise ValueError(f"sharpness={sharpness!r} must be > 0 (1 = probability matching, 2 = default, higher exploits harder)")
+            raise ValueError(
+                f"sharpness={sharpness!r} must be > 0 (1 = probability matching, 3 = default, higher exploits harder)"
+            )
         a, b = (float(v) for v in informative_prior)
         if not (a > 0 and b > 0):
-            raise ValueError(f"informative_prior={informative_prior!r} must be two positive Beta parameters, e.g. (2.0, 2.0)")
+            raise ValueError(
+                f"informative_prior={informative_prior!r} must be two positive Beta parameters, e.g. (2.0, 2.0)"
+            )
         self.flip_rate = flip_rate
         self.sharpness = float(sharpness)
         self.informative_prior = (a, b)
@@ -456,7 +496,6 @@ class PosteriorSignal(_LearningSampler):
         self._grid, self._grid_logw = grid, logw - torch.logsumexp(logw, 0)
         self._flip = torch.tensor(self.FLIP_PRIOR[0] if flip_rate is None else float(flip_rate))
         self._class_prior = torch.full((3,), 1.0 / 3.0)  # always-pass, always-fail, informative
-        self.p_informative = torch.zeros(0)
         super().__init__(pass_threshold, seed)
 
     def _posterior(self) -> Tensor:
@@ -466,14 +505,17 @@ class PosteriorSignal(_LearningSampler):
         log_pass = s * torch.log1p(-eps) + (n - s) * torch.log(eps)
         log_fail = s * torch.log(eps) + (n - s) * torch.log1p(-eps)
         q = eps + (1.0 - 2.0 * eps) * self._grid  # observed pass rate of an informative task
-        log_inf = torch.logsumexp(self._grid_logw + s[:, None] * torch.log(q) + (n - s)[:, None] * torch.log1p(-q), dim=1)
+        log_inf = torch.logsumexp(
+            self._grid_logw + s[:, None] * torch.log(q) + (n - s)[:, None] * torch.log1p(-q), dim=1
+        )
         logits = torch.stack([log_pass, log_fail, log_inf], -1) + torch.log(self._class_prior)
         return torch.softmax(logits, -1)
 
-    def _refresh(self) -> None:
+    def _learn(self) -> None:
         """One warm-started EM step: posterior, then class priors and flip rate from tried tasks."""
         n, s = self.attempts, self.passes
         r = self._posterior()
+        self.p_informative = r[:, 2].contiguous()
         tried = (n > 0).to(n.dtype)
         self._class_prior = ((r * tried[:, None]).sum(0) + 1.0) / (tried.sum() + 3.0)
         if self.flip_rate is None:
@@ -481,27 +523,19 @@ class PosteriorSignal(_LearningSampler):
             flips = (r[:, 0] * (n - s) + r[:, 1] * s).sum()
             exposure = ((r[:, 0] + r[:, 1]) * n).sum()
             self._flip = (flips + mean * weight) / (exposure + weight)
-        self.p_informative = r[:, 2]
 
-    def _derive(self) -> None:
-        self.p_informative = self._posterior()[:, 2]
+    def _new_entries(self, name: str, n: int) -> Tensor:
+        if name == "p_informative":  # an untried task's posterior is the class prior
+            return self._class_prior[2].expand(n).clone()
+        return super()._new_entries(name, n)
 
-    def _grow_extra(self, k: int) -> None:
-        self._derive()  # new tasks sit at the class prior
-
-    def _reset_extra(self) -> None:
+    def _to_device(self) -> None:
         self._flip = self._flip.to(self.device)
         self._class_prior = self._class_prior.to(self.device)
         self._grid, self._grid_logw = self._grid.to(self.device), self._grid_logw.to(self.device)
 
     def _weights(self, shard: Tensor) -> Tensor:
-        return self.p_informative[shard] ** self.sharpness
-
-    def _sample(self, weights: Tensor, n: int, generator: Optional[torch.Generator]) -> Tensor:
-        shape = (n, weights.numel())
-        hit = torch.rand(shape, generator=generator, device=weights.device) < weights
-        tie = torch.rand(shape, generator=generator, device=weights.device)
-        return (hit.to(weights.dtype) + tie).argmax(1)  # uniform among hits; uniform if none
+        return self.p_informative[shard] ** self.sharpness + 1e-12  # floor: never an all-zero shard
 
     def _extra_signals(self) -> dict[str, Tensor]:
         picks = self.picks.to(self.p_informative.dtype)
@@ -515,9 +549,8 @@ class PosteriorSignal(_LearningSampler):
         return {"flip": self._flip.clone(), "class_prior": self._class_prior.clone()}
 
     def _load_extra(self, state: dict[str, Any]) -> None:
-        if "flip" in state:
-            self._flip = state["flip"].to(self.device, torch.float32).clone()
-            self._class_prior = state["class_prior"].to(self.device, torch.float32).clone()
+        self._flip = state["flip"].to(self.device, torch.float32).clone()
+        self._class_prior = state["class_prior"].to(self.device, torch.float32).clone()
 
 
 def pass_threshold_mismatch(sampler: Any, solved_threshold: Optional[float]) -> Optional[str]:
@@ -580,7 +613,9 @@ class _BatchedAdapter:
         self._cursor += reset_mask.sum()
         return self._queue[order.remainder(self._queue.numel())]
 
-    def record_batch(self, task_index: Tensor, score: Tensor) -> None:
+    def record_batch(self, task_index: Tensor, score: Tensor, mask: Optional[Tensor] = None) -> None:
+        if mask is not None:  # this path syncs anyway: call it off the step loop
+            task_index, score = task_index[mask], score[mask]
         for i, s in zip(task_index.tolist(), score.tolist()):
             self.sampler.record(self._task_ids[i], float(s))
 

@@ -1,0 +1,629 @@
+"""Parallelism strategies: how one round's work is split across workers (Lightning ranks).
+
+A strategy answers one question: for round r with N workers, who works on what? `plan()` is
+handed the round's TASK ids; TP sections are about ARTIFACT keys (rows of a per-key parameter
+table). The two key spaces are never conflated: `route` is the only bridge between them.
+
+| strategy | partition | enforced |
+|---|---|---|
+| `DataParallel()` | disjoint task shards, rotating each round | `keys` |
+| `ClusterParallel(cluster_of)` | whole clusters leased by UCB with a difficulty filter | `keys` + `observe` |
+| `TensorParallel(n_sections, keys=, route=)` | one section of the key table per worker | `section` |
+| `PipelineParallel` | refused: one artifact, no stage chain to walk | - |
+
+Plain Python and torch; nothing here imports Lightning.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Protocol, Sequence, Union, runtime_checkable
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "WorkUnit",
+    "ParallelStrategy",
+    "checked_plan",
+    "unit_for",
+    "family_of",
+    "DataParallel",
+    "ClusterParallel",
+    "TensorParallel",
+    "PipelineParallel",
+    "assign_key_sections",
+]
+
+
+_normal_tensors = torch.inference_mode(False)
+"""State tensors must stay normal tensors: hooks may run under the rollout's inference_mode,
+and an inference tensor cannot be updated in place outside it (e.g. at the next sync)."""
+
+
+# -- the interface ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorkUnit:
+    """What one worker owns for one round: task ids (`keys`), and for TP/PP a `section`/`stage`."""
+
+    worker: int
+    keys: tuple[str, ...]
+    stage: Optional[int] = None
+    section: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.keys, str):
+            raise TypeError(
+                f"WorkUnit.keys: got the string {self.keys!r}; pass a sequence of task ids, e.g. ({self.keys!r},)"
+            )
+        object.__setattr__(self, "keys", tuple(self.keys))  # a user's plan may hand back a list
+
+
+@runtime_checkable
+class ParallelStrategy(Protocol):
+    """`name` and `plan(n_workers, round_index, keys) -> list[WorkUnit]`; `keys` are task ids.
+
+    Optional: `observe(unit, task_id, score)` after every finished episode (score in 0..1), and
+    `validate(n_workers)` before the first rollout. Any class with `name` and `plan` qualifies.
+    """
+
+    name: str
+
+    def plan(self, n_workers: int, round_index: int, keys: Sequence[str]) -> list[WorkUnit]: ...
+
+
+def _label(strategy: Any) -> str:
+    return f"{type(strategy).__name__}(name={getattr(strategy, 'name', '?')!r})"
+
+
+def checked_plan(strategy: Any, n_workers: int, round_index: int, keys: Sequence[str]) -> list[WorkUnit]:
+    """Validate the strategy, plan, and check the plan; returns units sorted by worker.
+
+    A valid plan gives every worker exactly one unit whose keys are a non-empty subset of `keys`.
+    Units may overlap only when there are fewer tasks than workers (every rank must roll out
+    something, so spare ranks repeat a task); otherwise the built-ins are disjoint.
+    """
+    if not isinstance(strategy, ParallelStrategy):
+        raise TypeError(
+            f"parallel: {type(strategy).__name__} is not a ParallelStrategy; it needs a `name` attribute and "
+            "plan(n_workers, round_index, keys) -> list[WorkUnit]"
+        )
+    if isinstance(n_workers, bool) or not isinstance(n_workers, int) or n_workers < 1:
+        raise ValueError(f"n_workers: must be a positive int (the world size), got {n_workers!r}")
+    keys = tuple(keys)
+    if not keys:
+        raise ValueError("keys: the round has no task ids; give plan() the task bank's ids")
+    if len(set(keys)) != len(keys):
+        raise ValueError("keys: task ids must be unique; deduplicate the task bank")
+    validate = getattr(strategy, "validate", None)
+    if callable(validate):
+        validate(n_workers)
+    units = strategy.plan(n_workers, round_index, keys)
+    who = _label(strategy)
+    if not isinstance(units, (list, tuple)) or not all(isinstance(u, WorkUnit) for u in units):
+        raise TypeError(f"{who}.plan must return a list of WorkUnit, got {type(units).__name__}")
+    workers = sorted(u.worker for u in units)
+    if workers != list(range(n_workers)):
+        raise ValueError(
+            f"{who}.plan gave units for workers {workers}; it must give exactly one unit to each of "
+            f"workers 0..{n_workers - 1}"
+        )
+    known = set(keys)
+    for u in units:
+        stray = [k for k in u.keys if k not in known]
+        if stray:
+            raise ValueError(f"{who}.plan gave worker {u.worker} task ids not in this round's keys: {stray[:3]}")
+        if not u.keys:
+            raise ValueError(
+                f"{who}.plan gave worker {u.worker} no tasks; every rank must roll out something. With fewer "
+                f"tasks ({len(keys)}) than workers ({n_workers}) give spare workers a repeated task"
+            )
+    return sorted(units, key=lambda u: u.worker)
+
+
+def unit_for(strategy: Any, n_workers: int, round_index: int, keys: Sequence[str], worker: int) -> WorkUnit:
+    """This worker's (rank's) unit of a checked plan; every rank computes the same plan."""
+    units = checked_plan(strategy, n_workers, round_index, keys)
+    if not 0 <= worker < n_workers:
+        raise ValueError(f"worker: {worker} is not a rank of a world of size {n_workers}")
+    return units[worker]
+
+
+def family_of(task_id: str) -> str:
+    """The `family` of a `family-index` task id; the default cluster (usable from YAML by import path)."""
+    family, sep, index = task_id.rpartition("-")
+    if not sep or not family or not index:
+        raise ValueError(
+            f"task id {task_id!r} is not of the form 'family-index'; pass cluster_of=/route= a function "
+            "mapping your task ids to clusters/keys"
+        )
+    return family
+
+
+def _wrap(keys: Sequence[str], n_workers: int, offset: int) -> list[tuple[str, ...]]:
+    """Fewer tasks than workers: each worker gets one task, repeating (cannot be disjoint)."""
+    return [(keys[(w + offset) % len(keys)],) for w in range(n_workers)]
+
+
+# -- DP --------------------------------------------------------------------------------------
+
+
+class DataParallel:
+    """Disjoint strided task shards covering every task; worker w gets shard (w + round) mod N."""
+
+    name = "data"
+
+    def plan(self, n_workers: int, round_index: int, keys: Sequence[str]) -> list[WorkUnit]:
+        keys = tuple(keys)
+        if len(keys) < n_workers:
+            return [WorkUnit(w, k) for w, k in enumerate(_wrap(keys, n_workers, round_index))]
+        shards = [keys[s::n_workers] for s in range(n_workers)]
+        return [WorkUnit(w, shards[(w + round_index) % n_workers]) for w in range(n_workers)]
+
+    def __repr__(self) -> str:
+        return "DataParallel()"
+
+
+# -- CP --------------------------------------------------------------------------------------
+
+
+class ClusterParallel:
+    """Lease whole task clusters to workers, best UCB first, with a difficulty filter.
+
+    Per cluster it tracks episodes `n` and summed room `1 - score` (how far from solved a rollout
+    was: 0 solved, 1 failed). The learning signal of mean room m is 4 m (1 - m): all-pass (m = 0)
+    and all-fail (m = 1) clusters carry no gradient and score 0; untried clusters use the
+    optimistic prior m = 0.5. UCB = signal + c * sqrt(ln(1 + N) / (1 + n)). Each round the top
+    clusters are dealt out, `clusters_per_worker` per worker, so every worker gets a cluster
+    when there are at least as many clusters as workers.
+
+    Distributed: `observe`/`observe_batch` add to local increments; `stats_tensor()` returns them,
+    the caller all-reduces (SUM) and hands the result to `merge_stats`. `plan` reads merged
+    statistics only, so every rank computes the same plan. Clusters are registered by `bind` or
+    `plan` (called identically on every rank), never by `observe`.
+    """
+
+    name = "cluster"
+
+    @_normal_tensors
+    def __init__(
+        self,
+        cluster_of: Optional[Callable[[str], str]] = None,
+        c: float = 1.4,
+        clusters_per_worker: int = 1,
+    ) -> None:
+        if not (isinstance(c, (int, float)) and math.isfinite(c) and c >= 0):
+            raise ValueError(f"c: the exploration constant must be a finite number >= 0, got {c!r}")
+        if isinstance(clusters_per_worker, bool) or not isinstance(clusters_per_worker, int) or clusters_per_worker < 1:
+            raise ValueError(f"clusters_per_worker: must be a positive int, got {clusters_per_worker!r}")
+        self.cluster_of = cluster_of if cluster_of is not None else family_of
+        self.c = float(c)
+        self.clusters_per_worker = clusters_per_worker
+        self._lock = threading.Lock()
+        self.clusters: list[str] = []  # registry order = stats row order
+        self._cluster_index: dict[str, int] = {}
+        self._task_cluster: Optional[Tensor] = None  # [K] bank index -> cluster index (after bind)
+        self._device = torch.device("cpu")
+        self._merged = torch.zeros(0, 2, dtype=torch.float64)  # [C, (episodes, room)] agreed by all ranks
+        self._pending = torch.zeros(0, 2, dtype=torch.float64)  # local increments since the last sync
+        self._inflight: Optional[Tensor] = None  # the snapshot handed out by stats_tensor()
+
+    # registry ---------------------------------------------------------------------------------
+    @_normal_tensors
+    def _register(self, task_ids: Sequence[str]) -> None:
+        new = sorted({self.cluster_of(t) for t in task_ids} - self._cluster_index.keys())
+        if not new:
+            return
+        for cl in new:
+            self._cluster_index[cl] = len(self.clusters)
+            self.clusters.append(cl)
+        grow = torch.zeros(len(new), 2, dtype=torch.float64, device=self._device)
+        self._merged = torch.cat([self._merged, grow])
+        self._pending = torch.cat([self._pending, grow])
+
+    @_normal_tensors
+    def bind(self, task_ids: Sequence[str], device: Optional[torch.device] = None) -> None:
+        """Declare the task bank (same order on every rank) so `observe_batch` takes bank indices."""
+        with self._lock:
+            if device is not None:
+                self._device = torch.device(device)
+                self._merged = self._merged.to(self._device)
+                self._pending = self._pending.to(self._device)
+            self._register(task_ids)
+            self._task_cluster = torch.tensor(
+                [self._cluster_index[self.cluster_of(t)] for t in task_ids], dtype=torch.long, device=self._device
+            )
+
+    # observation ------------------------------------------------------------------------------
+    @_normal_tensors
+    def observe(self, unit: Optional[WorkUnit], task_id: str, score: float) -> None:
+        """One finished episode of `task_id` scored in 0..1; adds `1 - score` to its cluster's room."""
+        if not (isinstance(score, (int, float)) and 0.0 <= score <= 1.0):
+            raise ValueError(f"score: must be a number in 0..1, got {score!r} for task {task_id!r}")
+        cluster = self.cluster_of(task_id)
+        with self._lock:
+            row = self._cluster_index.get(cluster)
+            if row is None:
+                raise ValueError(
+                    f"ClusterParallel.observe: task {task_id!r} is in cluster {cluster!r}, which was never "
+                    "planned; call bind(task_ids) or plan() with the task bank first"
+                )
+            self._pending[row, 0] += 1.0
+            self._pending[row, 1] += 1.0 - float(score)
+
+    def observe_batch(self, task_index: Union[Tensor, Sequence[str]], scores: Tensor) -> None:
+        """E finished episodes at once: task bank indices (long tensor, after `bind`) or task ids,
+        and scores [E] in 0..1 (clamped; no host sync on the tensor path)."""
+        if not isinstance(task_index, Tensor):
+            rows_list = [self._cluster_index.get(self.cluster_of(t), -1) for t in task_index]
+            if -1 in rows_list:
+                bad = [t for t, r in zip(task_index, rows_list) if r < 0][:3]
+                raise ValueError(
+                    f"ClusterParallel.observe_batch: tasks {bad} are in clusters never planned; bind(task_ids) first"
+                )
+            rows = torch.tensor(rows_list, dtype=torch.long)
+            self.observe_clusters(rows, scores)
+            return
+        if self._task_cluster is None:
+            raise RuntimeError("ClusterParallel.observe_batch: bank indices need bind(task_ids) first")
+        self.observe_clusters(self._task_cluster[task_index.to(self._device)], scores)
+
+    @_normal_tensors
+    def observe_clusters(self, cluster_index: Tensor, scores: Tensor) -> None:
+        """E finished episodes by cluster row (index into `clusters`) with scores [E] in 0..1."""
+        cluster_index = cluster_index.to(self._device, torch.long).reshape(-1)
+        room = 1.0 - scores.to(self._device, torch.float64).reshape(-1).clamp(0.0, 1.0)
+        inc = torch.stack([torch.ones_like(room), room], dim=1)
+        with self._lock:
+            self._pending.index_add_(0, cluster_index, inc)
+
+    # distributed agreement ----------------------------------------------------------------------
+    @_normal_tensors
+    def stats_tensor(self) -> Tensor:
+        """The local increments since the last sync, [C, 2] float64 (episodes, room); all-reduce SUM it."""
+        with self._lock:
+            self._inflight = self._pending.clone()
+            return self._inflight.clone()
+
+    @_normal_tensors
+    def merge_stats(self, global_increments: Tensor) -> None:
+        """Add the all-reduced increments to the agreed statistics and retire what was handed out."""
+        with self._lock:
+            rows = self._merged.shape[0]
+            if global_increments.dim() != 2 or global_increments.shape[1] != 2 or global_increments.shape[0] > rows:
+                raise ValueError(
+                    f"merge_stats: got shape {tuple(global_increments.shape)}, expected {tuple(self._merged.shape)}; "
+                    "every rank must bind/plan the same task ids before syncing"
+                )
+            grow = rows - global_increments.shape[0]  # clusters registered since the snapshot: no increments yet
+            self._merged[: rows - grow] += global_increments.to(self._device, torch.float64)
+            if self._inflight is not None:
+                self._pending[: self._inflight.shape[0]] -= self._inflight
+                self._inflight = None
+
+    def sync(self, all_reduce_sum: Optional[Callable[[Tensor], Tensor]] = None) -> None:
+        """One round of agreement: `all_reduce_sum(stats_tensor())` (identity when None) -> `merge_stats`."""
+        inc = self.stats_tensor()
+        self.merge_stats(inc if all_reduce_sum is None else all_reduce_sum(inc))
+
+    # planning -----------------------------------------------------------------------------------
+    def scores(self) -> Tensor:
+        """UCB score per registered cluster from the merged statistics, [C] float64 on the CPU."""
+        with self._lock:
+            merged = self._merged.cpu()
+        n, room = merged[:, 0], merged[:, 1]
+        m = torch.where(n > 0, room / n.clamp_min(1.0), torch.full_like(n, 0.5))
+        signal = (4.0 * m * (1.0 - m)).clamp(0.0, 1.0)
+        bonus = self.c * torch.sqrt(math.log1p(float(n.sum())) / (1.0 + n))
+        return signal + bonus
+
+    def plan(self, n_workers: int, round_index: int, keys: Sequence[str]) -> list[WorkUnit]:
+        keys = tuple(keys)
+        with self._lock:
+            self._register(keys)
+        groups: dict[int, list[str]] = {}
+        for t in keys:
+            groups.setdefault(self._cluster_index[self.cluster_of(t)], []).append(t)
+        score = self.scores().tolist()  # once per round, off the step loop
+        order = sorted(groups, key=lambda r: (-score[r], r))  # ties: registry order, same on every rank
+        if len(order) < n_workers:
+            leased = [[order[w % len(order)]] for w in range(n_workers)]
+        else:
+            take = min(len(order), n_workers * self.clusters_per_worker)
+            leased = [order[w:take:n_workers] for w in range(n_workers)]
+        return [WorkUnit(w, tuple(t for r in rows for t in groups[r])) for w, rows in enumerate(leased)]
+
+    def leased_clusters(self, unit: WorkUnit) -> list[str]:
+        """The cluster ids a unit covers (for logging)."""
+        return sorted({self.cluster_of(t) for t in unit.keys})
+
+    # checkpoints --------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Everything this instance has seen (merged + local pending); exact when synced just before."""
+        with self._lock:
+            return {"clusters": list(self.clusters), "stats": (self._merged + self._pending).cpu().clone()}
+
+    @_normal_tensors
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        with self._lock:
+            clusters = list(state["clusters"])
+            stats = state["stats"].to(self._device, torch.float64)
+            keep = {cl: stats[i] for i, cl in enumerate(clusters)}
+            for cl in clusters:  # saved registry order (tie-breaks) unless already bound
+                if cl not in self._cluster_index:
+                    self._cluster_index[cl] = len(self.clusters)
+                    self.clusters.append(cl)
+            self._merged = torch.zeros(len(self.clusters), 2, dtype=torch.float64, device=self._device)
+            for cl, row in keep.items():
+                self._merged[self._cluster_index[cl]] = row
+            self._pending = torch.zeros_like(self._merged)
+            self._inflight = None
+
+    def __repr__(self) -> str:
+        return f"ClusterParallel(c={self.c})"
+
+
+# -- TP --------------------------------------------------------------------------------------
+
+
+def assign_key_sections(keys: Sequence[str], n_sections: int) -> list[tuple[str, ...]]:
+    """Balanced contiguous partition of a declared key space: sizes differ by at most 1, every
+    section owns at least one key, deterministic (declared order). Unlike a hash bucket."""
+    keys = tuple(keys)
+    if isinstance(n_sections, bool) or not isinstance(n_sections, int) or n_sections < 1:
+        raise ValueError(f"n_sections: must be a positive int, got {n_sections!r}")
+    if n_sections > len(keys):
+        raise ValueError(
+            f"n_sections: {n_sections} sections over {len(keys)} keys would leave a section owning nothing "
+            f"(a worker that can never commit); use n_sections <= {len(keys)} or declare more keys"
+        )
+    base, extra = divmod(len(keys), n_sections)
+    out, start = [], 0
+    for s in range(n_sections):
+        size = base + (1 if s < extra else 0)
+        out.append(keys[start : start + size])
+        start += size
+    return out
+
+
+class TensorParallel:
+    """Split a per-key parameter table (one row per declared artifact key) into `n_sections`
+    disjoint sections, one per worker; a worker updates only its section's rows.
+
+    `keys` is the ARTIFACT key space (table rows), not task ids. `route(task_id) -> key` sends
+    each task to its section's owner (zero violations); without it tasks are sharded as in DP,
+    and updates to rows outside the rank's section are rejected (`record_updates` counts them as
+    `section_violations`; `gradient_mask` / `register_gradient_mask` zero them before DDP).
+    """
+
+    name = "tensor"
+
+    @_normal_tensors
+    def __init__(
+        self,
+        n_sections: int,
+        keys: Optional[Sequence[str]] = None,
+        route: Optional[Callable[[str], str]] = None,
+    ) -> None:
+        if isinstance(n_sections, bool) or not isinstance(n_sections, int) or n_sections < 1:
+            raise ValueError(f"n_sections: must be a positive int, got {n_sections!r}")
+        self.n_sections = n_sections
+        self.route = route
+        self._lock = threading.Lock()
+        self.keys: Optional[tuple[str, ...]] = None
+        self._merged = torch.zeros(2, dtype=torch.long)  # (delivered, violations) agreed by all ranks
+        self._pending = torch.zeros(2, dtype=torch.long)  # local increments since the last sync
+        self._inflight: Optional[Tensor] = None
+        self._owner_cache: dict[torch.device, Tensor] = {}
+        if keys is not None:
+            self.declare_keys(keys)
+
+    # key space ------------------------------------------------------------------------------------
+    @_normal_tensors
+    def declare_keys(self, keys: Sequence[str]) -> None:
+        """Declare the artifact key space (the table's rows, in row order); idempotent."""
+        if isinstance(keys, str):
+            raise ValueError(f"keys: got the string {keys!r}; pass a sequence of artifact keys")
+        keys = tuple(keys)
+        if len(set(keys)) != len(keys):
+            raise ValueError("keys: the artifact key space must be a sequence of unique keys")
+        if self.keys is not None and self.keys != keys:
+            raise ValueError("keys: TensorParallel already declares a different key space; build a new strategy")
+        self.keys = keys
+        self._row = {k: i for i, k in enumerate(keys)}
+        self._sections = assign_key_sections(keys, self.n_sections) if len(keys) >= self.n_sections else None
+        if self._sections is not None:
+            self._owner_list = [s for s, sec in enumerate(self._sections) for _ in sec]
+            self._owner = torch.tensor(self._owner_list, dtype=torch.long)
+            self._owner_cache = {self._owner.device: self._owner}
+
+    def validate(self, n_workers: int) -> None:
+        """Refuse, before the first rollout, a pairing that could never be conflict-free."""
+        self._check_keys()
+        if self.n_sections != n_workers:
+            raise ValueError(
+                f"TensorParallel: n_sections={self.n_sections} but there are {n_workers} workers; one section per "
+                f"rank, so set n_sections={n_workers} (or run on {self.n_sections} devices)"
+            )
+
+    def _check_keys(self) -> None:
+        if self.keys is None:
+            raise ValueError(
+                "TensorParallel: no declared key space; pass keys= (the rows of the policy's per-key table, "
+                "e.g. the task families) or call declare_keys() before the first rollout"
+            )
+        if self.n_sections > len(self.keys):
+            raise ValueError(
+                f"TensorParallel: n_sections={self.n_sections} is greater than the {len(self.keys)} declared keys, "
+                f"so a section would own nothing; use n_sections <= {len(self.keys)}"
+            )
+
+    @property
+    def sections(self) -> list[tuple[str, ...]]:
+        """The balanced partition of the declared keys, one tuple of keys per section."""
+        self._check_keys()
+        return list(self._sections)
+
+    def key_index(self, key: str) -> int:
+        """Row of an artifact key in the table."""
+        self._check_keys()
+        if key not in self._row:
+            raise ValueError(f"key {key!r} is not in the declared key space ({len(self._row)} keys)")
+        return self._row[key]
+
+    def section_of_key(self, key: str) -> int:
+        """The section (rank) that owns an artifact key."""
+        return self._owner_list[self.key_index(key)]
+
+    def section_rows(self, section: int) -> list[int]:
+        """Row indices into the key table owned by `section` (a contiguous range)."""
+        self._check_section(section)
+        return [self._row[k] for k in self._sections[section]]
+
+    def _check_section(self, section: int) -> None:
+        self._check_keys()
+        if not 0 <= section < self.n_sections:
+            raise ValueError(f"section: {section} is not in 0..{self.n_sections - 1}")
+
+    def _owner_on(self, device: torch.device) -> Tensor:
+        owner = self._owner_cache.get(device)
+        if owner is None:
+            owner = self._owner_cache[device] = self._owner.to(device)
+        return owner
+
+    # planning ---------------------------------------------------------------------------------------
+    def plan(self, n_workers: int, round_index: int, keys: Sequence[str]) -> list[WorkUnit]:
+        self.validate(n_workers)
+        tasks = tuple(keys)
+        if self.route is None:  # DP shards: some episodes will touch rows outside the rank's section
+            dp = DataParallel().plan(n_workers, round_index, tasks)
+            return [WorkUnit(u.worker, u.keys, section=u.worker) for u in dp]
+        routed: list[list[str]] = [[] for _ in range(n_workers)]
+        for t in tasks:
+            key = self.route(t)
+            if key not in self._row:
+                raise ValueError(
+                    f"route: task {t!r} routes to {key!r}, which is not a declared key; route must return one of keys="
+                )
+            routed[self._owner_list[self._row[key]]].append(t)
+        for s, shard in enumerate(routed):
+            if not shard:
+                raise ValueError(
+                    f"TensorParallel: no task routes to section {s} (keys {list(self._sections[s])[:4]}); that rank "
+                    "would have nothing to roll out. Add tasks for those keys or use fewer sections"
+                )
+        return [WorkUnit(w, tuple(routed[w]), section=w) for w in range(n_workers)]
+
+    # enforcement --------------------------------------------------------------------------------------
+    def violation_mask(self, row_index: Tensor, section: int) -> Tensor:
+        """Bool mask, same shape as `row_index`: True where the row is outside `section`."""
+        self._check_section(section)
+        return self._owner_on(row_index.device)[row_index] != section
+
+    @_normal_tensors
+    def record_updates(self, rows: Tensor, section: int) -> Tensor:
+        """Count updates to table rows by a rank owning `section`; returns the in-section mask.
+        In-section rows add to `updates_delivered`, others to `section_violations` (no host sync)."""
+        inside = ~self.violation_mask(rows, section)
+        n_in = inside.sum()
+        inc = torch.stack([n_in, inside.numel() - n_in])
+        with self._lock:
+            if self._pending.device != inc.device:
+                self._pending = self._pending.to(inc.device)
+                self._merged = self._merged.to(inc.device)
+            self._pending += inc
+        return inside
+
+    def gradient_mask(self, section: int, world_size: int = 1, device: Optional[torch.device] = None) -> Tensor:
+        """[K, 1] float: `world_size` on this section's rows, 0 elsewhere. Multiplying the table's
+        gradient by it before DDP's mean all-reduce leaves each row exactly its owner's gradient."""
+        self._check_section(section)
+        owned = self._owner_on(torch.device(device) if device is not None else self._owner.device) == section
+        return (owned.to(torch.float32) * float(world_size)).unsqueeze(1)
+
+    def register_gradient_mask(self, table: Tensor, section: int, world_size: int = 1) -> Any:
+        """Hook `table.grad` (a [K, ...] leaf) so only this section's rows get gradient; the tensor
+        hook runs before DDP's reducer, so all ranks then hold the same union. Returns the handle."""
+        self._check_section(section)
+        if table.shape[0] != len(self.keys):
+            raise ValueError(f"table: has {table.shape[0]} rows but {len(self.keys)} keys are declared; one row per key")
+        mask = self.gradient_mask(section, world_size, table.device).to(table.dtype)
+        mask = mask.reshape((-1,) + (1,) * (table.dim() - 1))
+        return table.register_hook(lambda grad: grad * mask)
+
+    # counters (same distributed contract as ClusterParallel) ------------------------------------
+    @property
+    def updates_delivered(self) -> int:
+        """In-section updates: agreed total at the last sync plus this rank's since then."""
+        with self._lock:
+            return int(self._merged[0] + self._pending[0])
+
+    @property
+    def section_violations(self) -> int:
+        """Out-of-section updates rejected: agreed total at the last sync plus this rank's since then."""
+        with self._lock:
+            return int(self._merged[1] + self._pending[1])
+
+    @_normal_tensors
+    def stats_tensor(self) -> Tensor:
+        """Local (delivered, violations) increments since the last sync, [2] long; all-reduce SUM it."""
+        with self._lock:
+            self._inflight = self._pending.clone()
+            return self._inflight.clone()
+
+    @_normal_tensors
+    def merge_stats(self, global_increments: Tensor) -> None:
+        """Add the all-reduced counter increments to the agreed totals."""
+        with self._lock:
+            self._merged += global_increments.to(self._merged.device, torch.long)
+            if self._inflight is not None:
+                self._pending -= self._inflight
+                self._inflight = None
+
+    def sync(self, all_reduce_sum: Optional[Callable[[Tensor], Tensor]] = None) -> None:
+        """`all_reduce_sum(stats_tensor())` (identity when None) -> `merge_stats`."""
+        inc = self.stats_tensor()
+        self.merge_stats(inc if all_reduce_sum is None else all_reduce_sum(inc))
+
+    def state_dict(self) -> dict[str, Any]:
+        """The counters this instance knows (agreed + local pending); exact when synced just before."""
+        with self._lock:
+            return {"counters": (self._merged + self._pending).cpu().clone()}
+
+    @_normal_tensors
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        with self._lock:
+            self._merged = state["counters"].to(self._merged.device, torch.long).clone()
+            self._pending = torch.zeros_like(self._merged)
+            self._inflight = None
+
+    def __repr__(self) -> str:
+        keys = ", keys=..." if self.keys is not None else ""
+        route = ", route=..." if self.route is not None else ""
+        return f"TensorParallel({self.n_sections}{keys}{route})"
+
+
+# -- PP --------------------------------------------------------------------------------------
+
+_PP_REFUSAL = (
+    "PipelineParallel is refused: training evolves ONE artifact (the orchestrator policy), and pipeline "
+    "parallelism needs one artifact per stage, so there is no stage chain for workers to walk. Accepting it "
+    "would hand every worker the whole task list, strictly worse than DataParallel, with no signal. Use "
+    "DataParallel() (the default), ClusterParallel() or TensorParallel(n_sections, keys=, route=) instead."
+)
+
+
+class PipelineParallel:
+    """Refused with a clear error: one artifact, no stage chain to walk."""
+
+    name = "pipeline"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise ValueError(_PP_REFUSAL)
+
+    def plan(self, n_workers: int, round_index: int, keys: Sequence[str]) -> list[WorkUnit]:
+        raise ValueError(_PP_REFUSAL)
