@@ -166,10 +166,8 @@ class _LearningSampler:
         self.seed = seed
         self._lock = threading.Lock()
         self._rng = torch.Generator()
-        if seed is None:
-            self._rng.seed()
-        else:
-            self._rng.manual_seed(int(seed))
+        # seed=None follows torch's global seed, so `seed_everything` makes runs reproducible
+        self._rng.manual_seed(int(torch.initial_seed() if seed is None else seed))
         self._ids: list[str] = []  # index -> task id
         self._index: dict[str, int] = {}
         self._bound = False
