@@ -1,5 +1,46 @@
 """`ConfigError`: bad configuration, reported as one clear message naming the field and the fix."""
 
+import re
+
+_PARSER_NOISE = (
+    "Does not validate against any of the Union subtypes", "Subtypes:", "Errors:", "Given value type:",
+    "Given value:", "Expected a <class 'NoneType'>", "Expected a path but",
+)
+
 
 class ConfigError(ValueError):
     """Raised before any rollout for a bad config value; the CLI prints it without a traceback."""
+
+
+def root_error_line(err: BaseException) -> str:
+    """The innermost cause of `err` (a class's own check, not the config parser's union wrapper
+    around it) as one line."""
+    while err.__cause__ is not None:
+        err = err.__cause__
+    return " ".join(line.strip() for line in str(err).splitlines() if line.strip())
+
+
+def parser_error_line(message: str) -> str:
+    """A config parser (jsonargparse) error as one line: the key, then its most specific reasons
+    (drops the union bookkeeping and repeated lines)."""
+    lines = [line.strip().lstrip("-").strip() for line in str(message).splitlines()]
+    lines = [line for line in lines if line]
+    if not lines:
+        return "invalid arguments; see --help"
+    match = re.match(r'Parser key "([^"]+)":\s*(.*)', lines[0])
+    if match is None:
+        if lines[0].startswith("Problems parsing config"):
+            return f"--config: {' '.join(lines)} (--config needs a YAML file)"
+        hint = " (not a known option: --help lists them)" if lines[0].startswith("unrecognized") else ""
+        return " ".join(lines) + hint
+    key, rest = match.groups()
+    reasons: list[str] = []
+    for line in [rest, *lines[1:]]:
+        if line and not line.startswith(_PARSER_NOISE) and line not in reasons:
+            reasons.append(line)
+    text = f"{key}: {' '.join(reasons) or 'invalid value'}"
+    if key == "config":
+        text += " (pass the path of an existing YAML file)"
+    elif any(s in text for s in ("has no attribute", "No module named", "not accessible", "Import")):
+        text += " (a class_path must name an importable class, e.g. package.module.Class)"
+    return text

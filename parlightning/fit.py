@@ -9,14 +9,20 @@ as in any LightningCLI program.
 from __future__ import annotations
 
 import os
+import signal
 import sys
+from argparse import ArgumentError
 from typing import Optional
 
 import torch
+from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.cli import LightningCLI
 
+from parlightning.checkpoint import (
+    check_output_dirs, check_resume, new_output_dirs, remove_new_outputs, use_atomic_checkpoints,
+)
 from parlightning.data import RolloutDataModule
-from parlightning.errors import ConfigError
+from parlightning.errors import ConfigError, parser_error_line, root_error_line
 from parlightning.module import PPOModule
 
 
@@ -57,14 +63,32 @@ def main(args: Optional[list[str]] = None) -> ParlCLI:
             trainer_defaults={"max_epochs": 50, "log_every_n_steps": 1, "num_sanity_val_steps": 0},
             save_config_kwargs={"overwrite": True},
             args=args,
-            parser_kwargs={"description": __doc__},
+            parser_kwargs={"description": __doc__, "exit_on_error": False},
         )
-    except (ValueError, TypeError) as err:  # raised by a class's __init__ checks during instantiation
-        raise SystemExit(f"error: {err}") from None
+    except ArgumentError as err:  # the parser: unknown keys, wrong types, bad class paths, bad --config file
+        raise SystemExit(f"error: {parser_error_line(str(err))}") from None
+    except (ValueError, TypeError, MisconfigurationException) as err:  # __init__ checks (ours and the Trainer's)
+        raise SystemExit(f"error: {root_error_line(err)}") from None
+    ckpt = cli.config.get("ckpt_path")
     try:
+        check_output_dirs(cli.trainer)
+        if ckpt is not None:
+            check_resume(ckpt, cli.model, cli.datamodule)  # corrupt, truncated, foreign or mismatched
         cli.datamodule.preflight()
-        cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=cli.config.get("ckpt_path"))
-    except ConfigError as err:  # checks that need the env or the device (run in setup, before any rollout)
+    except ConfigError as err:
+        raise SystemExit(f"error: {err}") from None
+    use_atomic_checkpoints(cli.trainer)
+    fresh = new_output_dirs(cli.trainer)
+    try:
+        cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=ckpt)
+    except BaseException as err:
+        launcher = cli.trainer.strategy.launcher
+        if callable(getattr(launcher, "kill", None)):
+            launcher.kill(signal.SIGKILL)  # DDP: the ranks this process launched must not wait for it
+        if not isinstance(err, ConfigError):
+            raise
+        if cli.datamodule.last_rollout is None:  # checks that need the env or the device (setup, before any rollout)
+            remove_new_outputs(fresh)  # a failed start leaves nothing behind (logs, config.yaml)
         raise SystemExit(f"error: {err}") from None
     return cli
 

@@ -111,26 +111,4 @@ def test_print_config(tmp_cwd, capsys):
     assert not (tmp_cwd / "lightning_logs").exists()
 
 
-@pytest.mark.parametrize(
-    "args, field",
-    [
-        (["--data.bogus", "1"], "data.bogus"),
-        (["--data.num_envs", "0"], "data.num_envs"),
-        (["--data.num_steps", "-4"], "data.num_steps"),
-        (["--data.num_minibatches", "7"], "data.num_minibatches"),
-        (["--model.lr", "0"], "model.lr"),
-        (["--model.activation", "swish"], "model.activation"),
-        (["--ckpt_path", "does/not/exist.ckpt"], "ckpt_path"),
-        (["--data.env.init_args.max_subagents", "4"], "max_subagents"),
-        (["--data.env.init_args.max_cost", "0"], "max_cost"),
-        (["--data.sampler", "parlightning.sampling.NoSuchSampler"], "data.sampler"),
-    ],
-)
-def test_bad_input_is_one_clear_error_and_nothing_is_written(tmp_cwd, capsys, args, field):
-    with pytest.raises(SystemExit) as exit_:
-        _cli(tmp_cwd, *args)
-    assert exit_.value.code not in (0, None)
-    message = str(exit_.value.code) + capsys.readouterr().err
-    assert field in message
-    assert "Traceback" not in message
-    assert not (tmp_cwd / "lightning_logs").exists()
+# The CLI's bad-input table (these cases and more) lives in tests/test_reliability.py.

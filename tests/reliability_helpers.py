@@ -1,0 +1,87 @@
+"""Fault injectors for the reliability tests, importable by class_path from a subprocess run
+(`PYTHONPATH=tests`): a world that emits NaN, callbacks that stop, slow down or fail one rank."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import lightning.pytorch as pl
+import torch
+
+from parlightning.callbacks.base import RolloutCallback
+from parlightning.envs.swarm import SwarmEnv
+
+
+class NaNSwarm(SwarmEnv):
+    """SwarmEnv that puts a NaN into `where` ("reward" or "obs") of actor `actor` at its
+    `at_step`-th step call (0-based, counted over the whole run)."""
+
+    def __init__(self, num_envs: int = 8, device: str = "cpu", seed: int = 0, at_step: int = 10,
+                 where: str = "reward", actor: int = 1, **kwargs) -> None:
+        super().__init__(num_envs=num_envs, device=device, seed=seed, **kwargs)
+        self.at_step, self.where, self.actor, self.calls = at_step, where, actor, 0
+
+    def step(self, action, next_task=None):
+        res = super().step(action, next_task)
+        if self.calls == self.at_step:
+            field = res.reward if self.where == "reward" else res.obs
+            field[self.actor] = float("nan")
+        self.calls += 1
+        return res
+
+
+class StopAfter(pl.Callback):
+    """Ends fit after `iterations` PPO iterations, as if the run were interrupted there (the
+    epoch's checkpoint is still written: ModelCheckpoint runs after this hook)."""
+
+    def __init__(self, iterations: int = 2) -> None:
+        self.iterations = iterations
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        if trainer.current_epoch + 1 >= self.iterations:
+            trainer.should_stop = True
+
+
+class SlowRollouts(RolloutCallback):
+    """Sleeps `seconds` at every rollout start, so a test can kill a run mid-way."""
+
+    def __init__(self, seconds: float = 0.5) -> None:
+        self.seconds = seconds
+
+    def on_rollout_start(self, trainer, pl_module, round_index: int) -> None:
+        time.sleep(self.seconds)
+
+
+class FailOnRank(RolloutCallback):
+    """Raises on rank `rank` at rollout `round_index` (the others carry on into the update)."""
+
+    def __init__(self, rank: int = 1, round_index: int = 1) -> None:
+        self.rank, self.round_index = rank, round_index
+
+    def on_rollout_start(self, trainer, pl_module, round_index: int) -> None:
+        if trainer.global_rank == self.rank and round_index == self.round_index:
+            raise RuntimeError(f"injected failure on rank {self.rank} (pid {os.getpid()}) at rollout {round_index}")
+
+
+class PoisonWeights(pl.Callback):
+    """Sets one policy weight to NaN before minibatch `batch_idx` of iteration `iteration`."""
+
+    def __init__(self, iteration: int = 2, batch_idx: int = 1) -> None:
+        self.iteration, self.batch_idx = iteration, batch_idx
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if trainer.current_epoch == self.iteration and batch_idx == self.batch_idx:
+            with torch.no_grad():
+                next(pl_module.policy.parameters()).view(-1)[0] = float("nan")
+
+
+class HangOnRank(RolloutCallback):
+    """Rank `rank` gets stuck (sleeps for an hour) at rollout `round_index`: a hung worker."""
+
+    def __init__(self, rank: int = 1, round_index: int = 1) -> None:
+        self.rank, self.round_index = rank, round_index
+
+    def on_rollout_start(self, trainer, pl_module, round_index: int) -> None:
+        if trainer.global_rank == self.rank and round_index == self.round_index:
+            time.sleep(3600)
