@@ -46,6 +46,12 @@ def compute_gae(
     return advantages, advantages + values
 
 
+def gather_rows(fields: dict[str, Tensor], idx: Tensor) -> dict[str, Tensor]:
+    """A minibatch: rows `idx` (dim 0) of every field. `index_select` is ~4x faster than `v[idx]`
+    on CPU (measured: 3 ms vs 12 ms for 32k of 131k rows)."""
+    return {k: v.index_select(0, idx) for k, v in fields.items()}
+
+
 class RolloutBuffer:
     """Storage for one rollout of `num_steps` x `num_envs` on one device."""
 
@@ -75,17 +81,39 @@ class RolloutBuffer:
         self.advantages = torch.zeros(T, N, **f)
         self.returns = torch.zeros(T, N, **f)
         self.has_parts = False  # set once the env reports EpisodeParts
+        self.keys: Optional[Tensor] = None  # [T, N] key-table rows, for a keyed policy (TensorParallel)
+        self.states: Optional[Tensor] = None  # [T, N, *state] hidden state each step starts from (recurrent policy)
+        self.episode_start: Optional[Tensor] = None  # [T, N] bool: obs at t is its episode's first (recurrent policy)
+
+    def allocate_memory(self, state_shape: tuple[int, ...]) -> None:
+        """Add per-step storage for a recurrent policy: its hidden state ([N, *state_shape] per step)
+        and the episode-start flags."""
+        T, N = self.num_steps, self.num_envs
+        self.states = torch.zeros(T, N, *state_shape, device=self.device)
+        self.episode_start = torch.zeros(T, N, device=self.device, dtype=torch.bool)
+
+    def write_memory(self, t: int, state: Tensor, episode_start: Tensor) -> None:
+        """Record the hidden state step t starts from (before its reset) and where an episode starts."""
+        self.states[t].copy_(state)
+        self.episode_start[t].copy_(episode_start)
 
     @property
     def done(self) -> Tensor:
         return self.terminated | self.truncated
 
-    def write(self, t: int, obs: Tensor, action: Tensor, logprob: Tensor, value: Tensor) -> None:
-        """Record what the policy saw and did at step t."""
+    def write(
+        self, t: int, obs: Tensor, action: Tensor, logprob: Tensor, value: Tensor, key: Optional[Tensor] = None
+    ) -> None:
+        """Record what the policy saw and did at step t (and, for a keyed policy, each actor's key row)."""
         self.obs[t].copy_(obs)
         self.actions[t].copy_(action)
         self.logprobs[t].copy_(logprob)
         self.values[t].copy_(value)
+        if key is not None:
+            if self.keys is None:  # allocated once, by the first keyed write; a normal tensor like the rest
+                with torch.inference_mode(False):
+                    self.keys = torch.zeros(self.num_steps, self.num_envs, device=self.device, dtype=torch.long)
+            self.keys[t].copy_(key)
 
     def write_outcome(
         self,
@@ -126,9 +154,9 @@ class RolloutBuffer:
         self.returns.copy_(ret)
 
     def flat(self) -> dict[str, Tensor]:
-        """The rollout flattened to [T*N, ...] views for minibatching."""
+        """The rollout flattened to [T*N, ...] views for minibatching (`keys` too when keyed)."""
         B = self.num_steps * self.num_envs
-        return {
+        flat = {
             "obs": self.obs.reshape(B, *self.obs.shape[2:]),
             "actions": self.actions.reshape(B, *self.actions.shape[2:]),
             "logprobs": self.logprobs.reshape(B),
@@ -136,13 +164,33 @@ class RolloutBuffer:
             "advantages": self.advantages.reshape(B),
             "returns": self.returns.reshape(B),
         }
+        if self.keys is not None:
+            flat["keys"] = self.keys.reshape(B)
+        return flat
+
+    def sequences(self, bptt_len: int) -> dict[str, Tensor]:
+        """The rollout cut into per-actor chunks of `bptt_len` steps for a recurrent policy: each field
+        [C*N, L, ...] (sequence c*N + n is steps c*L .. c*L+L-1 of actor n, in time order), plus
+        `state0` [C*N, *state], the hidden state each chunk starts from (truncated BPTT)."""
+        T, N, L = self.num_steps, self.num_envs, bptt_len
+        C = T // L
+
+        def chunks(x: Tensor) -> Tensor:  # [T, N, ...] -> [C*N, L, ...]
+            return x.reshape(C, L, N, *x.shape[2:]).transpose(1, 2).reshape(C * N, L, *x.shape[2:])
+
+        fields = ("obs", "actions", "logprobs", "values", "advantages", "returns", "episode_start")
+        seq = {name: chunks(getattr(self, name)) for name in fields}
+        seq["state0"] = self.states[::L].reshape(C * N, *self.states.shape[2:])
+        return seq
 
     def minibatch_indices(
-        self, update_epochs: int, num_minibatches: int, generator: Optional[torch.Generator] = None
+        self, update_epochs: int, num_minibatches: int, generator: Optional[torch.Generator] = None,
+        rows: Optional[int] = None,
     ) -> Iterator[tuple[int, Tensor]]:
         """(epoch, indices) for update_epochs x num_minibatches minibatches; each epoch is a fresh
-        permutation of the T*N rows, so every row is trained on once per epoch."""
-        B = self.num_steps * self.num_envs
+        permutation of the T*N rows (or of `rows`, e.g. the sequences of a recurrent policy), so
+        every row is trained on once per epoch."""
+        B = self.num_steps * self.num_envs if rows is None else rows
         size = B // num_minibatches
         for epoch in range(update_epochs):
             perm = torch.randperm(B, device=self.device, generator=generator)

@@ -1,0 +1,259 @@
+"""`StrategyPlanner`: plans each round (one rollout) across the Lightning ranks with a
+`ParallelStrategy` and hands this rank its `WorkUnit`; the rank's task sampler then picks only
+from the unit's tasks.
+
+Every rank computes the same plan: strategies plan from state that is all-reduced (SUM) once per
+round, at rollout end, on every rank (`trainer.strategy.reduce`), so the epoch-end checkpoint
+holds agreed statistics. The last `StrategyPlanner` in `trainer.callbacks` is in force, so a later
+config can swap the strategy with `callbacks+:`; earlier planners stand aside.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Optional
+
+import lightning.pytorch as pl
+import torch
+from torch import Tensor
+
+from parlightning.callbacks.base import RolloutCallback
+from parlightning.envs.base import EpisodeParts
+from parlightning.errors import ConfigError
+from parlightning.parallel import DataParallel, ParallelStrategy, TensorParallel, WorkUnit, checked_plan
+
+if TYPE_CHECKING:
+    from parlightning.rollout import Rollout
+
+FIELD = "trainer.callbacks.StrategyPlanner.strategy"
+CHECKPOINT_KEY = "StrategyPlanner"  # the checkpoint entry of the planner in force
+
+
+def find_planner(trainer: Optional["pl.Trainer"]) -> Optional["StrategyPlanner"]:
+    """The `StrategyPlanner` in force: the last one in `trainer.callbacks` (None without one)."""
+    if trainer is None:
+        return None
+    planners = [cb for cb in trainer.callbacks if isinstance(cb, StrategyPlanner)]
+    return planners[-1] if planners else None
+
+
+class StrategyPlanner(RolloutCallback):
+    """Plans every round for `trainer.world_size` ranks and sets this rank's shard.
+
+    Args:
+        strategy: a `ParallelStrategy` (any class with `name` and `plan`), by `class_path` in
+            YAML; default `DataParallel()`.
+
+    `ClusterParallel` statistics and `TensorParallel` counters are all-reduced every round;
+    TP also masks the policy's key-table gradient to this rank's section (`mask_gradients`,
+    called by `PPOModule.on_fit_start`) and logs `parallel/updates_delivered` and
+    `parallel/section_violations`. `summary()` gives the run's totals, the same on every rank.
+    Checkpoints hold the planner's statistics under the `StrategyPlanner` key.
+    """
+
+    def __init__(self, strategy: Optional[ParallelStrategy] = None) -> None:
+        strategy = strategy if strategy is not None else DataParallel()
+        if not isinstance(strategy, ParallelStrategy):
+            raise ConfigError(
+                f"{FIELD}: {type(strategy).__name__} is not a ParallelStrategy; it needs a `name` and "
+                "plan(n_workers, round_index, keys) -> list[WorkUnit]"
+            )
+        self.strategy = strategy
+        self.plan: list[WorkUnit] = []  # this round's plan, one unit per rank (the same on every rank)
+        self.unit: Optional[WorkUnit] = None  # this rank's unit
+        self.rounds = 0
+        self._ready = False
+        self._bank: Optional[tuple[str, ...]] = None  # task ids, bank order
+        self._index: dict[str, int] = {}
+        self._round: Optional[int] = None  # the round `plan` is for
+        self._shard: Optional[Tensor] = None
+        self._episodes: Optional[Tensor] = None  # [K] finished episodes per task, all ranks, as of the last sync
+        self._pending: Optional[Tensor] = None  # [K] this rank's since the last sync
+        self._restored: Optional[dict[str, Any]] = None
+        self._mask_handle: Any = None
+
+    # ------------------------------------------------------------------ set-up (every rank alike)
+    def prepare(self, trainer: "pl.Trainer") -> None:
+        """Bind the strategy to the task bank and check it against the world (once; called from the
+        data module's build, so refusals come before the first reset). Errors name the fix."""
+        if self._ready or find_planner(trainer) is not self:
+            return
+        dm, s = trainer.datamodule, self.strategy
+        task_ids = getattr(dm, "task_ids", None)
+        if task_ids is None:
+            if not isinstance(s, DataParallel):
+                raise ConfigError(
+                    f"{FIELD}: {s!r} splits a task bank, but {type(getattr(dm, 'env', None)).__name__} has no "
+                    "task_ids; use DataParallel() (each rank then rolls out its own seed + rank episodes)"
+                )
+            self._ready = True
+            return
+        device = dm.buffer.device
+        try:
+            bind = getattr(s, "bind", None)
+            if callable(bind):
+                bind(task_ids, device=device)
+            if isinstance(s, TensorParallel):
+                s.validate(trainer.world_size)
+        except (ValueError, TypeError) as err:
+            raise ConfigError(f"{FIELD}: {err}{self._key_hint(dm)}") from None
+        if isinstance(s, TensorParallel):
+            dm.bind_keys(s.keys)
+        self._bank = tuple(task_ids)
+        self._index = {t: i for i, t in enumerate(self._bank)}
+        self._episodes = torch.zeros(len(self._bank), dtype=torch.long, device=device)
+        self._pending = torch.zeros_like(self._episodes)
+        self._ready = True
+        if self._restored is not None:
+            self.load_strategy_state(self._restored)
+
+    def _key_hint(self, dm: Any) -> str:
+        """For a TP without keys: the artifact keys this env's tasks map to, ready to paste."""
+        if not isinstance(self.strategy, TensorParallel) or self.strategy.keys is not None:
+            return ""
+        try:
+            keys = list(dict.fromkeys(dm.artifact_key(t) for t in dm.task_ids))
+        except (ValueError, TypeError, AttributeError):
+            return ""
+        return f" (this env's tasks map to the artifact keys {keys})"
+
+    def n_keys(self, trainer: "pl.Trainer") -> int:
+        """Rows the policy's key table needs: the declared keys under TensorParallel, else 0."""
+        self.prepare(trainer)
+        if find_planner(trainer) is not self or not isinstance(self.strategy, TensorParallel):
+            return 0
+        return len(self.strategy.keys)
+
+    def mask_gradients(self, trainer: "pl.Trainer", policy: torch.nn.Module) -> None:
+        """TensorParallel: hook the key table so this rank's gradient reaches only its own section
+        (a tensor hook, so it runs before DDP's all-reduce; every rank then applies the same union)."""
+        self._remove_mask()
+        if find_planner(trainer) is not self or not isinstance(self.strategy, TensorParallel):
+            return
+        table = getattr(policy, "key_table", None)
+        if table is None:
+            raise ConfigError(
+                f"{FIELD}: TensorParallel needs a policy with a per-key table (`key_table`, one row per declared "
+                "key); PPOModule's ActorCritic builds one when a TensorParallel planner is in trainer.callbacks"
+            )
+        self._mask_handle = self.strategy.register_gradient_mask(
+            table.weight, section=trainer.global_rank, world_size=trainer.world_size
+        )
+
+    def _remove_mask(self) -> None:
+        if self._mask_handle is not None:
+            self._mask_handle.remove()
+            self._mask_handle = None
+
+    def teardown(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", stage: str) -> None:
+        self._remove_mask()
+
+    # ------------------------------------------------------------------ per round
+    def shard_for(self, trainer: "pl.Trainer", round_index: int) -> Optional[Tensor]:
+        """This rank's task bank indices for `round_index` (planned once per round; None without a bank)."""
+        self.prepare(trainer)
+        if self._bank is None or find_planner(trainer) is not self:
+            return None
+        if self._round != round_index:
+            try:
+                self.plan = checked_plan(self.strategy, trainer.world_size, round_index, self._bank)
+            except (ValueError, TypeError) as err:
+                raise ConfigError(f"{FIELD}: {err}") from None
+            self.unit = self.plan[trainer.global_rank]
+            self._shard = torch.tensor([self._index[k] for k in self.unit.keys], dtype=torch.long,
+                                       device=self._episodes.device)
+            self._round = round_index
+        return self._shard
+
+    def on_rollout_start(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", round_index: int) -> None:
+        shard = self.shard_for(trainer, round_index)
+        if shard is not None:
+            trainer.datamodule.shard = shard
+
+    def on_episodes_end(
+        self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", task_ids: Tensor, parts: EpisodeParts
+    ) -> None:
+        if self._bank is None or find_planner(trainer) is not self:
+            return
+        self._pending.index_add_(0, task_ids, torch.ones_like(task_ids))
+        s = self.strategy
+        if callable(getattr(s, "observe_batch", None)):
+            s.observe_batch(task_ids, parts.outcome)
+        elif callable(getattr(s, "observe", None)):  # a user's strategy: once per round, off the step loop
+            for i, score in zip(task_ids.tolist(), parts.outcome.clamp(0.0, 1.0).tolist()):
+                s.observe(self.unit, self._bank[i], float(score))
+        if isinstance(s, TensorParallel):
+            s.record_updates(trainer.datamodule.key_row[task_ids], self.unit.section)
+
+    def on_rollout_end(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", rollout: "Rollout") -> None:
+        """One all-reduce (SUM) per round on every rank, same shape everywhere: per-task episode
+        counts and the strategy's statistics, packed in one float64 tensor (exact for counts)."""
+        if self._bank is None or find_planner(trainer) is not self:
+            return
+        s = self.strategy
+        synced = callable(getattr(s, "stats_tensor", None)) and callable(getattr(s, "merge_stats", None))
+        stats = s.stats_tensor() if synced else None
+        parts = [self._pending.double()] + ([stats.double().reshape(-1).to(self._pending.device)] if synced else [])
+        total = trainer.strategy.reduce(torch.cat(parts).to(pl_module.device), reduce_op="sum")
+        total = total.to(self._pending.device)
+        k = self._pending.numel()
+        self._episodes += total[:k].round().long()
+        self._pending.zero_()
+        if synced:
+            s.merge_stats(total[k:].reshape(stats.shape).to(stats.dtype))
+        self.rounds += 1
+        if isinstance(s, TensorParallel):
+            rollout.stats["parallel/updates_delivered"] = torch.tensor(float(s.updates_delivered))
+            rollout.stats["parallel/section_violations"] = torch.tensor(float(s.section_violations))
+
+    # ------------------------------------------------------------------ results and checkpoints
+    def summary(self) -> dict[str, Any]:
+        """Run totals as of the last round, the same on every rank: strategy, rounds, episodes,
+        updates delivered, out-of-section updates, keys (distinct tasks with a finished episode)."""
+        counts = self._episodes if self._episodes is not None else torch.zeros(0, dtype=torch.long)
+        episodes = int(counts.sum())
+        out: dict[str, Any] = {
+            "strategy": repr(self.strategy), "rounds": self.rounds, "episodes": episodes,
+            "updates_delivered": episodes, "section_violations": 0,
+            "keys": int((counts > 0).sum()), "tasks": counts.numel(),
+        }
+        if isinstance(self.strategy, TensorParallel):
+            out["updates_delivered"] = self.strategy.updates_delivered
+            out["section_violations"] = self.strategy.section_violations
+        return out
+
+    def on_save_checkpoint(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", checkpoint: dict) -> None:
+        if find_planner(trainer) is self:  # under its own key: several planners may be listed, one is in force
+            checkpoint[CHECKPOINT_KEY] = self.strategy_state()
+
+    def on_load_checkpoint(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", checkpoint: dict) -> None:
+        if find_planner(trainer) is self and CHECKPOINT_KEY in checkpoint:
+            self.load_strategy_state(checkpoint[CHECKPOINT_KEY])
+
+    def strategy_state(self) -> dict[str, Any]:
+        """Rounds, per-task episode counts and the strategy's own statistics (tensors and plain
+        containers; agreed across ranks, as the sync ran at the end of the round)."""
+        state: dict[str, Any] = {"rounds": self.rounds}
+        if self._episodes is not None:
+            state["episodes"] = (self._episodes + self._pending).cpu().clone()
+        save = getattr(self.strategy, "state_dict", None)
+        if callable(save):
+            state["strategy"] = save()
+        return state
+
+    def load_strategy_state(self, state: dict[str, Any]) -> None:
+        """Restore `strategy_state()` (held until the bank is bound when called before set-up)."""
+        if not self._ready:  # restored before set-up: applied once the bank is bound
+            self._restored = state
+            return
+        self._restored = None
+        self.rounds = int(state.get("rounds", 0))
+        episodes = state.get("episodes")
+        if episodes is not None and self._episodes is not None and episodes.numel() == self._episodes.numel():
+            self._episodes = episodes.to(self._episodes.device, torch.long).clone()
+            self._pending.zero_()
+        load = getattr(self.strategy, "load_state_dict", None)
+        if state.get("strategy") and callable(load):
+            load(state["strategy"])
+
+    def __repr__(self) -> str:
+        return f"StrategyPlanner({self.strategy!r})"
