@@ -1,0 +1,203 @@
+"""A plain-torch PPO loop on SwarmEnv: the no-Lightning reference that `bench_throughput.py`
+measures `python -m parlightning.fit` against.
+
+Same pieces as the package (SwarmEnv, ActorCritic, RolloutBuffer/GAE, ppo_loss, RoundRobin,
+PARLReward) and the settings of configs/swarm.yaml; only the loop is written out, CleanRL style,
+top to bottom. Timing points are recorded per iteration so a benchmark can split rollout and
+update time.
+
+    python scripts/raw_ppo.py --num-envs 1024 --num-steps 128 --iterations 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+import torch
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+from parlightning.buffer import RolloutBuffer, gather_rows
+from parlightning.envs.swarm import SwarmEnv
+from parlightning.loss import ppo_loss
+from parlightning.policies import ActorCritic
+from parlightning.reward import LinearSchedule, PARLReward
+from parlightning.sampling import RoundRobin
+
+
+@dataclass
+class Args:
+    """Defaults mirror configs/swarm.yaml (model, data and reward sections)."""
+
+    num_envs: int = 512
+    num_steps: int = 32
+    update_epochs: int = 4
+    num_minibatches: int = 4
+    iterations: int = 60
+    lr: float = 1e-3
+    anneal_lr: bool = True
+    adam_eps: float = 1e-5
+    clip_coef: float = 0.2
+    ent_coef: float = 0.01
+    vf_coef: float = 0.5
+    max_grad_norm: float = 0.5
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    activation: str = "relu"
+    max_subagents: int = 8
+    lambda_horizon: int = 600_000
+    seed: int = 0
+    device: str = "cpu"
+    threads: Optional[int] = 1
+
+
+def now() -> tuple[float, float]:
+    """(wall-clock, process CPU time) in seconds; CPU time is what to compare on a shared machine."""
+    return time.perf_counter(), time.process_time()
+
+
+@dataclass
+class Timings:
+    """`now()` stamps per iteration: rollout_start[i], rollout_end[i] (after GAE), update_end[i]."""
+
+    rollout_start: list[tuple[float, float]] = field(default_factory=list)
+    rollout_end: list[tuple[float, float]] = field(default_factory=list)
+    update_end: list[tuple[float, float]] = field(default_factory=list)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def train(args: Args, verbose: bool = False, on_iteration: Optional[Callable[[int], None]] = None) -> Timings:
+    """Run `args.iterations` PPO iterations; returns the timing stamps of each. `on_iteration(i)` is
+    called as iteration i begins (a profiler's hook)."""
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    device = torch.device(args.device)
+    N, T = args.num_envs, args.num_steps
+
+    # --- the world, the task sampler, the shaped reward
+    env = SwarmEnv(num_envs=N, device=device, seed=args.seed, max_subagents=args.max_subagents)
+    sampler = RoundRobin()
+    sampler.bind(env.task_ids, device)
+    shard = torch.arange(len(env.task_ids), device=device)
+    reward = PARLReward(
+        args.max_subagents,
+        LinearSchedule(0.1, 0.0, args.lambda_horizon),
+        LinearSchedule(0.1, 0.0, args.lambda_horizon),
+    )
+
+    # --- the policy, the optimizer, the buffer
+    policy = ActorCritic(env.observation_shape, env.action_spec, args.hidden_sizes, args.activation).to(device)
+    optimizer = torch.optim.Adam(policy.parameters(), lr=args.lr, eps=args.adam_eps)
+    spec = env.action_spec
+    buf = RolloutBuffer(T, N, tuple(env.observation_shape), spec.action_shape, device, torch.long)
+    action_gen = torch.Generator(device=device).manual_seed(args.seed)
+    minibatch_gen = torch.Generator(device=device).manual_seed(args.seed + 7919)
+
+    iteration = 0
+
+    def pick(reset_mask: torch.Tensor) -> torch.Tensor:
+        return sampler.pick_batch(shard, iteration, reset_mask, action_gen)
+
+    obs = env.reset(seed=args.seed, task_index=pick(torch.ones(N, dtype=torch.bool, device=device)))
+    ep_return = torch.zeros(N, device=device)
+    ep_length = torch.zeros(N, device=device)
+    env_steps = 0
+    timings = Timings()
+
+    for iteration in range(args.iterations):
+        if on_iteration is not None:
+            on_iteration(iteration)
+        if args.anneal_lr:
+            optimizer.param_groups[0]["lr"] = args.lr * (1.0 - iteration / args.iterations)
+
+        # --- rollout: N actors x T steps, one batched policy call and env step per step
+        _sync(device)
+        timings.rollout_start.append(now())
+        with torch.inference_mode():
+            for t in range(T):
+                action, logprob, value = policy.act(obs, action_gen)
+                buf.write(t, obs, action, logprob, value)
+                res = env.step(action, pick)
+                ep_return += res.reward
+                ep_length += 1
+                buf.write_outcome(t, res.reward, res.terminated, res.truncated, res.final_obs, ep_return, ep_length,
+                                  res.parts)
+                alive = ~(res.terminated | res.truncated)
+                ep_return *= alive
+                ep_length *= alive
+                obs = res.obs
+            next_value = policy.value(obs)
+            truncated_values = torch.zeros_like(buf.values)
+            where = buf.truncated.nonzero(as_tuple=True)
+            if where[0].numel():
+                truncated_values[where] = policy.value(buf.final_obs[where])
+
+        # --- episode ends: sampler statistics, PARL shaping, then GAE
+        done = buf.done
+        episodes = buf.finished_parts()
+        if episodes is not None and episodes.task.numel():
+            sampler.record_batch(episodes.task, episodes.outcome)
+            buf.rewards[done] += reward.bonus(episodes.n_subagents, episodes.assigned, episodes.completed,
+                                              validate=False)
+        buf.compute_advantages(next_value, truncated_values, args.gamma, args.gae_lambda)
+        env_steps += N * T
+        success = (episodes.outcome >= env.solved_threshold).float().mean() if episodes is not None else None
+        _sync(device)
+        timings.rollout_end.append(now())
+
+        # --- PPO update: update_epochs x num_minibatches clipped steps
+        flat = buf.flat()
+        for _, idx in buf.minibatch_indices(args.update_epochs, args.num_minibatches, minibatch_gen):
+            batch = gather_rows(flat, idx)
+            new_logprob, entropy, new_value = policy.evaluate(batch["obs"], batch["actions"])
+            out = ppo_loss(
+                new_logprob, entropy, new_value, batch["logprobs"], batch["values"], batch["advantages"],
+                batch["returns"], args.clip_coef, args.ent_coef, args.vf_coef,
+            )
+            optimizer.zero_grad()
+            out.loss.backward()
+            nn.utils.clip_grad_norm_(policy.parameters(), args.max_grad_norm)
+            optimizer.step()
+        _sync(device)
+        timings.update_end.append(now())
+
+        if verbose:  # what a CleanRL loop prints; reads tensors once per iteration, after the update
+            sps = N * T / (timings.update_end[-1][0] - timings.rollout_start[-1][0])
+            rate = float(success) if success is not None and episodes.task.numel() else float("nan")
+            print(f"iter {iteration:3d}  env_steps {env_steps:9d}  success {rate:.3f}  "
+                  f"loss {float(out.loss.detach()):.4f}  SPS {sps:,.0f}")
+    return timings
+
+
+def parse_args(argv: Optional[list[str]] = None) -> Args:
+    """Command-line flags for every `Args` field (dashes for underscores)."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    defaults = Args()
+    for name, value in vars(defaults).items():
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            parser.add_argument(flag, type=lambda s: s.lower() in ("1", "true", "yes"), default=value)
+        elif isinstance(value, tuple):
+            parser.add_argument(flag, type=int, nargs="+", default=value)
+        elif value is None:
+            parser.add_argument(flag, type=int, default=value)
+        else:
+            parser.add_argument(flag, type=type(value), default=value)
+    ns = parser.parse_args(argv)
+    ns.hidden_sizes = tuple(ns.hidden_sizes)
+    return Args(**vars(ns))
+
+
+if __name__ == "__main__":
+    train(parse_args(), verbose=True)
