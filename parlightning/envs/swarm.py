@@ -1,20 +1,30 @@
 """`SwarmEnv`: a batched, tensor-native simulator of orchestration (the PARL world).
 
 A task is a chain of stages; each stage holds up to `max_width` subtasks that depend on the
-whole previous stage. At every env step the orchestrator looks at the pending subtasks of
-the current stage and, per subtask, either does it itself (serial, always succeeds, costs
-its steps on the main agent) or delegates it to a frozen subagent with one of `n_skills`
-instructions (parallel; succeeds with probability `subagent_reliability` only when the
-instruction matches the subtask's skill). It may also spawn up to `max_helpers` extra
-subagents that get no subtask: they wander for `helper_steps`, finish nothing, and count
-as spawned and assigned (spurious parallelism). A stage costs
-`S_main + max_i S_sub,i` critical steps; the episode succeeds when every stage is done
-within the task's step budget and ends (terminated) as soon as the budget is exceeded.
+whole previous stage. At every env step the orchestrator looks at the pending subtasks of the
+current stage and, per subtask, either does it itself (serial: always works, costs the
+subtask's steps on the main agent) or delegates it to a frozen subagent with one of `n_skills`
+instructions (parallel: the subagent needs `spawn_steps` to start, then finishes the subtask
+with probability `subagent_reliability` only when the instruction matches the subtask's
+skill; otherwise the subtask stays pending). It may also spawn up to `max_helpers` extra
+subagents per step that get no subtask: they wander for `helper_steps` (longer than any real
+subtask) and finish nothing; they count as spawned, never as assigned, and are only spawned
+while the episode has spawned fewer than `max_subagents` (where r_parallel saturates). A
+stage costs `S_main + max_i S_sub,i` critical steps.
 
-Both PARL failure modes are real here: delegating with untrained instructions fails most
-of the time while doing the work yourself always succeeds, so a policy rewarded only on
-outcome retreats to serial execution (serial collapse), which misses the budget of wide
-tasks; and a policy paid for parallelism alone learns to spawn helpers that finish nothing.
+Outcome (r_perf): 1 when every stage is done within the task's step budget (solved);
+`late_credit` when done later but within `late_window` x budget; 0 when the episode is
+abandoned past `late_window` x budget (terminated) or cut at `max_episode_steps` (truncated).
+
+Both PARL failure modes are real here. Serial collapse: an untrained instruction is right one
+time in `n_skills`, so untrained delegation rarely finishes even late, while doing the work
+yourself always finishes (in time on narrow tasks, where delegating never pays; late on wide
+ones). A policy paid on the outcome alone learns to do everything itself and never learns the
+instructions that wide tasks need to be done in time; a dense signal per delegated subtask
+(r_finish) teaches them. Spurious parallelism: helpers are the cheapest way to raise
+r_parallel, and every stage they run in lasts longer, so a policy that is still paid for
+parallelism keeps spawning subagents that finish nothing; on a narrow task one helper makes it
+late, and a policy that spawns them in most steps rarely sees the episode that shows it.
 The bank mixes tasks that are always solvable, never solvable (budget below the critical
 path) and in between, grouped in families (`family-index` ids; families are clusters).
 """
@@ -31,9 +41,10 @@ from parlightning.envs.base import ActionSpec, BatchedEnv, EpisodeParts, StepRes
 from parlightning.metrics import stage_critical_steps
 
 # family name -> (levels lo, levels hi, width lo, width hi, budget profile)
-# budget profile: "serial" fits serial execution with slack (always solvable),
-# "spread" runs from the critical path (hard) up to serial (easy) across the family,
-# "tight" sits near the critical path (needs reliable delegation), "locked" is below it.
+# budget profile: "serial" is serial execution + 1 step (always solvable by doing it yourself;
+# no room for a failed delegation or a helper), "spread" runs from the critical path (hard) to a
+# quarter of the way to serial (easier) across the family, "tight" sits near the critical path
+# (needs reliable delegation), "locked" is below it (never solvable).
 FAMILIES: dict[str, tuple[int, int, int, int, str]] = {
     "solo": (1, 3, 1, 1, "serial"),
     "fanout": (1, 2, 3, 4, "spread"),
@@ -63,6 +74,7 @@ class TaskBank:
         max_cost: int,
         seed: int,
         device: torch.device,
+        spawn_steps: int = 1,
     ) -> None:
         unknown = [f for f in families if f not in FAMILIES]
         if unknown:
@@ -86,13 +98,14 @@ class TaskBank:
                     present[k, lv, : int(widths[lv])] = True
                 n_levels[k] = levels
                 c = cost[k] * present[k]
-                critical = float((1 + c.amax(dim=1)).narrow(0, 0, levels).sum())  # all delegated, first try
-                serial = float((1 + c.sum(dim=1)).narrow(0, 0, levels).sum())  # all done by the main agent
+                # all delegated and right the first time / all done by the main agent
+                critical = float((1 + spawn_steps + c.amax(dim=1)).narrow(0, 0, levels).sum())
+                serial = float((1 + c.sum(dim=1)).narrow(0, 0, levels).sum())
                 frac = i / max(tasks_per_family - 1, 1)
                 if profile == "serial":
-                    budget[k] = serial + 2
+                    budget[k] = serial + 1
                 elif profile == "spread":
-                    budget[k] = round(critical + frac * (serial - critical))
+                    budget[k] = round(critical + 0.25 * frac * (serial - critical))
                 elif profile == "tight":
                     budget[k] = round(critical + 0.25 * frac * (serial - critical)) + 1
                 else:  # locked
@@ -116,9 +129,13 @@ class SwarmEnv(BatchedEnv):
 
     Action (multi-discrete): one entry per subtask slot, 0 = do it yourself, s > 0 = delegate
     with instruction s - 1; then one entry with the number of extra helpers to spawn.
+    `EpisodeParts.serial_steps` counts the useful work only (every finished subtask at its cost,
+    plus the orchestration step of every env step): failed tries and helpers add critical steps
+    but no serial steps, so a speed-up below 1 means the orchestration lost more time than its
+    parallelism saved.
     """
 
-    solved_threshold = 1.0  # outcome is 0/1: an episode counts as solved at outcome >= 1
+    solved_threshold = 1.0  # outcome 1 = done within the budget (solved); late_credit = done late; 0 = unfinished
 
     def __init__(
         self,
@@ -129,32 +146,41 @@ class SwarmEnv(BatchedEnv):
         tasks_per_family: int = 8,
         max_levels: int = 3,
         max_width: int = 4,
-        n_skills: int = 4,
+        n_skills: int = 8,
         max_cost: int = 3,
-        max_subagents: int = 8,
-        max_helpers: int = 2,
-        helper_steps: int = 4,
+        max_subagents: int = 16,
+        max_helpers: int = 6,
+        helper_steps: int = 5,
         subagent_reliability: float = 0.9,
         max_episode_steps: int = 12,
         bank_seed: int = 1234,
+        spawn_steps: int = 1,
+        late_credit: float = 0.1,
+        late_window: float = 2.0,
     ) -> None:
         for name in ("num_envs", "tasks_per_family", "max_levels", "max_width", "n_skills", "max_cost",
                      "max_subagents", "helper_steps", "max_episode_steps"):
             _check_positive(name, locals()[name])
-        if not isinstance(max_helpers, int) or max_helpers < 0:
-            raise ConfigError(f"SwarmEnv: `max_helpers` must be an integer >= 0, got {max_helpers!r}")
+        for name, value in (("max_helpers", max_helpers), ("spawn_steps", spawn_steps)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ConfigError(f"SwarmEnv: `{name}` must be an integer >= 0, got {value!r}")
         if not 0.0 <= subagent_reliability <= 1.0:
             raise ConfigError(f"SwarmEnv: `subagent_reliability` must lie in [0, 1], got {subagent_reliability!r}")
+        if not 0.0 <= late_credit < 1.0:
+            raise ConfigError(f"SwarmEnv: `late_credit` must lie in [0, 1), got {late_credit!r}")
+        if not late_window >= 1.0:
+            raise ConfigError(f"SwarmEnv: `late_window` must be >= 1 (a multiple of the budget), got {late_window!r}")
         if len(families) == 0:
             raise ConfigError("SwarmEnv: `families` is empty; name at least one of " + str(sorted(FAMILIES)))
         self.num_envs = num_envs
         self.device = torch.device(device)
         self.max_width, self.n_skills, self.max_levels = max_width, n_skills, max_levels
         self.max_cost, self.max_subagents, self.max_helpers = max_cost, max_subagents, max_helpers
-        self.helper_steps, self.reliability = float(helper_steps), subagent_reliability
+        self.helper_steps, self.spawn_steps = float(helper_steps), float(spawn_steps)
+        self.reliability, self.late_credit, self.late_window = subagent_reliability, float(late_credit), float(late_window)
         self.max_episode_steps = max_episode_steps
         self.bank = TaskBank(families, tasks_per_family, max_levels, max_width, n_skills, max_cost,
-                             bank_seed, self.device)
+                             bank_seed, self.device, spawn_steps)
         self.task_ids = self.bank.task_ids
         self.action_spec = ActionSpec("multi_discrete", nvec=(n_skills + 1,) * max_width + (max_helpers + 1,))
         n_fam = len(self.bank.families)
@@ -186,7 +212,7 @@ class SwarmEnv(BatchedEnv):
                 self.elapsed / self._budget_scale,
                 self.level.float() / self.max_levels,
                 bank.n_levels[self.task].float() / self.max_levels,
-                (self.max_subagents - self.n_subagents) / self.max_subagents,
+                (self.max_subagents - self.n_subagents).clamp(min=0) / self.max_subagents,
                 self.attempts.float() / self.max_episode_steps,
             ],
             -1,
@@ -222,12 +248,10 @@ class SwarmEnv(BatchedEnv):
         skill, cost = bank.skill[self.task, lv], bank.cost[self.task, lv]
         slot, extra = action[:, :W], action[:, W]
 
-        # Delegations past the subagent cap fall back to the main agent.
-        left = self.max_subagents - self.n_subagents
+        # Delegations are never refused; extra helpers only while the episode is under max_subagents.
         delegate = self.pending & (slot > 0)
-        delegate = delegate & (torch.cumsum(delegate.float(), 1) <= left.unsqueeze(1))
         own = self.pending & ~delegate
-        helpers = torch.minimum(extra.float(), (left - delegate.sum(1)).clamp(min=0))
+        helpers = torch.minimum(extra.float(), (self.max_subagents - self.n_subagents - delegate.sum(1)).clamp(min=0))
         right = (slot - 1) == skill
         lucky = torch.rand(self.pending.shape, generator=self.generator, device=self.device) < self.reliability
         success = delegate & right & lucky
@@ -235,14 +259,14 @@ class SwarmEnv(BatchedEnv):
         # Stage timing: the main agent does its own subtasks one after another (+1 to orchestrate);
         # subagents (delegates and helpers) run side by side; the stage lasts main + longest subagent.
         main_steps = 1.0 + (cost * own).sum(1)
-        sub_steps = torch.cat([cost, torch.full_like(cost[:, :1], self.helper_steps)], 1)
+        sub_steps = torch.cat([cost + self.spawn_steps, torch.full_like(cost[:, :1], self.helper_steps)], 1)
         sub_mask = torch.cat([delegate, (helpers > 0).unsqueeze(1)], 1)
         stage = stage_critical_steps(main_steps, sub_steps, sub_mask)
         self.elapsed = self.elapsed + stage
-        self.serial = self.serial + main_steps + (cost * delegate).sum(1) + helpers * self.helper_steps
+        self.serial = self.serial + main_steps + (cost * success).sum(1)  # useful work, done by the main agent
         n_delegated = delegate.sum(1).float()
         self.n_subagents = self.n_subagents + n_delegated + helpers
-        self.assigned = self.assigned + n_delegated + helpers
+        self.assigned = self.assigned + n_delegated  # helpers get no subtask: spawned, never assigned
         self.completed = self.completed + success.sum(1).float()
         self.attempts = self.attempts + 1
 
@@ -256,12 +280,13 @@ class SwarmEnv(BatchedEnv):
         self.pending = self.pending & ~all_done.unsqueeze(1)
 
         budget = bank.budget[self.task]
-        over = self.elapsed > budget
-        solved = all_done & ~over
-        terminated = all_done | over
+        on_time = self.elapsed <= budget
+        abandoned = self.elapsed > self.late_window * budget
+        finished = all_done & ~abandoned
+        terminated = all_done | abandoned
         truncated = ~terminated & (self.attempts >= self.max_episode_steps)
         done = terminated | truncated
-        outcome = solved.float()
+        outcome = torch.where(on_time, 1.0, self.late_credit) * finished
         parts = EpisodeParts(
             task=self.task.clone(),
             outcome=outcome,
