@@ -138,6 +138,7 @@ def evaluate(policy: ActorCritic, env_args: dict, repeats: int, seed: int) -> di
     assert finished.all()
     first["family"] = env.bank.family[tasks]
     first["solved"] = (first["outcome"] >= env.solved_threshold).float()
+    first["idle"] = first["n_subagents"] - first["assigned"]  # helpers: spawned, never assigned
     return first
 
 
@@ -147,7 +148,7 @@ def summarize(ep: dict[str, torch.Tensor]) -> dict[str, float]:
         "critical_steps": float(ep["critical_steps"].mean()),
         "speedup": float(ep["serial_steps"].sum() / ep["critical_steps"].sum()),
         "subagents": float(ep["n_subagents"].mean()),
-        "idle_subagents": float((ep["n_subagents"] - ep["assigned"]).mean()),
+        "idle_subagents": float(ep["idle"].mean()),
         "finish_rate": float(ep["completed"].sum() / ep["assigned"].sum().clamp(min=1)),
     }
 
@@ -213,7 +214,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2, help="training runs at a time (one CPU thread each)")
     parser.add_argument("--repeats", type=int, default=32, help="greedy evaluation episodes per task and run")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "parl_ablation.png", help="PNG plot path")
-    parser.add_argument("--workdir", type=Path, default=None, help="where runs are written (default: next to --out)")
+    parser.add_argument("--workdir", type=Path, default=ROOT / "runs" / "parl_ablation",
+                        help="where the runs (logs, checkpoints) are written")
     parser.add_argument("--quick", action="store_true", help="smoke test: 1 seed, 4 iterations of 64 actors")
     args = parser.parse_args()
     if args.quick:
@@ -227,14 +229,14 @@ def main() -> None:
     # The annealed arm's horizon is set in its config for the default budget; scale it with the budget.
     default_budget = default_epochs * int(config["data"]["num_envs"]) * int(config["data"]["num_steps"])
     args.horizon = None if budget == default_budget else max(1, round(600_000 * budget / default_budget))
-    root = args.workdir or args.out.parent / "parl_ablation_runs"
+    root = args.workdir
     print(f"PARL ablation: {len(ARMS)} arms x {args.seeds} seeds, {budget:,} env steps each "
           f"({args.epochs} iterations of {args.num_envs} x {config['data']['num_steps']}), runs under {root}")
 
     start = time.perf_counter()
     runs = run_all(args, root)
     results: dict[str, list[dict[str, float]]] = {arm: [] for arm in ARMS}
-    families: dict[str, list[list[float]]] = {arm: [] for arm in ARMS}
+    families: dict[str, list[list[tuple[float, float, float]]]] = {arm: [] for arm in ARMS}
     family_names: list[str] = []
     for arm, dirs in runs.items():
         for seed, d in enumerate(dirs):
@@ -242,7 +244,10 @@ def main() -> None:
             ep = evaluate(policy, env_args, args.repeats, seed)
             results[arm].append(summarize(ep))
             family_names = SwarmEnv(num_envs=1, **env_args).bank.families
-            families[arm].append([float(ep["solved"][ep["family"] == f].mean()) for f in range(len(family_names))])
+            families[arm].append([
+                tuple(float(ep[key][ep["family"] == f].mean()) for key in ("solved", "critical_steps", "idle"))
+                for f in range(len(family_names))
+            ])
 
     print(f"\n### Greedy evaluation of the final policy ({args.seeds} seeds, mean ± std, {budget:,} env steps)\n")
     print("| arm | " + " | ".join(HEADERS) + " |")
@@ -250,11 +255,15 @@ def main() -> None:
     for arm, name in ARMS.items():
         cells = [fmt([r[c] for r in results[arm]]) for c in COLUMNS]
         print(f"| {name} | " + " | ".join(cells) + " |")
-    print("\n### Greedy success rate per task family\n")
+    print("\n### Greedy evaluation per task family: success rate, critical steps, idle subagents per episode\n")
     print("| arm | " + " | ".join(family_names) + " |")
     print("|---" * (len(family_names) + 1) + "|")
     for arm, name in ARMS.items():
-        print(f"| {name} | " + " | ".join(fmt([f[i] for f in families[arm]]) for i in range(len(family_names))) + " |")
+        cells = []
+        for i in range(len(family_names)):
+            success, critical, idle = zip(*(f[i] for f in families[arm]))
+            cells.append(f"{fmt(list(success))} / {mean_std(list(critical))[0]:.1f} / {mean_std(list(idle))[0]:.1f}")
+        print(f"| {name} | " + " | ".join(cells) + " |")
 
     data = curves(runs)
     print("\n### End of training (stochastic policy, mean of the last 3 rollouts)\n")
