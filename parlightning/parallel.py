@@ -171,7 +171,25 @@ class DataParallel:
 # -- CP --------------------------------------------------------------------------------------
 
 
-class ClusterParallel:
+class _SyncedCounters:
+    """Counters agreed across ranks: `_pending` holds this rank's increments since the last
+    sync; `stats_tensor` hands them out for an all-reduce (SUM) and the subclass's `merge_stats`
+    adds the reduced total and retires what was handed out. Shared by CP and TP."""
+
+    @_normal_tensors
+    def stats_tensor(self) -> Tensor:
+        """This rank's increments since the last sync; all-reduce SUM it and pass it to `merge_stats`."""
+        with self._lock:
+            self._inflight = self._pending.clone()
+            return self._inflight.clone()
+
+    def sync(self, all_reduce_sum: Optional[Callable[[Tensor], Tensor]] = None) -> None:
+        """One round of agreement: `all_reduce_sum(stats_tensor())` (identity when None) -> `merge_stats`."""
+        inc = self.stats_tensor()
+        self.merge_stats(inc if all_reduce_sum is None else all_reduce_sum(inc))
+
+
+class ClusterParallel(_SyncedCounters):
     """Lease whole task clusters to workers, best UCB first, with a difficulty filter.
 
     Per cluster it tracks episodes `n` and summed room `1 - score` (how far from solved a rollout
@@ -281,14 +299,7 @@ class ClusterParallel:
         with self._lock:
             self._pending.index_add_(0, cluster_index, inc)
 
-    # distributed agreement ----------------------------------------------------------------------
-    @_normal_tensors
-    def stats_tensor(self) -> Tensor:
-        """The local increments since the last sync, [C, 2] float64 (episodes, room); all-reduce SUM it."""
-        with self._lock:
-            self._inflight = self._pending.clone()
-            return self._inflight.clone()
-
+    # distributed agreement (stats_tensor / sync from _SyncedCounters) ---------------------------
     @_normal_tensors
     def merge_stats(self, global_increments: Tensor) -> None:
         """Add the all-reduced increments to the agreed statistics and retire what was handed out."""
@@ -304,11 +315,6 @@ class ClusterParallel:
             if self._inflight is not None:
                 self._pending[: self._inflight.shape[0]] -= self._inflight
                 self._inflight = None
-
-    def sync(self, all_reduce_sum: Optional[Callable[[Tensor], Tensor]] = None) -> None:
-        """One round of agreement: `all_reduce_sum(stats_tensor())` (identity when None) -> `merge_stats`."""
-        inc = self.stats_tensor()
-        self.merge_stats(inc if all_reduce_sum is None else all_reduce_sum(inc))
 
     # planning -----------------------------------------------------------------------------------
     def scores(self) -> Tensor:
@@ -390,7 +396,7 @@ def assign_key_sections(keys: Sequence[str], n_sections: int) -> list[tuple[str,
     return out
 
 
-class TensorParallel:
+class TensorParallel(_SyncedCounters):
     """Split a per-key parameter table (one row per declared artifact key) into `n_sections`
     disjoint sections, one per worker; a worker updates only its section's rows.
 
@@ -569,13 +575,6 @@ class TensorParallel:
             return int(self._merged[1] + self._pending[1])
 
     @_normal_tensors
-    def stats_tensor(self) -> Tensor:
-        """Local (delivered, violations) increments since the last sync, [2] long; all-reduce SUM it."""
-        with self._lock:
-            self._inflight = self._pending.clone()
-            return self._inflight.clone()
-
-    @_normal_tensors
     def merge_stats(self, global_increments: Tensor) -> None:
         """Add the all-reduced counter increments to the agreed totals."""
         with self._lock:
@@ -583,11 +582,6 @@ class TensorParallel:
             if self._inflight is not None:
                 self._pending -= self._inflight
                 self._inflight = None
-
-    def sync(self, all_reduce_sum: Optional[Callable[[Tensor], Tensor]] = None) -> None:
-        """`all_reduce_sum(stats_tensor())` (identity when None) -> `merge_stats`."""
-        inc = self.stats_tensor()
-        self.merge_stats(inc if all_reduce_sum is None else all_reduce_sum(inc))
 
     def state_dict(self) -> dict[str, Any]:
         """The counters this instance knows (agreed + local pending); exact when synced just before."""
