@@ -18,7 +18,9 @@ then the bytes per actor (least-squares slope of peak memory over N) and `SwarmE
 (random actions, the RoundRobin sampler picking for actors that reset) in actor-steps/s.
 
     python scripts/bench_throughput.py                  # N in {256, 1024, 4096}, T=128: ~10 min on 2 cores
-    python scripts/bench_throughput.py --quick          # a smoke run, well under a minute
+    python scripts/bench_throughput.py --quick          # a smoke run (~1 min; T=32, where Lightning's fixed
+                                                        # ~70 ms per iteration weighs more than at T=128)
+    python scripts/bench_throughput.py --profile --num-envs 1024   # where (a)'s and (b)'s CPU time goes
     python scripts/bench_throughput.py --device cuda --num-envs 4096 16384 65536
 """
 
@@ -142,7 +144,7 @@ def child_raw(a: argparse.Namespace) -> dict[str, Any]:
     import raw_ppo
 
     base = _baseline()
-    args = raw_ppo.Args(
+    args = raw_ppo.Args.from_config(
         num_envs=a.n, num_steps=a.num_steps, update_epochs=a.update_epochs, num_minibatches=a.num_minibatches,
         iterations=a.warmup + a.iterations, device=a.device, threads=a.threads,
     )
@@ -335,7 +337,7 @@ def child_profile_raw(a: argparse.Namespace) -> dict[str, Any]:
         if iteration == a.warmup:
             at.active, at.seconds = True, {}
 
-    args = raw_ppo.Args(
+    args = raw_ppo.Args.from_config(
         num_envs=a.n, num_steps=a.num_steps, update_epochs=a.update_epochs, num_minibatches=a.num_minibatches,
         iterations=a.warmup + a.iterations, device=a.device, threads=a.threads,
     )

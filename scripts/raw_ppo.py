@@ -2,7 +2,8 @@
 measures `python -m parlightning.fit` against.
 
 Same pieces as the package (SwarmEnv, ActorCritic, RolloutBuffer/GAE, ppo_loss, RoundRobin,
-PARLReward) and the settings of configs/swarm.yaml; only the loop is written out, CleanRL style,
+PARLReward), with the settings read from configs/swarm.yaml (model, data, env and reward
+sections) so the two paths cannot drift apart; only the loop is written out, CleanRL style,
 top to bottom. Timing points are recorded per iteration so a benchmark can split rollout and
 update time.
 
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 import torch
+import yaml
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
@@ -30,31 +32,63 @@ from parlightning.reward import LinearSchedule, PARLReward
 from parlightning.sampling import RoundRobin
 
 
+CONFIG = Path(__file__).resolve().parents[1] / "configs" / "swarm.yaml"
+
+
 @dataclass
 class Args:
-    """Defaults mirror configs/swarm.yaml (model, data and reward sections)."""
+    """The loop's settings; `from_config` fills them from a parlightning.fit YAML config."""
 
     num_envs: int = 512
     num_steps: int = 32
     update_epochs: int = 4
     num_minibatches: int = 4
     iterations: int = 60
-    lr: float = 1e-3
+    lr: float = 2.5e-4
     anneal_lr: bool = True
     adam_eps: float = 1e-5
     clip_coef: float = 0.2
     ent_coef: float = 0.01
     vf_coef: float = 0.5
+    norm_adv: bool = True
+    clip_vloss: bool = True
     max_grad_norm: float = 0.5
     gamma: float = 0.99
     gae_lambda: float = 0.95
     hidden_sizes: tuple[int, ...] = (64, 64)
-    activation: str = "relu"
-    max_subagents: int = 8
-    lambda_horizon: int = 600_000
+    activation: str = "tanh"
+    env_kwargs: dict = field(default_factory=dict)  # SwarmEnv(**env_kwargs)
+    max_subagents: int = 8  # the PARL reward's cap (must equal the env's)
+    lambda_start: float = 0.1
+    lambda_end: float = 0.0
+    lambda_horizon: int = 1_000_000
     seed: int = 0
     device: str = "cpu"
     threads: Optional[int] = 1
+
+    @classmethod
+    def from_config(cls, path: Path = CONFIG, **overrides) -> "Args":
+        """Settings of a `python -m parlightning.fit --config` file (SwarmEnv, RoundRobin, PARLReward with
+        linear schedules), then `overrides`."""
+        cfg = yaml.safe_load(Path(path).read_text())
+        model, data = cfg.get("model") or {}, cfg.get("data") or {}
+        env, reward = data.get("env") or {}, (data.get("reward") or {}).get("init_args") or {}
+        if not str(env.get("class_path", "SwarmEnv")).endswith("SwarmEnv"):
+            raise SystemExit(f"error: {path}: raw_ppo runs SwarmEnv only, got data.env {env.get('class_path')}")
+        names = {f for f in cls.__dataclass_fields__}
+        found = {k: v for k, v in {**model, **data}.items() if k in names and not isinstance(v, dict)}
+        if "hidden_sizes" in found:
+            found["hidden_sizes"] = tuple(found["hidden_sizes"])
+        found["env_kwargs"] = dict(env.get("init_args") or {})
+        if "max_subagents" in reward:
+            found["max_subagents"] = reward["max_subagents"]
+        lam = (reward.get("lambda1") or {}).get("init_args") or {}
+        found.update({f"lambda_{k}": lam[k] for k in ("start", "end", "horizon") if k in lam})
+        if cfg.get("seed_everything") is not None:
+            found["seed"] = cfg["seed_everything"]
+        if "torch_threads" in cfg:
+            found["threads"] = cfg["torch_threads"]
+        return cls(**{**found, **overrides})
 
 
 def now() -> tuple[float, float]:
@@ -86,15 +120,12 @@ def train(args: Args, verbose: bool = False, on_iteration: Optional[Callable[[in
     N, T = args.num_envs, args.num_steps
 
     # --- the world, the task sampler, the shaped reward
-    env = SwarmEnv(num_envs=N, device=device, seed=args.seed, max_subagents=args.max_subagents)
+    env = SwarmEnv(num_envs=N, device=device, seed=args.seed, **args.env_kwargs)
     sampler = RoundRobin()
     sampler.bind(env.task_ids, device)
     shard = torch.arange(len(env.task_ids), device=device)
-    reward = PARLReward(
-        args.max_subagents,
-        LinearSchedule(0.1, 0.0, args.lambda_horizon),
-        LinearSchedule(0.1, 0.0, args.lambda_horizon),
-    )
+    schedule = (args.lambda_start, args.lambda_end, args.lambda_horizon)
+    reward = PARLReward(args.max_subagents, LinearSchedule(*schedule), LinearSchedule(*schedule))
 
     # --- the policy, the optimizer, the buffer
     policy = ActorCritic(env.observation_shape, env.action_spec, args.hidden_sizes, args.activation).to(device)
@@ -163,7 +194,7 @@ def train(args: Args, verbose: bool = False, on_iteration: Optional[Callable[[in
             new_logprob, entropy, new_value = policy.evaluate(batch["obs"], batch["actions"])
             out = ppo_loss(
                 new_logprob, entropy, new_value, batch["logprobs"], batch["values"], batch["advantages"],
-                batch["returns"], args.clip_coef, args.ent_coef, args.vf_coef,
+                batch["returns"], args.clip_coef, args.ent_coef, args.vf_coef, args.norm_adv, args.clip_vloss,
             )
             optimizer.zero_grad()
             out.loss.backward()
@@ -181,11 +212,17 @@ def train(args: Args, verbose: bool = False, on_iteration: Optional[Callable[[in
 
 
 def parse_args(argv: Optional[list[str]] = None) -> Args:
-    """Command-line flags for every `Args` field (dashes for underscores)."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    defaults = Args()
+    """`--config` (default configs/swarm.yaml), then a flag for every plain `Args` field (dashes for underscores)."""
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--config", type=Path, default=CONFIG, help="a parlightning.fit YAML config")
+    known, _ = pre.parse_known_args(argv)
+    parser = argparse.ArgumentParser(description=__doc__, parents=[pre],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    defaults = Args.from_config(known.config)
     for name, value in vars(defaults).items():
         flag = "--" + name.replace("_", "-")
+        if isinstance(value, dict):
+            continue
         if isinstance(value, bool):
             parser.add_argument(flag, type=lambda s: s.lower() in ("1", "true", "yes"), default=value)
         elif isinstance(value, tuple):
@@ -194,9 +231,10 @@ def parse_args(argv: Optional[list[str]] = None) -> Args:
             parser.add_argument(flag, type=int, default=value)
         else:
             parser.add_argument(flag, type=type(value), default=value)
-    ns = parser.parse_args(argv)
-    ns.hidden_sizes = tuple(ns.hidden_sizes)
-    return Args(**vars(ns))
+    ns = vars(parser.parse_args(argv))
+    ns.pop("config")
+    ns["hidden_sizes"] = tuple(ns["hidden_sizes"])
+    return Args(**{**vars(defaults), **ns})
 
 
 if __name__ == "__main__":
