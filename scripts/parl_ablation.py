@@ -6,9 +6,9 @@ a time. The final checkpoint of every run is then evaluated **greedily** (argmax
 action dimension): one episode per actor, every task of the bank equally often. The table
 gives mean ± std over seeds; the plot shows the training curves (stochastic rollouts) per arm.
 
-    python scripts/parl_ablation.py                       # 3 seeds x 3 arms, ~10-15 min on 2 cores
-    python scripts/parl_ablation.py --quick               # smoke test, ~1 min
-    python scripts/parl_ablation.py --out results/parl_ablation.png --seeds 5 --jobs 2
+    python scripts/parl_ablation.py                       # 3 seeds x 3 arms: 3-6 min on 2 busy cores
+    python scripts/parl_ablation.py --quick               # smoke test: ~30 s
+    python scripts/parl_ablation.py --out /tmp/parl.png --seeds 5 --epochs 120
 """
 
 from __future__ import annotations
@@ -213,7 +213,8 @@ def main() -> None:
     parser.add_argument("--num-envs", dest="num_envs", type=int, default=512, help="actors per run")
     parser.add_argument("--jobs", type=int, default=2, help="training runs at a time (one CPU thread each)")
     parser.add_argument("--repeats", type=int, default=32, help="greedy evaluation episodes per task and run")
-    parser.add_argument("--out", type=Path, default=ROOT / "results" / "parl_ablation.png", help="PNG plot path")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "parl_ablation.png",
+                        help="PNG plot path (the README shows docs/parl_ablation.png)")
     parser.add_argument("--workdir", type=Path, default=ROOT / "runs" / "parl_ablation",
                         help="where the runs (logs, checkpoints) are written")
     parser.add_argument("--quick", action="store_true", help="smoke test: 1 seed, 4 iterations of 64 actors")
