@@ -55,7 +55,7 @@ def test_multi_discrete_head_matches_independent_categoricals():
     assert all(torch.isfinite(p.grad).all() for p in net.parameters() if p.grad is not None)
 
 
-def test_gumbel_sampling_follows_the_softmax():
+def test_sampling_follows_the_softmax():
     spec = ActionSpec("discrete", nvec=(3,))
     net = ActorCritic((2,), spec, (8,), "tanh")
     with torch.no_grad():
