@@ -18,6 +18,7 @@ from parlightning.loss import ppo_loss
 from parlightning.module import PPOModule
 from parlightning.policies import ActorCritic
 from parlightning.reward import ConstantSchedule, PARLReward
+from parlightning.sampling import DifficultyWeighted
 
 
 # ------------------------------------------------------------------ a tiny deterministic world
@@ -124,6 +125,21 @@ class Reference(RolloutCallback):
     def __init__(self, made, gamma, lam, reward=None):
         self.made, self.gamma, self.lam, self.reward = made, gamma, lam, reward
         self.rows, self.snapshots, self.checked, self.truncated_rows = {}, [], 0, 0
+        self.episode_means = []  # (mean return, mean length) of the episodes that ended in each rollout
+
+    def _episodes(self, env, T):
+        """Return (env reward, unshaped) and length of every episode that ended in the last T steps,
+        in [T, N] row-major order; episodes may have started in an earlier rollout."""
+        N = env.num_envs
+        ret, length, out = torch.zeros(N, dtype=torch.float64), torch.zeros(N), []
+        for i, s in enumerate(env.history):
+            ret += s["reward"].double()
+            length += 1
+            done = s["terminated"] | s["truncated"]
+            if i >= len(env.history) - T:
+                out += [(float(ret[n]), float(length[n])) for n in range(N) if done[n]]
+            ret[done], length[done] = 0.0, 0.0
+        return out
 
     def on_rollout_end(self, trainer, pl_module, rollout):
         env, T = self.made[-1], rollout.buffer.num_steps
@@ -150,6 +166,18 @@ class Reference(RolloutCallback):
             for n in range(obs.shape[1]):
                 self.rows[_key(obs[t, n])] = dict(actions=actions[t, n], logprobs=logprob[t, n], values=values[t, n],
                                                   advantages=adv[t, n], returns=ret[t, n], rewards=rewards[t, n])
+        episodes = self._episodes(env, T)
+        self.episode_means.append((sum(r for r, _ in episodes) / len(episodes), sum(l for _, l in episodes) / len(episodes)))
+        if self.reward is not None:  # the sampler learnt from every finished episode's outcome, per task
+            sampler = trainer.datamodule.sampler
+            seen = torch.zeros(3), torch.zeros(3)
+            for s in env.history:
+                d = s["terminated"] | s["truncated"]
+                seen[0].index_add_(0, s["parts"].task[d], torch.ones(int(d.sum())))
+                seen[1].index_add_(0, s["parts"].task[d], (s["parts"].outcome[d] >= sampler.pass_threshold).float())
+            torch.testing.assert_close(sampler.attempts, seen[0])
+            torch.testing.assert_close(sampler.passes, seen[1])
+            assert 0 < float(seen[1].sum()) < float(seen[0].sum())
         buf = rollout.buffer  # the buffer agrees too (its rewards are the shaped ones)
         torch.testing.assert_close(buf.rewards, rewards.float(), rtol=0, atol=1e-5)
         torch.testing.assert_close(buf.advantages.double(), adv, rtol=1e-4, atol=1e-4)
@@ -175,13 +203,19 @@ def test_every_minibatch_row_equals_a_reference_rebuilt_from_the_envs_record(tas
     made = []
     reward = PARLReward(4, ConstantSchedule(0.5), ConstantSchedule(0.25)) if tasks else None
     gamma, lam = 0.9, 0.7
+    sampler = DifficultyWeighted(seed=0) if tasks else None
     dm = RolloutDataModule(env=_factory(made, tasks=tasks), num_envs=6, num_steps=8, update_epochs=2,
-                           num_minibatches=2, gamma=gamma, gae_lambda=lam, reward=reward)
+                           num_minibatches=2, gamma=gamma, gae_lambda=lam, reward=reward, sampler=sampler)
     ref = Reference(made, gamma, lam, reward)
     module = PPOModule(lr=0.05, anneal_lr=False, hidden_sizes=(16,), max_grad_norm=None)
-    _trainer(3, [ref]).fit(module, datamodule=dm)
+    trainer = _trainer(3, [ref])
+    trainer.fit(module, datamodule=dm)
     assert ref.checked == 3 * 2 * 2 * 24  # every row of every minibatch of every iteration
     assert ref.truncated_rows > 0
+    # the last rollout's logged episode statistics: means over the episodes that ended in it
+    mean_return, mean_length = ref.episode_means[-1]
+    assert math.isclose(float(trainer.callback_metrics["rollout/episodic_return"]), mean_return, rel_tol=1e-5)
+    assert math.isclose(float(trainer.callback_metrics["rollout/episodic_length"]), mean_length, rel_tol=1e-5)
     # the check has teeth: each iteration's weights differ from the previous iteration's
     obs = torch.stack([s["obs"] for s in made[-1].history]).flatten(0, 1)
     act = torch.stack([s["action"] for s in made[-1].history]).flatten()
@@ -394,6 +428,54 @@ def test_target_kl_cuts_the_update_short_in_every_iteration_and_only_when_exceed
         assert rec.steps == [8, 8, 8]
     else:
         assert all(1 <= s <= most for s in rec.steps), rec.steps
+
+
+def test_a_target_kl_stop_in_one_iteration_does_not_cut_the_next():
+    """The stop is per rollout: iteration 0 stops (tiny target), then the target is raised and
+    iteration 1 must run all 4 epochs x 2 minibatches."""
+    pl.seed_everything(0)
+    rec = StepsPerIteration()
+
+    class Raise(pl.Callback):
+        def on_train_epoch_end(self, trainer, pl_module):
+            pl_module.hparams.target_kl = 1e9
+
+    module = PPOModule(lr=0.01, anneal_lr=False, hidden_sizes=(16,), target_kl=1e-9)
+    _trainer(2, [rec, Raise()]).fit(module, datamodule=_tally_dm([], update_epochs=4))
+    assert rec.steps[0] <= 2 and rec.steps[1] == 8, rec.steps
+
+
+class LossReference(pl.Callback):
+    """Each minibatch's ppo_loss parts, recomputed before its optimizer step with the module's hparams."""
+
+    def __init__(self):
+        self.parts, self.rows = [], []
+
+    def on_train_epoch_start(self, trainer, pl_module):
+        self.parts, self.rows = [], []
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        hp = pl_module.hparams
+        with torch.no_grad():
+            lp, ent, v = pl_module.policy.evaluate(batch["obs"], batch["actions"])
+            out = ppo_loss(lp, ent, v, batch["logprobs"], batch["values"], batch["advantages"], batch["returns"],
+                           hp.clip_coef, hp.ent_coef, hp.vf_coef, hp.norm_adv, hp.clip_vloss)
+        self.parts.append({k: float(getattr(out, k)) for k in ("policy_loss", "value_loss", "entropy", "approx_kl",
+                                                              "old_approx_kl", "clip_fraction")})
+        self.rows.append(batch["advantages"].numel())
+
+
+def test_logged_losses_are_this_iterations_row_weighted_means_over_its_minibatches():
+    pl.seed_everything(0)
+    ref = LossReference()
+    trainer = _trainer(2, [ref])
+    trainer.fit(PPOModule(lr=0.01, anneal_lr=False, hidden_sizes=(16,)), datamodule=_tally_dm([], update_epochs=2))
+    assert len(ref.parts) == 4
+    for k in ref.parts[0]:
+        want = sum(p[k] * r for p, r in zip(ref.parts, ref.rows)) / sum(ref.rows)
+        got = float(trainer.callback_metrics[f"losses/{k}"])
+        assert math.isclose(got, want, rel_tol=1e-4, abs_tol=1e-6), (k, got, want)
+    assert float(trainer.callback_metrics["losses/approx_kl"]) > 0
 
 
 class KeepRollout(RolloutCallback):
