@@ -61,9 +61,9 @@ class RolloutLoader:
             flat = rollout.buffer.flat()
         round_tag = torch.tensor(rollout.round_index)
         indices = rollout.buffer.minibatch_indices(dm.update_epochs, dm.num_minibatches, dm.minibatch_generator, rows)
-        for epoch, idx in indices:
-            if epoch > 0 and dm.stop_update:
-                return  # target-KL stop, decided identically on every rank
+        for i, (epoch, idx) in enumerate(indices):
+            if epoch > 0 and i % dm.num_minibatches == 0 and dm.stop_update:
+                return  # target-KL stop: only between update epochs (CleanRL), decided identically on every rank
             batch = gather_rows(flat, idx)
             batch["round"] = round_tag
             yield batch
@@ -82,7 +82,9 @@ class RolloutDataModule(pl.LightningDataModule):
         sampler: `TaskSampler` that picks each actor's next task (default `RoundRobin`).
         reward: `PARLReward`; its λ1·r_parallel + λ2·r_finish is added to the env's reward
             (r_perf) at every finished episode. None trains on r_perf alone.
-        seed: base seed for env resets, action sampling and minibatch shuffling (+ rank).
+        seed: base seed of this rank's random streams (+ rank): the env, action sampling, task
+            picks and minibatch shuffling each get their own stream derived from seed + rank
+            (`parlightning.collector.stream_seed`), so no two consumers share numbers.
         artifact_key: the artifact key of a task id (its row in a keyed policy's table, used
             with `TensorParallel`); default `parlightning.parallel.family_of`.
         bptt_len: for a recurrent policy, the length L of the per-actor chunks the update
@@ -182,6 +184,7 @@ class RolloutDataModule(pl.LightningDataModule):
     current_task = property(lambda self: self.collector.current_task)
     action_generator = property(lambda self: self.collector.action_generator)
     minibatch_generator = property(lambda self: self.collector.minibatch_generator)
+    task_generator = property(lambda self: self.collector.task_generator)
 
     @property
     def shard(self) -> Optional[Tensor]:
