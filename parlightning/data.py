@@ -1,9 +1,11 @@
-"""`RolloutDataModule`: owns the env, the rollout buffer and the task sampler, and collects a
-rollout each time Lightning iterates its dataloader.
+"""`RolloutDataModule`: the Lightning face of rollout collection (env factory, loader,
+checkpoint state, key binding); one `Collector` per rank (`parlightning.collector`) collects a
+rollout each time Lightning iterates the dataloader.
 
-Lightning calls `iter()` on the train dataloader (and prefetches a batch) before
-`on_train_epoch_start`; collecting inside `iter()` and giving the loader a `__len__` means
-every minibatch of an epoch comes from the rollout the current policy just collected.
+Lightning calls `iter()` on the train dataloader before `on_train_epoch_start`; the loader's
+iterator is a generator, so the rollout is collected after `on_train_epoch_start`, when the first
+minibatch is requested. The loader has a `__len__`, so Lightning never prefetches across a policy
+update: every minibatch of an epoch comes from the rollout the current policy just collected.
 """
 
 from __future__ import annotations
