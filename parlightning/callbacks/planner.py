@@ -46,10 +46,13 @@ class StrategyPlanner(RolloutCallback):
         strategy: a `ParallelStrategy` (any class with `name` and `plan`), by `class_path` in
             YAML; default `DataParallel()`.
 
-    `ClusterParallel` statistics and `TensorParallel` counters are all-reduced every round;
-    TP also masks the policy's key-table gradient to this rank's section (`mask_gradients`,
-    called by `PPOModule.on_fit_start`) and logs `parallel/updates_delivered` and
-    `parallel/section_violations`. `summary()` gives the run's totals, the same on every rank.
+    `ClusterParallel` statistics and `TensorParallel` counters are all-reduced every round (and
+    once more at the end of training); TP also masks the policy's key-table gradient to this
+    rank's section (`mask_gradients`, called by `PPOModule.on_fit_start`) and logs
+    `parallel/updates_delivered` and `parallel/section_violations`: per trained minibatch row, the
+    key-table rows the mask keeps and rejects (the shared trunk trains on every row). Episodes
+    that end on a task outside their round's shard (started under the previous plan) are counted
+    as `parallel/carried_episodes`. `summary()` gives the run's totals, the same on every rank.
     Checkpoints hold the planner's statistics under the `StrategyPlanner` key.
     """
 
