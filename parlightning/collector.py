@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Optional
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -26,6 +27,18 @@ from parlightning.sampling import as_batched
 
 if TYPE_CHECKING:
     from parlightning.data import RolloutDataModule
+
+
+STREAMS = ("env", "action", "task", "minibatch")  # the consumers of randomness, one stream each
+
+
+def stream_seed(seed: int, stream: str) -> int:
+    """A 31-bit seed for one consumer (`STREAMS`) of a rank whose base seed is `seed` (= data.seed +
+    rank): numpy's SeedSequence over (seed, consumer), so no two consumers share a stream (the env's
+    success draws never reuse the numbers that chose the actions) and no consumer of one rank
+    replays another's."""
+    state = np.random.SeedSequence([seed % 2**64, STREAMS.index(stream)]).generate_state(1)
+    return int(state[0]) & 0x7FFFFFFF
 
 
 def _value(policy: torch.nn.Module, obs: Tensor, key: Optional[Tensor]) -> Tensor:
@@ -71,7 +84,8 @@ class SyncCollector(Collector):
         self.rank = rank
         self.num_envs, self.num_steps = dm.num_envs, dm.num_steps
         seed = dm.seed + rank
-        self.env = dm.env_factory(self.num_envs, str(device), seed)
+        self.env_seed = stream_seed(seed, "env")
+        self.env = dm.env_factory(self.num_envs, str(device), self.env_seed)
         if getattr(self.env, "num_envs", self.num_envs) != self.num_envs:
             raise ConfigError(f"data.env: built {self.env.num_envs} actors, expected data.num_envs={self.num_envs}")
         spec = self.env.action_spec
@@ -79,8 +93,9 @@ class SyncCollector(Collector):
             self.num_steps, self.num_envs, tuple(self.env.observation_shape), spec.action_shape, device,
             torch.long if spec.is_discrete else torch.float32,
         )
-        self.action_generator = torch.Generator(device=device).manual_seed(seed)
-        self.minibatch_generator = torch.Generator(device=device).manual_seed(seed + 7919)
+        self.action_generator = torch.Generator(device=device).manual_seed(stream_seed(seed, "action"))
+        self.task_generator = torch.Generator(device=device).manual_seed(stream_seed(seed, "task"))  # sampler picks
+        self.minibatch_generator = torch.Generator(device=device).manual_seed(stream_seed(seed, "minibatch"))
         self.task_ids = task_ids_of(self.env)
         self.sampler = None  # the batched view of dm.sampler, once bound
         self.shard: Optional[Tensor] = None  # bank indices this rank samples from this round
@@ -94,7 +109,7 @@ class SyncCollector(Collector):
     def start(self) -> None:
         """Bind the sampler, plan round 0 and reset every actor (after `dm.collector` is set, so the
         planner can read the data module's task bank)."""
-        dm, seed = self.dm, self.dm.seed + self.rank
+        dm, seed = self.dm, self.env_seed
         if self.task_ids is not None:
             self.sampler = as_batched(dm.sampler, queue_length=self.num_envs)
             self.sampler.bind(self.task_ids, self.device)
@@ -104,7 +119,7 @@ class SyncCollector(Collector):
                 self.shard = planner.shard_for(dm.trainer, dm.round_index)
             dm._check_thresholds()
             first = self.sampler.pick_batch(
-                self.shard, 0, torch.ones(self.num_envs, dtype=torch.bool, device=self.device), self.action_generator
+                self.shard, 0, torch.ones(self.num_envs, dtype=torch.bool, device=self.device), self.task_generator
             )
             self.current_task = first
             self.obs = self.env.reset(seed=seed, task_index=first)
@@ -116,7 +131,7 @@ class SyncCollector(Collector):
 
     # ------------------------------------------------------------------ collection
     def _pick(self, reset_mask: Tensor) -> Tensor:
-        picked = self.sampler.pick_batch(self.shard, self.dm.round_index, reset_mask, self.action_generator)
+        picked = self.sampler.pick_batch(self.shard, self.dm.round_index, reset_mask, self.task_generator)
         self.current_task = torch.where(reset_mask, picked, self.current_task)  # the actors that reset start these
         return picked
 
@@ -246,22 +261,39 @@ class SyncCollector(Collector):
         stats["losses/explained_variance"] = torch.where(
             var_returns > 0, 1 - (buf.returns - buf.values).var() / var_returns, torch.zeros_like(var_returns)
         )
-        # Same keys on every rank whatever finished (DDP reduces them); means over no episodes read 0.
-        n = torch.tensor(float(rollout.episode_return.numel()), device=buf.rewards.device)
-        per = n.clamp(min=1.0)
-        stats["rollout/episodes"] = n
-        stats["rollout/episodic_return"] = rollout.episode_return.sum() / per
-        stats["rollout/episodic_length"] = rollout.episode_length.sum() / per
-        ep = rollout.episodes
-        if ep is not None:
-            threshold = float(getattr(self.env, "solved_threshold", 1.0))
-            stats["rollout/success_rate"] = (ep.outcome >= threshold).float().sum() / per
-            stats["rollout/subagents_per_episode"] = ep.n_subagents.sum() / per
-            stats["rollout/finish_rate"] = ep.completed.sum() / ep.assigned.sum().clamp(min=1.0)
-            stats["rollout/critical_steps"] = ep.critical_steps.sum() / per
+        stats.update(self._episode_stats(rollout))
         signals = getattr(self.sampler, "signals", None)
         if callable(signals):  # informative share, pass-rate spread, ... (same keys on every rank)
             stats.update({f"sampler/{k}": v.detach().float() for k, v in signals().items()})
+        return stats
+
+    def _episode_stats(self, rollout: Rollout) -> dict[str, Tensor]:
+        """rollout/* over every episode that ended this round on any rank, weighted by episodes: the
+        per-rank sums and counts are all-reduced (one collective, every rank), never a mean of
+        per-rank means. With no finished episode anywhere only `rollout/episodes` (0) is logged,
+        not a made-up 0 return; the keys are the same on every rank, as DDP's metric sync needs."""
+        ep, device = rollout.episodes, rollout.buffer.rewards.device
+        sums = [torch.tensor(float(rollout.episode_return.numel()), device=device), rollout.episode_return.sum(),
+                rollout.episode_length.sum()]
+        if ep is not None:
+            threshold = float(getattr(self.env, "solved_threshold", 1.0))
+            sums += [(ep.outcome >= threshold).float().sum(), ep.n_subagents.float().sum(), ep.completed.float().sum(),
+                     ep.assigned.float().sum(), ep.critical_steps.float().sum()]
+        total = torch.stack([v.float() for v in sums])
+        trainer = self.dm.trainer
+        if self.dm.world_size > 1:
+            total = trainer.strategy.reduce(total, reduce_op="sum")
+        n = total[0]
+        stats = {"rollout/episodes": n}
+        if not bool(n > 0):
+            return stats
+        stats["rollout/episodic_return"] = total[1] / n
+        stats["rollout/episodic_length"] = total[2] / n
+        if ep is not None:
+            stats["rollout/success_rate"] = total[3] / n
+            stats["rollout/subagents_per_episode"] = total[4] / n
+            stats["rollout/finish_rate"] = total[5] / total[6].clamp(min=1.0)
+            stats["rollout/critical_steps"] = total[7] / n
         return stats
 
     # ------------------------------------------------------------------ checkpoints
@@ -273,6 +305,7 @@ class SyncCollector(Collector):
             "episode_return": self.episode_return.clone(),
             "episode_length": self.episode_length.clone(),
             "action_generator": self.action_generator.get_state(),
+            "task_generator": self.task_generator.get_state(),
             "minibatch_generator": self.minibatch_generator.get_state(),
             "sampler": self.sampler.state_dict() if self.sampler is not None else {},
             "rng": rng_state(),
@@ -291,12 +324,14 @@ class SyncCollector(Collector):
             if self.memory is not None and "memory" in state:
                 self.memory.load_state_dict(state["memory"])
         else:  # a world whose internals cannot be saved (Gymnasium): restart its episodes
-            self.obs = self.env.reset(seed=self.dm.seed + self.rank)
+            self.obs = self.env.reset(seed=self.env_seed)
             self.episode_return.zero_()
             self.episode_length.zero_()
             if self.memory is not None:
                 self.memory.restart()
         self.action_generator.set_state(state["action_generator"])
+        if "task_generator" in state:  # checkpoints before separate streams picked tasks with the action stream
+            self.task_generator.set_state(state["task_generator"])
         self.minibatch_generator.set_state(state["minibatch_generator"])
         self.load_sampler_state(state)
         if "rng" in state:

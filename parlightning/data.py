@@ -1,9 +1,11 @@
-"""`RolloutDataModule`: owns the env, the rollout buffer and the task sampler, and collects a
-rollout each time Lightning iterates its dataloader.
+"""`RolloutDataModule`: the Lightning face of rollout collection (env factory, loader,
+checkpoint state, key binding); one `Collector` per rank (`parlightning.collector`) collects a
+rollout each time Lightning iterates the dataloader.
 
-Lightning calls `iter()` on the train dataloader (and prefetches a batch) before
-`on_train_epoch_start`; collecting inside `iter()` and giving the loader a `__len__` means
-every minibatch of an epoch comes from the rollout the current policy just collected.
+Lightning calls `iter()` on the train dataloader before `on_train_epoch_start`; the loader's
+iterator is a generator, so the rollout is collected after `on_train_epoch_start`, when the first
+minibatch is requested. The loader has a `__len__`, so Lightning never prefetches across a policy
+update: every minibatch of an epoch comes from the rollout the current policy just collected.
 """
 
 from __future__ import annotations
@@ -61,9 +63,9 @@ class RolloutLoader:
             flat = rollout.buffer.flat()
         round_tag = torch.tensor(rollout.round_index)
         indices = rollout.buffer.minibatch_indices(dm.update_epochs, dm.num_minibatches, dm.minibatch_generator, rows)
-        for epoch, idx in indices:
-            if epoch > 0 and dm.stop_update:
-                return  # target-KL stop, decided identically on every rank
+        for i, (epoch, idx) in enumerate(indices):
+            if epoch > 0 and i % dm.num_minibatches == 0 and dm.stop_update:
+                return  # target-KL stop: only between update epochs (CleanRL), decided identically on every rank
             batch = gather_rows(flat, idx)
             batch["round"] = round_tag
             yield batch
@@ -82,7 +84,9 @@ class RolloutDataModule(pl.LightningDataModule):
         sampler: `TaskSampler` that picks each actor's next task (default `RoundRobin`).
         reward: `PARLReward`; its λ1·r_parallel + λ2·r_finish is added to the env's reward
             (r_perf) at every finished episode. None trains on r_perf alone.
-        seed: base seed for env resets, action sampling and minibatch shuffling (+ rank).
+        seed: base seed of this rank's random streams (+ rank): the env, action sampling, task
+            picks and minibatch shuffling each get their own stream derived from seed + rank
+            (`parlightning.collector.stream_seed`), so no two consumers share numbers.
         artifact_key: the artifact key of a task id (its row in a keyed policy's table, used
             with `TensorParallel`); default `parlightning.parallel.family_of`.
         bptt_len: for a recurrent policy, the length L of the per-actor chunks the update
@@ -182,6 +186,7 @@ class RolloutDataModule(pl.LightningDataModule):
     current_task = property(lambda self: self.collector.current_task)
     action_generator = property(lambda self: self.collector.action_generator)
     minibatch_generator = property(lambda self: self.collector.minibatch_generator)
+    task_generator = property(lambda self: self.collector.task_generator)
 
     @property
     def shard(self) -> Optional[Tensor]:

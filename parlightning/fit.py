@@ -17,6 +17,7 @@ from typing import Optional
 import torch
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from parlightning.checkpoint import (
     check_output_dirs, check_resume, new_output_dirs, remove_new_outputs, use_atomic_checkpoints,
@@ -85,6 +86,10 @@ def main(args: Optional[list[str]] = None) -> ParlCLI:
         launcher = cli.trainer.strategy.launcher
         if callable(getattr(launcher, "kill", None)):
             launcher.kill(signal.SIGKILL)  # DDP: the ranks this process launched must not wait for it
+        if isinstance(err, SIGTERMException):  # preempted: never report success, so a scheduler requeues
+            print("SIGTERM: stopped; the last checkpoint (written at the end of the last finished iteration) is "
+                  "intact: resume with --ckpt_path <log_dir>/checkpoints/last.ckpt", file=sys.stderr)
+            raise SystemExit(128 + signal.SIGTERM) from None  # 143, the shell's code for "killed by SIGTERM"
         if not isinstance(err, ConfigError):
             raise
         if cli.datamodule.last_rollout is None:  # checks that need the env or the device (setup, before any rollout)

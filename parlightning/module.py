@@ -28,12 +28,16 @@ class PPOModule(pl.LightningModule):
     """Clipped PPO with the standard implementation details.
 
     Args:
-        lr: Adam learning rate (eps `adam_eps`), annealed linearly to 0 over `trainer.max_epochs`
-            PPO iterations when `anneal_lr`.
+        lr: Adam learning rate (eps `adam_eps`). With `anneal_lr` it is set at the start of every
+            PPO iteration i (0-based) to `lr * (1 - i / trainer.max_epochs)` (CleanRL's schedule),
+            computed from the iteration count, not by stepping a scheduler: an update cut short by
+            `target_kl` still anneals, and a run resumed with a larger `max_epochs` continues on
+            the anneal over the new horizon (never at lr 0).
         clip_coef, clip_vloss, ent_coef, vf_coef, norm_adv: the PPO loss (see `ppo_loss`).
         max_grad_norm: global grad-norm clip, used when the trainer's `gradient_clip_val` is unset.
-        target_kl: stop the remaining update epochs of a rollout once the mean approx-KL
-            (reduced over ranks) exceeds it; None never stops.
+        target_kl: after each update epoch (CleanRL), stop the rollout's remaining update epochs
+            if the approx-KL of the epoch's last minibatch, averaged over ranks, exceeds it; an
+            update epoch is never cut mid-way. None never stops.
         hidden_sizes, activation: the actor and critic MLPs (`relu` is much cheaper than
             `tanh` on CPU); for a recurrent policy, its observation encoder.
         policy: `mlp` (default), or `gru` / `lstm` for a `RecurrentActorCritic` with `rnn_hidden`
@@ -79,6 +83,7 @@ class PPOModule(pl.LightningModule):
         self._nonfinite_parts: Optional[Tensor] = None  # [loss, policy, value, entropy] at that step
         self._loss_sum: Optional[Tensor] = None  # this epoch's LOSS_METRICS x minibatch rows, summed
         self._loss_rows = 0
+        self._last_kl: Optional[Tensor] = None  # approx-KL of the latest minibatch (read at update-epoch ends)
 
     # ------------------------------------------------------------------ model
     def build_policy(self, observation_shape: Sequence[int], action_spec: Any) -> ActorCritic:
@@ -110,11 +115,34 @@ class PPOModule(pl.LightningModule):
         optimizer = torch.optim.Adam(self.parameters(), lr=self.hparams.lr, eps=self.hparams.adam_eps)
         if not self.hparams.anneal_lr:
             return optimizer
-        iterations = self.trainer.max_epochs if self.trainer.max_epochs and self.trainer.max_epochs > 0 else None
-        if iterations is None:
-            raise ConfigError("model.anneal_lr: needs trainer.max_epochs (the number of PPO iterations); set it or anneal_lr: false")
-        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda epoch: max(1.0 - epoch / iterations, 0.0))
+        self._iterations()  # refuse a run without max_epochs before the first rollout
+        # A LambdaLR for Lightning's bookkeeping (checkpointed, visible to LearningRateMonitor); its
+        # position and the lr are set from the iteration count in on_train_epoch_start/_end.
+        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: max(1.0 - i / self._iterations(), 0.0))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "epoch"}}
+
+    def _iterations(self) -> int:
+        iterations = self.trainer.max_epochs
+        if not iterations or iterations <= 0:
+            raise ConfigError("model.anneal_lr: needs trainer.max_epochs (the number of PPO iterations); set it or anneal_lr: false")
+        return iterations
+
+    def annealed_lr(self, iteration: int) -> float:
+        """The learning rate of PPO iteration `iteration` (0-based): linear from `lr` towards 0 over
+        `trainer.max_epochs` iterations (the first iteration at `lr`, the last at lr / max_epochs)."""
+        return self.hparams.lr * max(1.0 - iteration / self._iterations(), 0.0)
+
+    def on_train_epoch_start(self) -> None:
+        if self.hparams.anneal_lr:  # from the iteration count: nothing depends on a scheduler having stepped
+            self._set_schedule(self.current_epoch, self.annealed_lr(self.current_epoch))
+
+    def _set_schedule(self, iteration: int, lr: Optional[float]) -> None:
+        for config in self.trainer.lr_scheduler_configs:
+            config.scheduler.last_epoch = iteration
+        if lr is not None:
+            for optimizer in self.trainer.optimizers:
+                for group in optimizer.param_groups:
+                    group["lr"] = lr
 
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
         if gradient_clip_val is None and self.hparams.max_grad_norm is not None:
@@ -143,14 +171,35 @@ class PPOModule(pl.LightningModule):
         self._loss_rows += rows
         if batch_idx == 0:
             self._log_rollout()
-        if hp.target_kl is not None:
-            self._check_target_kl(out.approx_kl)
+        self._last_kl = out.approx_kl
         return out.loss
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        """At the end of every update epoch (the same batch on every rank): one collective that
+        decides the target-KL stop and the non-finite-loss stop together. Never in an epoch-end
+        hook: Lightning's progress bar syncs epoch metrics there on rank 0 only, and a collective
+        of ours in between would meet a different one on the other ranks (gloo aborts)."""
+        if (batch_idx + 1) % self.trainer.datamodule.num_minibatches:
+            return
+        self._end_update_epoch()
+
+    def _end_update_epoch(self) -> None:
+        hp = self.hparams
+        local = self._nonfinite_step is not None and bool(self._nonfinite_step >= 0)
+        kl = self._last_kl.detach().float() if self._last_kl is not None else torch.zeros((), device=self.device)
+        packed = torch.stack([kl.to(self.device), torch.tensor(float(local), device=self.device)])
+        if self.trainer.world_size > 1:
+            packed = self.trainer.strategy.reduce(packed, reduce_op="sum")
+        mean_kl, anywhere = float(packed[0]) / self.trainer.world_size, bool(packed[1] > 0)
+        if anywhere:
+            self._raise_nonfinite(local)
+        if hp.target_kl is not None and mean_kl > hp.target_kl:
+            self.trainer.datamodule.stop_update = True  # the loader ends before the next update epoch
 
     # ------------------------------------------------------------------ non-finite guard
     def _note_nonfinite(self, loss: Tensor, *parts: Tensor) -> None:
         """Keep, on the device (no host sync per step), the first optimizer step whose loss was NaN
-        or inf and its parts; `_raise_if_nonfinite` reads it once per epoch and before every save."""
+        or inf and its parts; `_end_update_epoch` reads it after every update epoch, `_raise_if_nonfinite` before every save."""
         parts = torch.stack([p.detach().float() for p in (loss, *parts)])
         if self._nonfinite_step is None:
             self._nonfinite_step = torch.full((), -1, dtype=torch.long, device=parts.device)
@@ -163,8 +212,10 @@ class PPOModule(pl.LightningModule):
         """Stop the run (every rank alike) if any rank saw a non-finite loss since the last check;
         called before checkpoints are written, so the last good one stays intact."""
         local = self._nonfinite_step is not None and bool(self._nonfinite_step >= 0)
-        if not self.trainer.strategy.reduce_boolean_decision(local, all=False):
-            return
+        if self.trainer.strategy.reduce_boolean_decision(local, all=False):
+            self._raise_nonfinite(local)
+
+    def _raise_nonfinite(self, local: bool) -> None:
         where = "on another rank"
         if local:
             _, policy, value, entropy = self._nonfinite_parts.tolist()
@@ -176,7 +227,10 @@ class PPOModule(pl.LightningModule):
         )
 
     def on_train_epoch_end(self) -> None:
-        self._raise_if_nonfinite()  # runs before ModelCheckpoint's epoch-end save
+        if self.hparams.anneal_lr:  # the saved schedule position counts this iteration, even one cut by target_kl
+            self._set_schedule(self.current_epoch + 1, None)
+        # No collective here (see on_train_batch_end): the non-finite check already ran at the end
+        # of the epoch's last update epoch, before ModelCheckpoint's epoch-end save.
         self._log_losses()
 
     def _log_losses(self) -> None:
@@ -191,13 +245,9 @@ class PPOModule(pl.LightningModule):
         self._loss_sum, self._loss_rows = None, 0
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        self._raise_if_nonfinite()  # any other save (every_n_train_steps, a user's call)
-
-    def _check_target_kl(self, approx_kl: Tensor) -> None:
-        """Same decision on every rank: the KL is averaged across ranks before comparing."""
-        kl = self.trainer.strategy.reduce(approx_kl.detach(), reduce_op="mean")
-        if float(kl) > self.hparams.target_kl:
-            self.trainer.datamodule.stop_update = True
+        # Any save (every_n_train_steps, a user's call). A collective, but saves run on every rank
+        # after ModelCheckpoint has read (and so synced) the epoch metrics on every rank.
+        self._raise_if_nonfinite()
 
     def _log_rollout(self) -> None:
         rollout = self.trainer.datamodule.last_rollout

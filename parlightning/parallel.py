@@ -190,19 +190,24 @@ class _SyncedCounters:
 
 
 class ClusterParallel(_SyncedCounters):
-    """Lease whole task clusters to workers, best UCB first, with a difficulty filter.
+    """Lease whole task clusters to workers, best UCB first, with a difficulty filter on outcome
+    spread.
 
-    Per cluster it tracks episodes `n` and summed room `1 - score` (how far from solved a rollout
-    was: 0 solved, 1 failed). The learning signal of mean room m is 4 m (1 - m): all-pass (m = 0)
-    and all-fail (m = 1) clusters carry no gradient and score 0; untried clusters use the
-    optimistic prior m = 0.5. UCB = signal + c * sqrt(ln(1 + N) / (1 + n)). Each round the top
-    clusters are dealt out, `clusters_per_worker` per worker, so every worker gets a cluster
-    when there are at least as many clusters as workers.
+    Per task it tracks episodes n, summed room `1 - score` and summed squared room. A cluster's
+    learning signal is 4 x its pooled within-task variance of outcomes (sum over its tasks of
+    n_k var_k, over sum n_k): the source document's zero-advantage argument, since a task whose
+    rollouts all score alike gives every rollout the same advantage, so no gradient. For pass/fail
+    outcomes it is 4 p (1 - p) per task; a cluster whose episodes all score the same partial value,
+    or one always-solved plus one never-solved task, scores 0 (a mean-score filter ranked both as
+    informative). A task needs two episodes to show spread. Untried clusters use the optimistic
+    signal 1. UCB = signal + c * sqrt(ln(1 + N) / (1 + n_cluster)). Each round the top clusters
+    are dealt out, `clusters_per_worker` per worker, so every worker gets a cluster when there are
+    at least as many clusters as workers.
 
-    Distributed: `observe`/`observe_batch` add to local increments; `stats_tensor()` returns them,
-    the caller all-reduces (SUM) and hands the result to `merge_stats`. `plan` reads merged
-    statistics only, so every rank computes the same plan. Clusters are registered by `bind` or
-    `plan` (called identically on every rank), never by `observe`.
+    Distributed: `observe`/`observe_batch` add to local per-task increments [T, 3]; `stats_tensor()`
+    returns them, the caller all-reduces (SUM) and hands the result to `merge_stats`. `plan` reads
+    merged statistics only, so every rank computes the same plan. Tasks and clusters are
+    registered by `bind` or `plan` (called identically on every rank), never by `observe`.
     """
 
     name = "cluster"
@@ -222,24 +227,31 @@ class ClusterParallel(_SyncedCounters):
         self.c = float(c)
         self.clusters_per_worker = clusters_per_worker
         self._lock = threading.Lock()
-        self.clusters: list[str] = []  # registry order = stats row order
+        self.clusters: list[str] = []  # registry order = cluster row order
         self._cluster_index: dict[str, int] = {}
-        self._task_cluster: Optional[Tensor] = None  # [K] bank index -> cluster index (after bind)
+        self.tasks: list[str] = []  # registry order = stats row order
+        self._task_index: dict[str, int] = {}
+        self._task_cluster_list: list[int] = []  # task row -> cluster row
+        self._bank_rows: Optional[Tensor] = None  # [K] bank index -> task row (after bind)
         self._device = torch.device("cpu")
-        self._merged = torch.zeros(0, 2, dtype=torch.float64)  # [C, (episodes, room)] agreed by all ranks
-        self._pending = torch.zeros(0, 2, dtype=torch.float64)  # local increments since the last sync
+        self._merged = torch.zeros(0, 3, dtype=torch.float64)  # [T, (episodes, room, room^2)] agreed by all ranks
+        self._pending = torch.zeros(0, 3, dtype=torch.float64)  # local increments since the last sync
         self._inflight: Optional[Tensor] = None  # the snapshot handed out by stats_tensor()
 
     # registry ---------------------------------------------------------------------------------
     @_normal_tensors
     def _register(self, task_ids: Sequence[str]) -> None:
-        new = sorted({self.cluster_of(t) for t in task_ids} - self._cluster_index.keys())
-        if not new:
-            return
-        for cl in new:
+        for cl in sorted({self.cluster_of(t) for t in task_ids} - self._cluster_index.keys()):
             self._cluster_index[cl] = len(self.clusters)
             self.clusters.append(cl)
-        grow = torch.zeros(len(new), 2, dtype=torch.float64, device=self._device)
+        new = sorted(set(task_ids) - self._task_index.keys())
+        if not new:
+            return
+        for t in new:
+            self._task_index[t] = len(self.tasks)
+            self.tasks.append(t)
+            self._task_cluster_list.append(self._cluster_index[self.cluster_of(t)])
+        grow = torch.zeros(len(new), 3, dtype=torch.float64, device=self._device)
         self._merged = torch.cat([self._merged, grow])
         self._pending = torch.cat([self._pending, grow])
 
@@ -252,52 +264,47 @@ class ClusterParallel(_SyncedCounters):
                 self._merged = self._merged.to(self._device)
                 self._pending = self._pending.to(self._device)
             self._register(task_ids)
-            self._task_cluster = torch.tensor(
-                [self._cluster_index[self.cluster_of(t)] for t in task_ids], dtype=torch.long, device=self._device
-            )
+            self._bank_rows = torch.tensor([self._task_index[t] for t in task_ids], dtype=torch.long,
+                                           device=self._device)
 
     # observation ------------------------------------------------------------------------------
     @_normal_tensors
     def observe(self, unit: Optional[WorkUnit], task_id: str, score: float) -> None:
-        """One finished episode of `task_id` scored in 0..1; adds `1 - score` to its cluster's room."""
+        """One finished episode of `task_id` scored in 0..1."""
         if not (isinstance(score, (int, float)) and 0.0 <= score <= 1.0):
             raise ValueError(f"score: must be a number in 0..1, got {score!r} for task {task_id!r}")
-        cluster = self.cluster_of(task_id)
         with self._lock:
-            row = self._cluster_index.get(cluster)
+            row = self._task_index.get(task_id)
             if row is None:
                 raise ValueError(
-                    f"ClusterParallel.observe: task {task_id!r} is in cluster {cluster!r}, which was never "
+                    f"ClusterParallel.observe: task {task_id!r} (cluster {self.cluster_of(task_id)!r}) was never "
                     "planned; call bind(task_ids) or plan() with the task bank first"
                 )
-            self._pending[row, 0] += 1.0
-            self._pending[row, 1] += 1.0 - float(score)
+            room = 1.0 - float(score)
+            self._pending[row] += torch.tensor([1.0, room, room * room], dtype=torch.float64, device=self._device)
 
     def observe_batch(self, task_index: Union[Tensor, Sequence[str]], scores: Tensor) -> None:
         """E finished episodes at once: task bank indices (long tensor, after `bind`) or task ids,
         and scores [E] in 0..1 (clamped; no host sync on the tensor path)."""
         if not isinstance(task_index, Tensor):
-            rows_list = [self._cluster_index.get(self.cluster_of(t), -1) for t in task_index]
+            rows_list = [self._task_index.get(t, -1) for t in task_index]
             if -1 in rows_list:
                 bad = [t for t, r in zip(task_index, rows_list) if r < 0][:3]
-                raise ValueError(
-                    f"ClusterParallel.observe_batch: tasks {bad} are in clusters never planned; bind(task_ids) first"
-                )
-            rows = torch.tensor(rows_list, dtype=torch.long)
-            self.observe_clusters(rows, scores)
+                raise ValueError(f"ClusterParallel.observe_batch: tasks {bad} were never planned; bind(task_ids) first")
+            self.observe_tasks(torch.tensor(rows_list, dtype=torch.long), scores)
             return
-        if self._task_cluster is None:
+        if self._bank_rows is None:
             raise RuntimeError("ClusterParallel.observe_batch: bank indices need bind(task_ids) first")
-        self.observe_clusters(self._task_cluster[task_index.to(self._device)], scores)
+        self.observe_tasks(self._bank_rows[task_index.to(self._device)], scores)
 
     @_normal_tensors
-    def observe_clusters(self, cluster_index: Tensor, scores: Tensor) -> None:
-        """E finished episodes by cluster row (index into `clusters`) with scores [E] in 0..1."""
-        cluster_index = cluster_index.to(self._device, torch.long).reshape(-1)
+    def observe_tasks(self, task_rows: Tensor, scores: Tensor) -> None:
+        """E finished episodes by task row (index into `tasks`) with scores [E] in 0..1."""
+        task_rows = task_rows.to(self._device, torch.long).reshape(-1)
         room = 1.0 - scores.to(self._device, torch.float64).reshape(-1).clamp(0.0, 1.0)
-        inc = torch.stack([torch.ones_like(room), room], dim=1)
+        inc = torch.stack([torch.ones_like(room), room, room * room], dim=1)
         with self._lock:
-            self._pending.index_add_(0, cluster_index, inc)
+            self._pending.index_add_(0, task_rows, inc)
 
     # distributed agreement (stats_tensor / sync from _SyncedCounters) ---------------------------
     @_normal_tensors
@@ -305,25 +312,34 @@ class ClusterParallel(_SyncedCounters):
         """Add the all-reduced increments to the agreed statistics and retire what was handed out."""
         with self._lock:
             rows = self._merged.shape[0]
-            if global_increments.dim() != 2 or global_increments.shape[1] != 2 or global_increments.shape[0] > rows:
+            if global_increments.dim() != 2 or global_increments.shape[1] != 3 or global_increments.shape[0] > rows:
                 raise ValueError(
                     f"merge_stats: got shape {tuple(global_increments.shape)}, expected {tuple(self._merged.shape)}; "
                     "every rank must bind/plan the same task ids before syncing"
                 )
-            grow = rows - global_increments.shape[0]  # clusters registered since the snapshot: no increments yet
+            grow = rows - global_increments.shape[0]  # tasks registered since the snapshot: no increments yet
             self._merged[: rows - grow] += global_increments.to(self._device, torch.float64)
             if self._inflight is not None:
                 self._pending[: self._inflight.shape[0]] -= self._inflight
                 self._inflight = None
 
     # planning -----------------------------------------------------------------------------------
+    def _by_cluster(self, per_task: Tensor) -> Tensor:
+        """[C, 3]: per cluster (episodes, room, within-task sum of squared deviations), on the CPU."""
+        per_task = per_task.cpu()
+        n, room, sq = per_task.unbind(1)
+        ss = (sq - room * room / n.clamp_min(1.0)).clamp_min(0.0)  # per task: n_k var_k
+        out = torch.zeros(len(self.clusters), 3, dtype=torch.float64)
+        out.index_add_(0, torch.tensor(self._task_cluster_list, dtype=torch.long), torch.stack([n, room, ss], 1))
+        return out
+
     def scores(self) -> Tensor:
         """UCB score per registered cluster from the merged statistics, [C] float64 on the CPU."""
         with self._lock:
-            merged = self._merged.cpu()
-        n, room = merged[:, 0], merged[:, 1]
-        m = torch.where(n > 0, room / n.clamp_min(1.0), torch.full_like(n, 0.5))
-        signal = (4.0 * m * (1.0 - m)).clamp(0.0, 1.0)
+            cl = self._by_cluster(self._merged)
+        n, ss = cl[:, 0], cl[:, 2]
+        spread = torch.where(n > 0, ss / n.clamp_min(1.0), torch.full_like(n, 0.25))  # untried: optimistic
+        signal = (4.0 * spread).clamp(0.0, 1.0)
         bonus = self.c * torch.sqrt(math.log1p(float(n.sum())) / (1.0 + n))
         return signal + bonus
 
@@ -349,23 +365,31 @@ class ClusterParallel(_SyncedCounters):
 
     # checkpoints --------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """Everything this instance has seen (merged + local pending); exact when synced just before."""
+        """Everything this instance has seen (merged + local pending); exact when synced just before.
+        `stats` [C, 2] is the per-cluster (episodes, room) summary; `task_stats` [T, 3] the state."""
         with self._lock:
-            return {"clusters": list(self.clusters), "stats": (self._merged + self._pending).cpu().clone()}
+            per_task = (self._merged + self._pending).cpu().clone()
+            return {"clusters": list(self.clusters), "tasks": list(self.tasks), "task_stats": per_task,
+                    "stats": self._by_cluster(per_task)[:, :2].clone()}
 
     @_normal_tensors
     def load_state_dict(self, state: dict[str, Any]) -> None:
         with self._lock:
-            clusters = list(state["clusters"])
-            stats = state["stats"].to(self._device, torch.float64)
-            keep = {cl: stats[i] for i, cl in enumerate(clusters)}
-            for cl in clusters:  # saved registry order (tie-breaks) unless already bound
+            for cl in state["clusters"]:  # saved registry order (tie-breaks) unless already bound
                 if cl not in self._cluster_index:
                     self._cluster_index[cl] = len(self.clusters)
                     self.clusters.append(cl)
-            self._merged = torch.zeros(len(self.clusters), 2, dtype=torch.float64, device=self._device)
-            for cl, row in keep.items():
-                self._merged[self._cluster_index[cl]] = row
+            tasks = list(state.get("tasks", []))
+            saved = state.get("task_stats")
+            for t in tasks:
+                if t not in self._task_index:
+                    self._task_index[t] = len(self.tasks)
+                    self.tasks.append(t)
+                    self._task_cluster_list.append(self._cluster_index[self.cluster_of(t)])
+            self._merged = torch.zeros(len(self.tasks), 3, dtype=torch.float64, device=self._device)
+            if saved is not None:
+                for i, t in enumerate(tasks):
+                    self._merged[self._task_index[t]] = saved[i].to(self._device, torch.float64)
             self._pending = torch.zeros_like(self._merged)
             self._inflight = None
 

@@ -38,9 +38,17 @@ def mlp(sizes: Sequence[int], activation: str, out_std: float) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
+def padding_logit(dtype: torch.dtype) -> float:
+    """The logit of a padded category: half the dtype's most negative finite value, so that
+    subtracting a log-normaliser cannot overflow to -inf (-1e9 is -inf in fp16; -inf * 0 is NaN)."""
+    return torch.finfo(dtype).min / 2
+
+
 class CategoricalHead(nn.Module):
     """Discrete and multi-discrete actions: one categorical per dimension, padded to the widest
-    with a large negative (finite, so gradients stay finite) logit so every dimension is
+    with a large negative logit, dtype-aware (half of `torch.finfo(dtype).min`: finite after
+    `log_softmax` subtracts the normaliser, even in fp16 under `precision: 16-mixed`, so
+    gradients and the entropy stay finite) so every dimension is
     sampled and scored by one tensor op.
 
     Log-probabilities are laid out [max(nvec), D, B] (category first, batch last), so softmax,
@@ -67,11 +75,11 @@ class CategoricalHead(nn.Module):
         self.scalar = len(self.nvec) == 1
 
     def _log_probs(self, flat_logits: Tensor) -> Tensor:
-        """[B, sum(nvec)] -> [max(nvec), D, B] normalised log-probabilities (~-1e9 on padding)."""
+        """[B, sum(nvec)] -> [max(nvec), D, B] normalised log-probabilities (very negative on padding)."""
         width, dims = self._padding.shape[:2]
         logits = flat_logits.t().index_select(0, self._rows).view(width, dims, flat_logits.shape[0])
         if self.padded:
-            logits = logits.masked_fill(self._padding, -1e9)
+            logits = logits.masked_fill(self._padding, padding_logit(logits.dtype))
         return logits.log_softmax(0)
 
     def sample(self, flat_logits: Tensor, generator: Optional[torch.Generator]) -> tuple[Tensor, Tensor]:
@@ -95,13 +103,14 @@ class GaussianHead(nn.Module):
 
     def __init__(self, shape: Sequence[int]) -> None:
         super().__init__()
+        self.shape = tuple(int(d) for d in shape)  # the Box's shape: actions are [B, *shape]
         self.n_outputs = int(math.prod(shape))
         self.log_std = nn.Parameter(torch.zeros(self.n_outputs))
 
     def sample(self, mean: Tensor, generator: Optional[torch.Generator]) -> tuple[Tensor, Tensor]:
         std = self.log_std.exp()
         action = mean + std * torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
-        return action, self._log_prob(mean, action)
+        return action.reshape(mean.shape[0], *self.shape), self._log_prob(mean, action)
 
     def _log_prob(self, mean: Tensor, action: Tensor) -> Tensor:
         z = (action - mean) / self.log_std.exp()

@@ -352,20 +352,24 @@ class _LearningSampler:
         return {}
 
     # -- distributed ------------------------------------------------------------------------
+    COUNTS = ("attempts", "passes", "picks")  # what `sync` adds across ranks: counts only, never probabilities
+
     def sync(self, reduce_sum: Callable[[Tensor], Tensor]) -> None:
         """Make every rank's statistics the union of all ranks' episodes: all-reduce (sum) the
-        counts recorded since the last sync. Every rank must call it (a collective)."""
+        counts recorded since the last sync, then refit what derives from them (e.g. a posterior)
+        on the union, identically on every rank. Every rank must call it (a collective)."""
         with self._lock:
-            counts = torch.stack([getattr(self, n).to(torch.float64) for n in self.PER_TASK])
+            counts = torch.stack([getattr(self, n).to(torch.float64) for n in self.COUNTS])
             base = getattr(self, "_synced", None)
             if base is None or base.shape != counts.shape or base.device != counts.device:
                 base = torch.zeros_like(counts)
             total = base + reduce_sum(counts - base)
-            for i, name in enumerate(self.PER_TASK):
+            for i, name in enumerate(self.COUNTS):
                 mine = getattr(self, name)
                 setattr(self, name, total[i].to(mine.dtype))
             self._synced = total
             self._dirty = True
+            self._learn_if_dirty()  # derived statistics from the union (the logged signals read them)
 
     # -- checkpoints -------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -411,7 +415,7 @@ class _LearningSampler:
             self._layout(state["task_ids"], {k: state[k] for k in self.PER_TASK})
             self._dirty = bool(state.get("dirty", False))
             # every rank loads the same (already synced) counts: the next sync adds only what follows
-            self._synced = torch.stack([getattr(self, n).to(torch.float64) for n in self.PER_TASK])
+            self._synced = torch.stack([getattr(self, n).to(torch.float64) for n in self.COUNTS])
 
 
 class DifficultyWeighted(_LearningSampler):

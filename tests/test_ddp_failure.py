@@ -13,7 +13,7 @@ TESTS = Path(__file__).parent
 CONFIG = str(TESTS.parent / "configs" / "swarm.yaml")
 DDP = ["--trainer.accelerator", "cpu", "--trainer.devices", "2",
        "--trainer.strategy", "lightning.pytorch.strategies.DDPStrategy", "--trainer.strategy.timeout", "0:01:00"]  # covers the ranks' start-up on a loaded machine
-TINY = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false", "--data.num_envs", "8",
+TINY = ["--trainer.enable_model_summary", "false", "--data.num_envs", "8",  # the default progress bar stays on
         "--data.num_steps", "4", "--data.update_epochs", "1", "--data.num_minibatches", "1", "--trainer.max_epochs", "3"]
 
 
@@ -55,7 +55,8 @@ def test_an_exception_on_one_rank_ends_the_whole_run_with_that_error(tmp_path):
     assert ckpt["epoch"] == 0
     ranks = ckpt["RolloutDataModule"]["ranks"]
     assert len(ranks) == 2
-    assert not torch.equal(ranks[0]["action_generator"], ranks[1]["action_generator"])
+    for stream in ("action_generator", "task_generator", "minibatch_generator"):
+        assert not torch.equal(ranks[0][stream], ranks[1][stream]), stream
     assert not torch.equal(ranks[0]["obs"], ranks[1]["obs"])
 
 

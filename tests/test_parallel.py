@@ -168,6 +168,27 @@ def test_cp_difficulty_filter_ranks_informative_above_all_pass_and_all_fail():
     assert [cp.leased_clusters(u) for u in plan] == [["gamma"], ["delta"]]
 
 
+def test_cp_difficulty_filter_reads_outcome_spread_not_mean_score():
+    """Graded scores: a cluster whose episodes all score 0.5, or one always-solved plus one
+    never-solved task, gives every rollout of a task the same advantage (no gradient): signal 0.
+    A mean-score filter (4 m (1 - m) of the cluster mean) scored both 1, above a really mixed one."""
+    cp = ClusterParallel()
+    cp.bind(TASKS)
+    feed(cp, "alpha", [0.5] * 12)  # every episode the same partial score
+    for i in range(6):  # beta-0 always solved, beta-1 never: the cluster mean is 0.5
+        cp.observe(None, "beta-0", 1.0)
+        cp.observe(None, "beta-1", 0.0)
+    feed(cp, "gamma", [0.25, 0.75] * 6)  # each task's episodes differ: spread 0.0625 per task
+    cp.sync()
+    score = dict(zip(cp.clusters, cp.scores().tolist()))
+    bonus = 1.4 * (torch.log1p(torch.tensor(36.0)) / 13).sqrt().item()
+    assert score["alpha"] == pytest.approx(bonus) and score["beta"] == pytest.approx(bonus)
+    assert score["gamma"] == pytest.approx(4 * 0.0625 + bonus)
+    assert score["delta"] > score["gamma"]  # untried: optimistic
+    plan = checked_plan(cp, 2, 1, TASKS)
+    assert [cp.leased_clusters(u) for u in plan] == [["delta"], ["gamma"]]
+
+
 def test_cp_unobserved_cluster_keeps_an_exploration_bonus():
     cp = ClusterParallel()
     cp.bind(TASKS)
@@ -217,7 +238,7 @@ def test_cp_observation_between_stats_tensor_and_merge_is_kept():
     inc = cp.stats_tensor()
     feed(cp, "beta", [0.0])  # arrives while the all_reduce is in flight
     cp.merge_stats(inc)
-    assert cp.stats_tensor()[cp.clusters.index("beta")].tolist() == [1.0, 1.0]
+    assert cp.stats_tensor()[cp.tasks.index("beta-0")].tolist() == [1.0, 1.0, 1.0]  # (episodes, room, room^2)
 
 
 def test_cp_new_clusters_planned_while_a_sync_is_in_flight():
@@ -253,7 +274,8 @@ def test_cp_observe_batch_matches_observe_and_needs_bind():
     named.observe_batch([TASKS[i] for i in idx.tolist()], scores)
     assert torch.equal(one.stats_tensor(), batch.stats_tensor())
     assert torch.equal(one.stats_tensor(), named.stats_tensor())
-    assert batch.stats_tensor()[batch.clusters.index("beta")].tolist() == [2.0, 1.25]
+    beta = [batch.tasks.index(t) for t in ("beta-0", "beta-1")]  # bank 4 twice: beta-1
+    assert batch.stats_tensor()[beta].tolist() == [[0.0, 0.0, 0.0], [2.0, 1.25, 0.5625 + 0.25]]
     with pytest.raises(RuntimeError, match="bind"):
         ClusterParallel().observe_batch(idx, scores)
 
@@ -309,6 +331,7 @@ def test_cp_thread_safe_observe_loses_no_counts():
         th.join()
     total = cp.state_dict()["stats"].sum(0)
     assert total.tolist() == [n_threads * (per_thread + 10), n_threads * (per_thread * 0.5 + 10)]
+    assert cp.state_dict()["task_stats"][:, 2].sum() == n_threads * (per_thread * 0.25 + 10)
 
 
 def test_cp_state_dict_round_trip_weights_only():

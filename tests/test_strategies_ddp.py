@@ -1,6 +1,8 @@
 """Parallelism strategies on 2 gloo ranks through the real CLI and Trainer (DDP on CPU).
 
-One launch runs DP, CP, TP and TP with route one after another in the same two rank processes
+One launch runs every override of configs/parallel/ (DP, block, CP, TP, TP with route), a user
+strategy with `observe`, and a strategy that plans differently per rank, one after another in the
+same two rank processes, with the progress bar on (as a user runs them)
 (`parlightning.fit.main` per strategy; the ranks are started the way Lightning's own launcher
 starts its children: LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT), with a deadline so a hang fails
 instead of blocking. A `Recorder` callback dumps what each rank planned, started and learned;
@@ -15,12 +17,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Sequence
 
 import pytest
 import torch
 
 from parlightning.callbacks import RolloutCallback, find_planner
-from parlightning.parallel import TensorParallel, family_of
+from parlightning.parallel import TensorParallel, WorkUnit, family_of
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -28,20 +31,58 @@ CONFIG = str(ROOT / "configs" / "swarm.yaml")
 WORLD = 2
 EPOCHS, UPDATE_EPOCHS, MINIBATCHES = 2, 2, 2
 TINY = [
-    "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
-    "--trainer.max_epochs", str(EPOCHS), "--data.num_envs", "16", "--data.num_steps", "8",
+    "--trainer.enable_model_summary", "false", "--trainer.max_epochs", str(EPOCHS), "--data.num_envs", "16", "--data.num_steps", "8",
     "--data.update_epochs", str(UPDATE_EPOCHS), "--data.num_minibatches", str(MINIBATCHES),
 ]
 DDP = [
     "--trainer.accelerator", "cpu", "--trainer.devices", str(WORLD),
     "--trainer.strategy", "lightning.pytorch.strategies.DDPStrategy", "--trainer.strategy.timeout", "0:01:00",
 ]
+PLANNER_YAML = ("trainer:\n  callbacks+:\n    - class_path: parlightning.callbacks.StrategyPlanner\n"
+                "      init_args:\n        strategy: {{class_path: test_strategies_ddp.{}}}\n")
 SCENARIOS = {  # name -> extra arguments; DP also stops each rollout's update early on a tiny target KL
     "dp": ["--config", "configs/parallel/dp.yaml", "--model.target_kl", "1e-6"],
+    "block": ["--config", "configs/parallel/block.yaml", "--data.sampler", "parlightning.sampling.PosteriorSignal"],
     "cp": ["--config", "configs/parallel/cp.yaml"],
     "tp": ["--config", "configs/parallel/tp.yaml"],
     "tp_route": ["--config", "configs/parallel/tp_route.yaml"],
+    "user": ["--config", "{out}/user.yaml"],
+    "rank_dependent": ["--config", "{out}/rank_dependent.yaml"],  # must fail: last
 }
+DUMPED = [name for name in SCENARIOS if name != "rank_dependent"]
+
+
+class FewestFirst:
+    """A user's strategy (`plan` + `observe`): each rank leases the families with the fewest
+    observed episodes so far, so its plan depends on what `observe` saw; it keeps every call."""
+
+    name = "fewest-first"
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self.observed: list[list] = []
+
+    def plan(self, n_workers: int, round_index: int, keys: Sequence[str]) -> list[WorkUnit]:
+        families = sorted({family_of(k) for k in keys}, key=lambda f: (self.counts.get(f, 0), f))
+        return [WorkUnit(w, tuple(k for k in keys if family_of(k) == families[w % len(families)]))
+                for w in range(n_workers)]
+
+    def observe(self, unit, task_id, score):
+        self.counts[family_of(task_id)] = self.counts.get(family_of(task_id), 0) + 1
+        self.observed.append([unit.worker, task_id, score])
+
+    def state_dict(self):
+        return {"observed": self.observed}
+
+
+class RankDependent(FewestFirst):
+    """Plans from rank-local state: the ranks disagree from round 0."""
+
+    def plan(self, n_workers: int, round_index: int, keys: Sequence[str]) -> list[WorkUnit]:
+        units = super().plan(n_workers, round_index, keys)
+        if os.environ.get("LOCAL_RANK") != "1":
+            return units
+        return [WorkUnit(u.worker, units[-1 - i].keys) for i, u in enumerate(units)]  # the shards swapped
 DEADLINE_S = 420  # the whole two-rank launch; a hang fails here (the machine is shared and loaded)
 
 
@@ -55,6 +96,8 @@ class Recorder(RolloutCallback):
         self.shards, self.plans, self.started, self.finished = [], [], [], []
         self.raw, self.reduced = [], []
         self.batches = 0
+        self.keys_trained = []  # every minibatch's key-table rows (TP)
+        self.returns, self.logged = [], []  # per round: this rank's episode returns; the logged stats
 
     def setup(self, trainer, pl_module, stage) -> None:
         dm = trainer.datamodule
@@ -73,6 +116,14 @@ class Recorder(RolloutCallback):
         if table is not None:
             table.weight.register_hook(lambda g: self.raw.append(g.detach().clone()))
 
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if "keys" in batch:
+            self.keys_trained.append(batch["keys"].clone())
+
+    def on_rollout_end(self, trainer, pl_module, rollout) -> None:
+        self.returns.append(rollout.episode_return.clone())
+        self.logged.append({k: float(v) for k, v in rollout.stats.items() if not k.startswith("perf/")})
+
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:  # after DDP's all-reduce
         self.batches += 1
         table = getattr(pl_module.policy, "key_table", None)
@@ -87,16 +138,18 @@ class Recorder(RolloutCallback):
         if round_index == 0:  # the first reset happened in build, under round 0's plan
             started.index_add_(0, dm.current_task, torch.ones_like(dm.current_task))
         self.started.append(started)
+        self.finished.append([])
 
     def on_episodes_end(self, trainer, pl_module, task_ids, parts) -> None:
-        self.finished.extend(task_ids.tolist())
+        self.finished[-1].extend(task_ids.tolist())
 
     def on_fit_end(self, trainer, pl_module) -> None:
         planner = find_planner(trainer)
         torch.save(
             {
                 "shards": self.shards, "plans": self.plans, "started": torch.stack(self.started),
-                "finished": self.finished, "raw": self.raw, "reduced": self.reduced, "batches": self.batches,
+                "finished": self.finished, "raw": self.raw, "keys_trained": self.keys_trained,
+                "returns": self.returns, "logged": self.logged, "reduced": self.reduced, "batches": self.batches,
                 "params": {k: v.detach().clone() for k, v in pl_module.policy.state_dict().items()},
                 "initial": self.initial,
                 "summary": planner.summary(), "strategy": planner.strategy.state_dict()
@@ -112,11 +165,21 @@ def _rank_main(out: str) -> None:
     from parlightning.fit import main
 
     del sys.argv[1:]  # main() gets its arguments as a list
+    rank = os.environ["LOCAL_RANK"]
+    for name, cls in (("user", "FewestFirst"), ("rank_dependent", "RankDependent")):
+        Path(f"{out}/{name}.yaml.{rank}").write_text(PLANNER_YAML.format(cls))  # per rank: no write race
+        os.replace(f"{out}/{name}.yaml.{rank}", f"{out}/{name}.yaml")
     for name, extra in SCENARIOS.items():
-        main([
-            "--config", CONFIG, *extra, *TINY, *DDP, "--trainer.default_root_dir", f"{out}/{name}",
-            "--trainer.callbacks+=test_strategies_ddp.Recorder", f"--trainer.callbacks.out={out}/{name}",
-        ])
+        args = ["--config", CONFIG, *[a.format(out=out) for a in extra], *TINY, *DDP,
+                "--trainer.default_root_dir", f"{out}/{name}",
+                "--trainer.callbacks+=test_strategies_ddp.Recorder", f"--trainer.callbacks.out={out}/{name}"]
+        if name != "rank_dependent":
+            main(args)
+            continue
+        try:
+            main(args)
+        except SystemExit as stop:
+            Path(f"{out}/{name}_rank{rank}.txt").write_text(str(stop.code))
 
 
 def _free_port() -> int:
@@ -154,8 +217,10 @@ def runs(tmp_path_factory):
     if any("EADDRINUSE" in err or "Address already in use" in err for err in failed):  # port taken meanwhile: retry
         failed = _launch(out)
     assert not failed, failed[0][-3000:]
-    return {name: [torch.load(out / f"{name}_rank{r}.pt", weights_only=True) for r in range(WORLD)]
-            for name in SCENARIOS}
+    dumps = {name: [torch.load(out / f"{name}_rank{r}.pt", weights_only=True) for r in range(WORLD)]
+             for name in DUMPED}
+    dumps["rank_dependent"] = [(out / f"rank_dependent_rank{r}.txt").read_text() for r in range(WORLD)]
+    return dumps
 
 
 # --------------------------------------------------------------------------------------- DDP
@@ -175,7 +240,8 @@ def test_ranks_roll_out_disjoint_shards_from_the_first_step(runs):
 
 
 def test_parameters_identical_on_every_rank_after_training(runs):
-    for name, (a, b) in runs.items():
+    for name in DUMPED:
+        a, b = runs[name]
         assert a["params"].keys() == b["params"].keys()
         for k in a["params"]:
             assert torch.equal(a["params"][k], b["params"][k]), (name, k)
@@ -183,7 +249,8 @@ def test_parameters_identical_on_every_rank_after_training(runs):
 
 
 def test_every_rank_yields_the_same_number_of_minibatches(runs):
-    for name, (a, b) in runs.items():
+    for name in DUMPED:
+        a, b = runs[name]
         assert a["batches"] == b["batches"], name
     full = EPOCHS * UPDATE_EPOCHS * MINIBATCHES
     assert runs["cp"][0]["batches"] == full
@@ -195,6 +262,7 @@ def test_cluster_plans_identical_across_ranks(runs):
     assert a["plans"] == b["plans"]
     assert torch.equal(a["strategy"]["stats"], b["strategy"]["stats"])  # statistics agreed by all-reduce
     assert int(a["strategy"]["stats"][:, 0].sum()) == a["summary"]["episodes"] > 0
+    assert torch.equal(a["strategy"]["task_stats"], b["strategy"]["task_stats"])
     leased = set()
     for plan in a["plans"]:
         units = [{family_of(t) for t in unit} for unit in plan]
@@ -231,20 +299,69 @@ def test_tp_ranks_change_only_their_own_rows_and_agree_on_the_union(runs):
     assert sum(float(g[2:].abs().sum()) for g in a["raw"]) == 0 and sum(float(g[:2].abs().sum()) for g in b["raw"]) == 0
 
 
-def test_section_violations_counted_without_route_and_zero_with_route(runs):
+def test_section_violations_count_the_trained_key_rows_the_mask_rejects(runs):
+    """TP counts, per trained sample, the key-table gradient rows each rank's mask keeps
+    (`updates_delivered`) and rejects (`section_violations`), summed over ranks, not episodes."""
     sections = _sections()
+    owner = torch.tensor([next(s for s, sec in enumerate(sections) if k in sec) for k in KEYS])
     for name in ("tp", "tp_route"):
         a, b = runs[name]
-        assert a["summary"] == b["summary"]  # all-reduced every round
+        assert a["summary"] == b["summary"]  # all-reduced every round and at the end
         s = a["summary"]
-        outside = sum(family_of(d["task_ids"][t]) not in sections[d["rank"]] for d in (a, b) for t in d["finished"])
-        assert s["episodes"] == len(a["finished"]) + len(b["finished"]) > 0
-        assert s["section_violations"] == outside
-        assert s["updates_delivered"] + s["section_violations"] == s["episodes"]
+        rejected = sum(int((owner[k] != d["rank"]).sum()) for d in (a, b) for k in d["keys_trained"])
+        trained = sum(k.numel() for d in (a, b) for k in d["keys_trained"])
+        assert trained == WORLD * a["batches"] * 16 * 8 // MINIBATCHES > 0  # every row of every minibatch
+        assert (s["updates_delivered"], s["section_violations"]) == (trained - rejected, rejected)
+        assert s["episodes"] == sum(len(r) for d in (a, b) for r in d["finished"]) > 0
     assert runs["tp"][0]["summary"]["section_violations"] > 0
     route = runs["tp_route"][0]["summary"]
-    assert route["section_violations"] == 0 and route["updates_delivered"] == route["episodes"]
+    assert route["section_violations"] == 0
     assert route["keys"] == route["tasks"]  # every task of the bank was rolled out by its owner
+
+
+def test_rollout_statistics_are_weighted_by_episodes_over_all_ranks(runs):
+    for name in ("dp", "cp"):
+        a, b = runs[name]
+        for r in range(EPOCHS):
+            returns = torch.cat([a["returns"][r], b["returns"][r]])
+            for dump in (a, b):
+                logged = dump["logged"][r]
+                assert logged["rollout/episodes"] == returns.numel() > 0
+                assert logged["rollout/episodic_return"] == pytest.approx(float(returns.mean()), rel=1e-5)
+
+
+def test_a_user_strategys_observe_sees_every_ranks_episodes_and_plans_agree(runs):
+    a, b = runs["user"]
+    assert a["plans"] == b["plans"]  # the digest check passed every round
+    observed = a["strategy"]["observed"]
+    assert observed == b["strategy"]["observed"]  # the same calls, in the same order, on both ranks
+    finished = [[d["task_ids"][t] for t in d["finished"][r]] for r in range(EPOCHS) for d in (a, b)]
+    assert [task for _, task, _ in observed] == [t for chunk in finished for t in chunk]  # round by round, rank order
+    assert {w for w, _, _ in observed} == {0, 1}  # each episode with the unit of the rank that ran it
+
+
+def test_ranks_that_plan_differently_stop_with_one_error_naming_the_strategy(runs):
+    for message in runs["rank_dependent"]:
+        assert message.startswith("error: ") and "\n" not in message, message
+        assert "RankDependent" in message or "different plans on different ranks" in message, message
+        assert "round 0" in message and "union" in message, message
+
+
+def test_episodes_finishing_outside_their_rounds_shard_are_counted(runs):
+    """DP's shards rotate: each round some actors finish an episode started under the last plan."""
+    for name in ("dp", "block"):
+        a, b = runs[name]
+        outside = sum(t not in set(d["shards"][r]) for d in (a, b) for r in range(1, EPOCHS) for t in d["finished"][r])
+        assert a["summary"]["carried_episodes"] == b["summary"]["carried_episodes"] == outside
+        assert [d["logged"][1]["parallel/carried_episodes"] for d in (a, b)] == [outside, outside]
+    assert runs["dp"][0]["summary"]["carried_episodes"] > 0 and runs["block"][0]["summary"]["carried_episodes"] == 0
+
+
+def test_posterior_signal_sync_keeps_its_share_a_probability_under_ddp(runs):
+    a, b = runs["block"]
+    for r in range(EPOCHS):
+        shares = [d["logged"][r]["sampler/posterior_informative_share"] for d in (a, b)]
+        assert all(0.0 <= x <= 1.0 for x in shares), shares
 
 
 # --------------------------------------------------------------------------------------- one process
@@ -287,6 +404,51 @@ def test_strategy_statistics_are_checkpointed_and_resumed(tmp_path):
     after = planner.strategy.state_dict()["stats"]
     assert (after[:, 0] >= stats[:, 0]).all() and after[:, 0].sum() > stats[:, 0].sum()
     assert int(after[:, 0].sum()) == planner.summary()["episodes"]  # restored, then counted on
+
+
+def test_posterior_signal_sync_adds_counts_and_refits_on_the_union():
+    """Two 'ranks' (threads meeting in an all-reduce) sync a PosteriorSignal: counts add, the
+    posterior is refit from the union (equal to one sampler that saw every episode), and its
+    informative share stays a probability (adding probabilities as counts logged -0.655)."""
+    import threading
+
+    from parlightning.sampling import PosteriorSignal
+
+    ids = [f"solo-{i}" for i in range(6)]
+    ranks = [PosteriorSignal(pass_threshold=1.0, seed=r) for r in range(WORLD)]
+    union = PosteriorSignal(pass_threshold=1.0, seed=0)
+    for sampler in (*ranks, union):
+        sampler.bind(ids, torch.device("cpu"))
+    outcomes = [torch.tensor([1.0, 1.0, 0.0, 1.0, 0.0, 0.0]), torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 0.0])]
+    for rank, sampler in enumerate(ranks):
+        sampler.pick_batch(torch.arange(6), 0, torch.ones(5, dtype=torch.bool), torch.Generator().manual_seed(rank))
+        sampler.record_batch(torch.arange(6), outcomes[rank])
+        union.record_batch(torch.arange(6), outcomes[rank])
+    barrier, inbox = threading.Barrier(WORLD), [None] * WORLD
+
+    def all_reduce_sum(rank):
+        def reduce(t):
+            inbox[rank] = t.clone()
+            barrier.wait()
+            total = sum(inbox)
+            barrier.wait()
+            return total
+        return reduce
+
+    threads = [threading.Thread(target=s.sync, args=(all_reduce_sum(r),)) for r, s in enumerate(ranks)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    union.weights(ids)  # fits its posterior
+    picks = ranks[0].picks + 0
+    assert torch.equal(ranks[1].picks, picks) and int(picks.sum()) == WORLD * 5
+    expected = float((picks * union.p_informative).sum() / picks.sum())
+    for sampler in ranks:
+        assert torch.equal(sampler.attempts, union.attempts) and torch.equal(sampler.passes, union.passes)
+        torch.testing.assert_close(sampler.p_informative, union.p_informative)
+        share = float(sampler.signals()["posterior_informative_share"])
+        assert 0.0 <= share <= 1.0 and share == pytest.approx(expected, rel=1e-5)
 
 
 # --------------------------------------------------------------------------------------- refusals

@@ -1,7 +1,10 @@
 """`RolloutCallback`: Lightning callback with rollout-level hooks the data module calls.
 
-The epoch hooks come too late for rollout work: Lightning iterates the dataloader (and so
-collects the rollout) before `on_train_epoch_start`. New paradigms subclass this.
+The epoch hooks do not fit rollout work: Lightning calls `iter()` on the dataloader before
+`on_train_epoch_start`, but the rollout is collected after it, inside the loader, when the first
+minibatch is requested, and no epoch hook runs between collection and the first update. These
+hooks run during collection, where planning, λ and episode bookkeeping belong. New paradigms
+subclass this.
 """
 
 from __future__ import annotations

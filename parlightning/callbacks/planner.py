@@ -4,12 +4,14 @@ from the unit's tasks.
 
 Every rank computes the same plan: strategies plan from state that is all-reduced (SUM) once per
 round, at rollout end, on every rank (`trainer.strategy.reduce`), so the epoch-end checkpoint
-holds agreed statistics. The last `StrategyPlanner` in `trainer.callbacks` is in force, so a later
+holds agreed statistics; a user strategy's `observe` is fed the union of all ranks' episodes, in
+rank order; and each round a digest of the plan is compared across ranks (a mismatch is one error). The last `StrategyPlanner` in `trainer.callbacks` is in force, so a later
 config can swap the strategy with `callbacks+:`; earlier planners stand aside.
 """
 
 from __future__ import annotations
 
+import hashlib
 from typing import TYPE_CHECKING, Any, Optional
 
 import lightning.pytorch as pl
@@ -17,6 +19,7 @@ import torch
 from torch import Tensor
 
 from parlightning.callbacks.base import RolloutCallback
+from parlightning.checkpoint import gather_ranks
 from parlightning.envs.base import EpisodeParts
 from parlightning.errors import ConfigError
 from parlightning.parallel import DataParallel, ParallelStrategy, TensorParallel, WorkUnit, checked_plan
@@ -43,10 +46,13 @@ class StrategyPlanner(RolloutCallback):
         strategy: a `ParallelStrategy` (any class with `name` and `plan`), by `class_path` in
             YAML; default `DataParallel()`.
 
-    `ClusterParallel` statistics and `TensorParallel` counters are all-reduced every round;
-    TP also masks the policy's key-table gradient to this rank's section (`mask_gradients`,
-    called by `PPOModule.on_fit_start`) and logs `parallel/updates_delivered` and
-    `parallel/section_violations`. `summary()` gives the run's totals, the same on every rank.
+    `ClusterParallel` statistics and `TensorParallel` counters are all-reduced every round (and
+    once more at the end of training); TP also masks the policy's key-table gradient to this
+    rank's section (`mask_gradients`, called by `PPOModule.on_fit_start`) and logs
+    `parallel/updates_delivered` and `parallel/section_violations`: per trained minibatch row, the
+    key-table rows the mask keeps and rejects (the shared trunk trains on every row). Episodes
+    that end on a task outside their round's shard (started under the previous plan) are counted
+    as `parallel/carried_episodes`. `summary()` gives the run's totals, the same on every rank.
     Checkpoints hold the planner's statistics under the `StrategyPlanner` key.
     """
 
@@ -70,6 +76,8 @@ class StrategyPlanner(RolloutCallback):
         self._pending: Optional[Tensor] = None  # [K] this rank's since the last sync
         self._restored: Optional[dict[str, Any]] = None
         self._mask_handle: Any = None
+        self._observed: list[Tensor] = []  # this round's [E, 2] (bank index, score) for a user's `observe`
+        self.carried_episodes = 0  # episodes that ended outside the plan they started under (all ranks)
 
     # ------------------------------------------------------------------ set-up (every rank alike)
     def prepare(self, trainer: "pl.Trainer") -> None:
@@ -158,11 +166,28 @@ class StrategyPlanner(RolloutCallback):
                 self.plan = checked_plan(self.strategy, trainer.world_size, round_index, self._bank)
             except (ValueError, TypeError) as err:
                 raise ConfigError(f"{FIELD}: {err}") from None
+            self._check_same_plan(trainer, round_index)
             self.unit = self.plan[trainer.global_rank]
             self._shard = torch.tensor([self._index[k] for k in self.unit.keys], dtype=torch.long,
                                        device=self._episodes.device)
             self._round = round_index
         return self._shard
+
+    def _check_same_plan(self, trainer: "pl.Trainer", round_index: int) -> None:
+        """Compare a digest of this round's plan across ranks (one small all-reduce, every rank,
+        every round): ranks that planned differently would roll out overlapping or missing work."""
+        if trainer.world_size <= 1 or not torch.distributed.is_available() or not torch.distributed.is_initialized():
+            return
+        text = repr([(u.worker, tuple(u.keys), u.stage, u.section) for u in self.plan]).encode()
+        digest = int.from_bytes(hashlib.blake2b(text, digest_size=7).digest(), "little")  # < 2**56: exact in int64
+        both = torch.tensor([digest, -digest], dtype=torch.long, device=self._episodes.device)
+        torch.distributed.all_reduce(both, op=torch.distributed.ReduceOp.MAX)
+        if int(both[0]) != -int(both[1]):
+            raise ConfigError(
+                f"{FIELD}: {self.strategy!r} computed different plans on different ranks in round {round_index}; "
+                "plan() must depend only on (n_workers, round_index, keys) and on statistics every rank shares "
+                "(observe() is fed the union of all ranks' episodes, in rank order), not on rank-local state"
+            )
 
     def on_rollout_start(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", round_index: int) -> None:
         shard = self.shard_for(trainer, round_index)
@@ -176,13 +201,45 @@ class StrategyPlanner(RolloutCallback):
             return
         self._pending.index_add_(0, task_ids, torch.ones_like(task_ids))
         s = self.strategy
-        if callable(getattr(s, "observe_batch", None)):
+        if callable(getattr(s, "observe_batch", None)):  # built-ins: local increments, all-reduced at rollout end
             s.observe_batch(task_ids, parts.outcome)
-        elif callable(getattr(s, "observe", None)):  # a user's strategy: once per round, off the step loop
-            for i, score in zip(task_ids.tolist(), parts.outcome.clamp(0.0, 1.0).tolist()):
-                s.observe(self.unit, self._bank[i], float(score))
-        if isinstance(s, TensorParallel):
-            s.record_updates(trainer.datamodule.key_row[task_ids], self.unit.section)
+        elif callable(getattr(s, "observe", None)):  # a user's strategy: the union of all ranks, at rollout end
+            self._observed.append(torch.stack([task_ids.double(), parts.outcome.double().clamp(0.0, 1.0)], 1))
+
+    def on_train_batch_start(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", batch: Any,
+                             batch_idx: int) -> None:
+        """TensorParallel: count the minibatch's per-sample key-table rows that this rank's gradient
+        mask keeps (`updates_delivered`) and rejects (`section_violations`); no host sync."""
+        if self._bank is None or find_planner(trainer) is not self or not isinstance(self.strategy, TensorParallel):
+            return
+        if isinstance(batch, dict) and "keys" in batch:
+            self.strategy.record_updates(batch["keys"], trainer.global_rank)
+
+    def _observe_union(self, trainer: "pl.Trainer") -> None:
+        """Feed a user strategy's `observe` every rank's episodes of this round, rank by rank, each
+        with the unit of the rank that ran it (an all-gather: every rank, every round)."""
+        s = self.strategy
+        if callable(getattr(s, "observe_batch", None)) or not callable(getattr(s, "observe", None)):
+            return
+        local = torch.cat(self._observed) if self._observed else torch.zeros(0, 2, dtype=torch.float64)
+        self._observed = []
+        for rank, episodes in enumerate(gather_ranks(local, trainer.world_size)):
+            unit = self.plan[rank] if rank < len(self.plan) else self.unit
+            for i, score in episodes.tolist():
+                s.observe(unit, self._bank[int(i)], float(score))
+
+    def _carried(self, rollout: "Rollout") -> Tensor:
+        """Episodes that ended this round on a task outside this round's shard: each actor's first
+        episode to end was started under the previous round's plan (auto-reset picks from the
+        shard in force), so DP's rotating shards finish some of last round's work each round."""
+        buf = rollout.buffer
+        done = buf.done
+        if rollout.round_index == 0 or self._shard is None or not buf.has_parts:
+            return torch.zeros((), dtype=torch.float64, device=self._pending.device)
+        first = done.int().argmax(0)  # [N] first step each actor's episode ended (0 where none did)
+        task = buf.parts[first, torch.arange(done.shape[1], device=done.device), 0].long()
+        outside = done.any(0) & ~torch.isin(task, self._shard.to(task.device))
+        return outside.sum().double().to(self._pending.device)
 
     def on_rollout_end(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", rollout: "Rollout") -> None:
         """One all-reduce (SUM) per round on every rank, same shape everywhere: per-task episode
@@ -190,20 +247,40 @@ class StrategyPlanner(RolloutCallback):
         if self._bank is None or find_planner(trainer) is not self:
             return
         s = self.strategy
-        synced = callable(getattr(s, "stats_tensor", None)) and callable(getattr(s, "merge_stats", None))
-        stats = s.stats_tensor() if synced else None
-        parts = [self._pending.double()] + ([stats.double().reshape(-1).to(self._pending.device)] if synced else [])
-        total = trainer.strategy.reduce(torch.cat(parts).to(pl_module.device), reduce_op="sum")
-        total = total.to(self._pending.device)
-        k = self._pending.numel()
-        self._episodes += total[:k].round().long()
-        self._pending.zero_()
-        if synced:
-            s.merge_stats(total[k:].reshape(stats.shape).to(stats.dtype))
+        carried, episodes = self._sync(trainer, pl_module, self._carried(rollout))
+        self._observe_union(trainer)
         self.rounds += 1
+        self.carried_episodes += int(carried)
+        rollout.stats["parallel/carried_episodes"] = torch.tensor(float(carried))
+        rollout.stats["parallel/carried_share"] = torch.tensor(float(carried) / max(float(episodes), 1.0))
         if isinstance(s, TensorParallel):
             rollout.stats["parallel/updates_delivered"] = torch.tensor(float(s.updates_delivered))
             rollout.stats["parallel/section_violations"] = torch.tensor(float(s.section_violations))
+
+    def _sync(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", extra: Tensor) -> tuple[float, float]:
+        """The one all-reduce (SUM): per-task episode counts, the strategy's statistics and `extra`
+        (a scalar), packed in one float64 tensor (exact for counts). Returns (sum of extra, new
+        episodes on all ranks)."""
+        s = self.strategy
+        synced = callable(getattr(s, "stats_tensor", None)) and callable(getattr(s, "merge_stats", None))
+        stats = s.stats_tensor() if synced else None
+        parts = [self._pending.double(), extra.reshape(1).double().to(self._pending.device)]
+        if synced:
+            parts.append(stats.double().reshape(-1).to(self._pending.device))
+        total = trainer.strategy.reduce(torch.cat(parts).to(pl_module.device), reduce_op="sum")
+        total = total.to(self._pending.device)
+        k = self._pending.numel()
+        new = total[:k].round().long()
+        self._episodes += new
+        self._pending.zero_()
+        if synced:
+            s.merge_stats(total[k + 1:].reshape(stats.shape).to(stats.dtype))
+        return float(total[k]), float(new.sum())
+
+    def on_train_end(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule") -> None:
+        """A last sync (every rank): TP's counters of the final update, so `summary()` agrees."""
+        if self._bank is not None and find_planner(trainer) is self:
+            self._sync(trainer, pl_module, torch.zeros((), dtype=torch.float64))
 
     # ------------------------------------------------------------------ results and checkpoints
     def summary(self) -> dict[str, Any]:
@@ -214,7 +291,7 @@ class StrategyPlanner(RolloutCallback):
         out: dict[str, Any] = {
             "strategy": repr(self.strategy), "rounds": self.rounds, "episodes": episodes,
             "updates_delivered": episodes, "section_violations": 0,
-            "keys": int((counts > 0).sum()), "tasks": counts.numel(),
+            "keys": int((counts > 0).sum()), "tasks": counts.numel(), "carried_episodes": self.carried_episodes,
         }
         if isinstance(self.strategy, TensorParallel):
             out["updates_delivered"] = self.strategy.updates_delivered
@@ -232,7 +309,7 @@ class StrategyPlanner(RolloutCallback):
     def strategy_state(self) -> dict[str, Any]:
         """Rounds, per-task episode counts and the strategy's own statistics (tensors and plain
         containers; agreed across ranks, as the sync ran at the end of the round)."""
-        state: dict[str, Any] = {"rounds": self.rounds}
+        state: dict[str, Any] = {"rounds": self.rounds, "carried_episodes": self.carried_episodes}
         if self._episodes is not None:
             state["episodes"] = (self._episodes + self._pending).cpu().clone()
         save = getattr(self.strategy, "state_dict", None)
@@ -247,6 +324,7 @@ class StrategyPlanner(RolloutCallback):
             return
         self._restored = None
         self.rounds = int(state.get("rounds", 0))
+        self.carried_episodes = int(state.get("carried_episodes", 0))
         episodes = state.get("episodes")
         if episodes is not None and self._episodes is not None and episodes.numel() == self._episodes.numel():
             self._episodes = episodes.to(self._episodes.device, torch.long).clone()
