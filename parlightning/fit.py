@@ -19,11 +19,13 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.cli import LightningCLI
 
 from parlightning.checkpoint import (
-    check_output_dirs, check_resume, new_output_dirs, remove_new_outputs, use_atomic_checkpoints,
+    check_output_dirs, check_resume, claim_version, clean_stale_partials, new_output_dirs, remove_new_outputs,
+    use_atomic_checkpoints,
 )
 from parlightning.data import RolloutDataModule
 from parlightning.errors import ConfigError, parser_error_line, root_error_line
 from parlightning.module import PPOModule
+from parlightning.preflight import check_arguments, check_config
 
 
 class ParlCLI(LightningCLI):
@@ -35,6 +37,10 @@ class ParlCLI(LightningCLI):
             "--torch_threads", type=Optional[int], default=1,
             help="intra-op CPU threads per process (small policies run fastest with 1); null keeps torch's default",
         )
+
+    def parse_arguments(self, parser, args) -> None:
+        super().parse_arguments(parser, args)
+        check_config(self.config)  # cross-field checks and seed ranges, before LightningCLI seeds or builds anything
 
     def before_instantiate_classes(self) -> None:
         config = self.config
@@ -51,17 +57,48 @@ class ParlCLI(LightningCLI):
 def main(args: Optional[list[str]] = None) -> ParlCLI:
     """Parse the config, build trainer/module/datamodule, and fit (resuming from `--ckpt_path`).
 
-    A bad value (in the config, an argument or a class's own checks) ends the program with one
-    `error: ...` line naming the field, before any rollout and before anything is written.
+    A bad value (in the config, an argument, a class's own checks, the env's contract, the
+    rollout's memory or the checkpoint) ends the program with one `error: ...` line naming the
+    field, before any rollout and before anything is written.
     """
+    args = list(sys.argv[1:] if args is None else args)
+    cli = build_cli(args)
+    ckpt = cli.config.get("ckpt_path")
     try:
-        cli = ParlCLI(
+        preflight(cli, ckpt)
+    except ConfigError as err:
+        raise SystemExit(f"error: {err}") from None
+    use_atomic_checkpoints(cli.trainer)
+    claimed = claim_version(cli.trainer)  # an atomic mkdir: runs started together get their own version_N
+    fresh = new_output_dirs(cli.trainer) + ([(claimed, True)] if claimed else [])
+    try:
+        cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=ckpt)
+    except BaseException as err:
+        launcher = cli.trainer.strategy.launcher
+        if callable(getattr(launcher, "kill", None)):
+            launcher.kill(signal.SIGKILL)  # DDP: the ranks this process launched must not wait for it
+        message = _start_error(err)
+        if message is None:
+            raise
+        if cli.datamodule.last_rollout is None:  # checks that need the env or the device (setup, before any rollout)
+            remove_new_outputs(fresh)  # a failed start leaves nothing behind (logs, config.yaml)
+        raise SystemExit(f"error: {message}") from None
+    return cli
+
+
+def build_cli(args: list[str]) -> ParlCLI:
+    """The LightningCLI over PPOModule and RolloutDataModule (no --optimizer / --lr_scheduler:
+    PPOModule makes its own Adam and lr annealing); parser and __init__ errors as one line."""
+    try:
+        check_arguments(args)
+        return ParlCLI(
             PPOModule,
             RolloutDataModule,
             run=False,
             seed_everything_default=0,
             trainer_defaults={"max_epochs": 50, "log_every_n_steps": 1, "num_sanity_val_steps": 0},
             save_config_kwargs={"overwrite": True},
+            auto_configure_optimizers=False,
             args=args,
             parser_kwargs={"description": __doc__, "exit_on_error": False},
         )
@@ -69,28 +106,32 @@ def main(args: Optional[list[str]] = None) -> ParlCLI:
         raise SystemExit(f"error: {parser_error_line(str(err))}") from None
     except (ValueError, TypeError, MisconfigurationException) as err:  # __init__ checks (ours and the Trainer's)
         raise SystemExit(f"error: {root_error_line(err)}") from None
-    ckpt = cli.config.get("ckpt_path")
-    try:
-        check_output_dirs(cli.trainer)
-        if ckpt is not None:
-            check_resume(ckpt, cli.model, cli.datamodule)  # corrupt, truncated, foreign or mismatched
-        cli.datamodule.preflight()
-    except ConfigError as err:
-        raise SystemExit(f"error: {err}") from None
-    use_atomic_checkpoints(cli.trainer)
-    fresh = new_output_dirs(cli.trainer)
-    try:
-        cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=ckpt)
-    except BaseException as err:
-        launcher = cli.trainer.strategy.launcher
-        if callable(getattr(launcher, "kill", None)):
-            launcher.kill(signal.SIGKILL)  # DDP: the ranks this process launched must not wait for it
-        if not isinstance(err, ConfigError):
-            raise
-        if cli.datamodule.last_rollout is None:  # checks that need the env or the device (setup, before any rollout)
-            remove_new_outputs(fresh)  # a failed start leaves nothing behind (logs, config.yaml)
-        raise SystemExit(f"error: {err}") from None
-    return cli
+
+
+def preflight(cli: ParlCLI, ckpt: Optional[str]) -> None:
+    """Everything checked before the trainer writes: output folders, the env's contract and the
+    rollout's memory (on a small probe of the env), and the checkpoint to resume from."""
+    trainer = cli.trainer
+    check_output_dirs(trainer)
+    device = trainer.strategy.root_device
+    ranks_here = trainer.num_devices if device.type == "cpu" else 1  # CPU ranks share this machine's memory
+    probe = cli.datamodule.preflight(device, ranks_here)
+    if ckpt is not None:
+        check_resume(ckpt, cli.model, cli.datamodule, probe, trainer.max_epochs)  # corrupt, foreign, mismatched, done
+        clean_stale_partials(os.path.dirname(os.path.abspath(ckpt)))  # saves of the run being resumed that were killed
+
+
+def _start_error(err: BaseException) -> Optional[str]:
+    """The one-line message for an error raised while fit starts (a ConfigError from setup, or
+    Lightning's size-mismatch when a checkpoint's weights do not fit); None for anything else."""
+    if isinstance(err, ConfigError):
+        return str(err)
+    text = str(err)
+    if isinstance(err, RuntimeError) and "Error(s) in loading state_dict" in text:
+        first = next((line.strip() for line in text.splitlines()[1:] if line.strip()), "")
+        return (f"--ckpt_path: the checkpoint's weights do not fit this config ({first[:200]}); resume with the "
+                "config (env and model) that wrote it, or start fresh without --ckpt_path")
+    return None
 
 
 if __name__ == "__main__":
