@@ -8,6 +8,7 @@ naming the field and the fix.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import os
@@ -132,6 +133,8 @@ def build_env(factory: Callable[..., Any], num_envs: int, device: str, seed: int
 def _env_field(factory: Callable[..., Any], message: str) -> str:
     message = " ".join(line.strip() for line in message.splitlines() if line.strip())
     head = message.split(":", 1)[0].strip()
+    if isinstance(factory, functools.partial):  # jsonargparse's class_path + init_args: the class is an argument
+        factory = next((a for a in reversed(factory.args) if isinstance(a, type)), factory.func)
     try:
         params = inspect.signature(factory).parameters
     except (TypeError, ValueError):
@@ -184,20 +187,21 @@ def check_env(env: Any, num_envs: int, seed: int) -> None:
 
 
 def _check_obs(env: str, method: str, what: str, value: Any, shape: tuple[int, ...]) -> None:
-    _check_tensor(env, method, what, value, shape, f"float32 {list(shape)} (num_envs x observation_shape)",
-                  lambda t: t.dtype == torch.float32)
+    _check_tensor(env, method, what, value, shape, "float32 [num_envs, *observation_shape]",
+                  lambda t: t.dtype == torch.float32, f"observation_shape is {list(shape[1:])}")
 
 
 def _check_tensor(env: str, method: str, what: str, value: Any, shape: tuple[int, ...], want: str,
-                  dtype_ok: Callable[[Tensor], bool]) -> None:
+                  dtype_ok: Callable[[Tensor], bool], declared: str = "") -> None:
     if not isinstance(value, Tensor):
         raise ConfigError(f"data.env: {env}.{method} returned {what} as {type(value).__module__}."
                           f"{type(value).__name__}, not a torch.Tensor; return torch.as_tensor(..., "
                           f"dtype=torch.float32, device=self.device) ({want})")
     if tuple(value.shape) != shape:
+        declared = f" but {declared}" if declared else ""
         hint = " or fix observation_shape" if "observation" in what else ""
-        raise ConfigError(f"data.env: {env}.{method} returned {what} of shape {list(value.shape)} but the env "
-                          f"declares {list(shape)}; return {want}{hint}")
+        raise ConfigError(f"data.env: {env}.{method} returned {what} of shape {list(value.shape)} for {shape[0]} "
+                          f"actors{declared} (expected {list(shape)}); return {want}{hint}")
     if not dtype_ok(value):
         raise ConfigError(f"data.env: {env}.{method} returned {what} of dtype {value.dtype}; return {want}")
 
