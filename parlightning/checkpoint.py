@@ -256,7 +256,9 @@ def check_env_signature(path: str, saved: Optional[dict[str, Any]], ours: dict[s
     """The checkpoint's world (`preflight.env_signature`) must be this config's world."""
     if not saved:
         return  # written before signatures were stored: the weight-shape check still runs
-    for name in sorted(set(saved) | set(ours)):
+    derived = ("observation_shape", "action_spec", "task_ids")  # follow from the settings: reported after them
+    names = ["class", *sorted(set(saved) | set(ours) - {"class", *derived}), *derived]
+    for name in names:
         if saved.get(name) != ours.get(name):
             field = name if name in ("class", "observation_shape", "action_spec", "task_ids") else f"init_args.{name}"
             raise ConfigError(
@@ -337,29 +339,33 @@ def new_output_dirs(trainer: Any) -> list[tuple[str, bool]]:
     return sorted(found.items(), key=lambda item: -len(item[0]))
 
 
-def claim_version(trainer: Any) -> Optional[str]:
+def claim_version(trainer: Any) -> list[tuple[str, bool]]:
     """Give the trainer's TensorBoard/CSV logger a `version_N` folder no other run has: the first
     N whose folder this process creates itself (`os.mkdir` is atomic, so two runs started together
     in one folder never share one). Rank 0 only; a logger with a set version is left alone.
-    Returns the claimed folder (None when nothing was claimed)."""
+    Returns what it created as `new_output_dirs` does (the version folder, then new parents)."""
     logger = trainer.logger
     if trainer.global_rank != 0 or logger is None or getattr(logger, "_version", 0) is not None:
-        return None
+        return []
     root = getattr(logger, "root_dir", None)
     if root is None or "://" in str(root):
-        return None
+        return []
+    created, parent = [], os.path.abspath(root)
+    while not os.path.exists(parent):
+        created.append((parent, False))
+        parent = os.path.dirname(parent)
     os.makedirs(root, exist_ok=True)
     taken = [int(m.group(1)) for m in (re.match(r"version_(\d+)$", d) for d in os.listdir(root)) if m]
     version = max(taken, default=-1) + 1
     while True:
-        folder = os.path.join(root, f"version_{version}")
+        folder = os.path.join(os.path.abspath(root), f"version_{version}")
         try:
             os.mkdir(folder)
         except FileExistsError:
             version += 1
             continue
         logger._version = version
-        return folder
+        return [(folder, True), *created]
 
 
 def remove_new_outputs(dirs: list[tuple[str, bool]]) -> None:

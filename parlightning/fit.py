@@ -70,7 +70,7 @@ def main(args: Optional[list[str]] = None) -> ParlCLI:
         raise SystemExit(f"error: {err}") from None
     use_atomic_checkpoints(cli.trainer)
     claimed = claim_version(cli.trainer)  # an atomic mkdir: runs started together get their own version_N
-    fresh = new_output_dirs(cli.trainer) + ([(claimed, True)] if claimed else [])
+    fresh = new_output_dirs(cli.trainer) + claimed  # deepest first: the run's folders, then new parents
     try:
         cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=ckpt)
     except BaseException as err:
