@@ -115,6 +115,8 @@ def preflight(cli: ParlCLI, ckpt: Optional[str]) -> None:
     check_output_dirs(trainer)
     device = trainer.strategy.root_device
     ranks_here = trainer.num_devices if device.type == "cpu" else 1  # CPU ranks share this machine's memory
+    if device.type == "cuda" and getattr(trainer.strategy.launcher, "_start_method", None) == "fork":
+        device = torch.device("cpu")  # reading GPU memory would initialise CUDA before ddp_fork forks (not allowed)
     probe = cli.datamodule.preflight(device, ranks_here)
     if ckpt is not None:
         check_resume(ckpt, cli.model, cli.datamodule, probe, trainer.max_epochs)  # corrupt, foreign, mismatched, done
