@@ -3,7 +3,8 @@
 
 Everything is a plain class configured from YAML (`class_path` for envs, samplers, rewards
 and callbacks); dotted overrides (`--model.lr 1e-3`), `--print_config` and `--ckpt_path` work
-as in any LightningCLI program.
+as in any LightningCLI program. LightningCLI's `--optimizer` / `--lr_scheduler` are not offered:
+PPOModule owns its optimizer and lr annealing (subclass it to change them).
 """
 
 from __future__ import annotations

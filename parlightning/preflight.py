@@ -101,9 +101,10 @@ def check_config_file(path: str) -> None:
 # ---------------------------------------------------------------------------------- parsed config
 def check_config(config: Any) -> None:
     """Cross-field checks on the parsed config, before any class is built or seeded."""
-    seed = config.get("seed_everything")
-    if not isinstance(seed, bool) and isinstance(seed, int):
-        _check_seed("seed_everything", seed)
+    for field in ("seed_everything", "seed"):  # `seed`: a top-level alias of seed_everything, where one exists
+        seed = config.get(field)
+        if not isinstance(seed, bool) and isinstance(seed, int):
+            _check_seed(field, seed)
     data, model = config.get("data") or {}, config.get("model") or {}
     if isinstance(data.get("seed"), int):
         _check_seed("data.seed", data.get("seed"))
