@@ -277,8 +277,8 @@ def check_memory(need: int, field_values: str, obs_shape: Sequence[int], device:
     free, where = available_memory(device)
     total = need * ranks_here
     if total > free:
-        ranks = f" x {ranks_here} ranks" if ranks_here > 1 else ""
-        raise ConfigError(f"data.num_envs: {field_values} need about {_size(total)}{ranks} for the rollout "
+        amount = f"{_size(need)} per rank x {ranks_here} ranks = {_size(total)}" if ranks_here > 1 else _size(total)
+        raise ConfigError(f"data.num_envs: {field_values} need about {amount} for the rollout "
                           f"(observation shape {list(obs_shape)}), more than the {_size(free)} {where}; lower "
                           "data.num_envs or data.num_steps")
 

@@ -144,7 +144,8 @@ BAD_INPUT = [  # (arguments, the field the message names, a piece of the fix it 
     (["--data.bptt_len", "4"], "data.bptt_len", "model.policy: gru"),
     (["--seed_everything", "99999999999"], "seed_everything", "outside numpy's seed range 0..4294967295"),
     (["--data.seed", "4294967296"], "data.seed", "outside numpy's seed range"),
-    (["--data.num_envs", "50000000"], "data.num_envs", "lower data.num_envs or data.num_steps"),
+    (["--data.num_envs", "50000000", "--data.num_steps", "32"], "data.num_envs",  # ~940 GiB: refused, not allocated
+     "lower data.num_envs or data.num_steps"),
     # Gymnasium adapter
     (["@gym", "--data.env.init_args.vectorization", "threads"], "data.env.init_args.vectorization",
      "choose one of sync, async"),
@@ -208,6 +209,23 @@ def test_mismatched_pass_and_solved_thresholds_warn_once_naming_both(tmp_path):
     messages = [str(w.message) for w in record if "pass_threshold" in str(w.message)]
     assert len(messages) == 1 and "0.5" in messages[0] and "1.0" in messages[0]
     assert "solved" in messages[0]
+
+
+def test_the_memory_estimate_is_the_buffer_it_would_allocate_and_refuses_what_does_not_fit(monkeypatch):
+    from parlightning import preflight
+    from parlightning.buffer import RolloutBuffer
+    from parlightning.envs.base import ActionSpec
+    from parlightning.errors import ConfigError
+
+    spec = ActionSpec("multi_discrete", nvec=(3, 3))
+    real = RolloutBuffer(16, 8, (5,), spec.action_shape, torch.device("cpu"), torch.long)
+    allocated = sum(v.numel() * v.element_size() for v in vars(real).values() if isinstance(v, torch.Tensor))
+    assert preflight.rollout_bytes(16, 8, (5,), spec, num_minibatches=4) == allocated + allocated // 4
+    monkeypatch.setattr(preflight, "available_memory", lambda device: (3 * 2**30, "available on this machine"))
+    preflight.check_memory(2 * 2**30, "N actors x T steps", (5,), torch.device("cpu"))  # fits: no error
+    with pytest.raises(ConfigError, match=r"^data.num_envs: N actors x T steps need about 2.0 GiB per rank x 2 ranks = 4.0 GiB .*"
+                                          r"observation shape \[5\]\), more than the 3.0 GiB available"):
+        preflight.check_memory(2 * 2**30, "N actors x T steps", (5,), torch.device("cpu"), ranks_here=2)
 
 
 def test_parl_ablation_writes_into_a_fresh_untracked_folder_by_default(tmp_path, monkeypatch):
