@@ -194,6 +194,19 @@ def test_bad_input_is_one_clear_error_before_any_rollout_and_nothing_is_written(
     assert set(tmp_cwd.rglob("*")) == before  # no lightning_logs, config.yaml or checkpoint left behind
 
 
+def test_help_no_longer_lists_optimizer_or_lr_scheduler(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--help"])
+    assert exit_.value.code == 0
+    text = capsys.readouterr().out
+    assert "--model.adam_eps" in text and "--model.anneal_lr" in text  # the module's own optimizer settings
+    import re
+
+    options = re.findall(r"^\s+(--[\w.]+)", text, re.M)
+    assert "--model.adam_eps" in options and "--data.num_envs" in options
+    assert not [o for o in options if o.startswith(("--optimizer", "--lr_scheduler"))]
+
+
 def test_the_suggested_wrapper_fix_works_from_yaml(tmp_cwd, monkeypatch):
     """The non-Box error's fix, given as an import path, is accepted and trains (one iteration)."""
     cli = _cli(tmp_cwd, "--data.env.init_args.env_id", "Blackjack-v1", "--data.env.init_args.wrappers",
