@@ -5,14 +5,21 @@
   copy when /tmp is another filesystem). Reads use `torch.load(weights_only=True)`.
 - `check_resume` reads a `--ckpt_path` before anything is written and answers a corrupt,
   truncated, foreign or mismatched file with one `ConfigError` naming the path and the fix.
+- Every save stores a SHA-256 of every tensor it holds (`CHECKSUM_KEY`); loads verify it and
+  refuse non-finite weights, so flipped bytes or NaN weights never train on.
+- Stale hidden `.<name>.<pid>.*.partial` files of killed saves are removed by the next save in
+  that folder and at start (`clean_stale_partials`); `claim_version` gives concurrent runs in one
+  folder distinct `version_N` folders (an atomic `mkdir`).
 - `rng_state` / `set_rng_state` capture the global torch, CUDA, numpy and Python generators as
   tensors and plain containers; `gather_ranks` collects one state per rank under DDP.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
+import re
 import tempfile
 from typing import Any, Optional
 
@@ -47,7 +54,9 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             return super().save_checkpoint(checkpoint, path, storage_options)
         folder = os.path.dirname(os.path.abspath(path))
         os.makedirs(folder, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".partial")
+        clean_stale_partials(folder)
+        checkpoint = {**checkpoint, CHECKSUM_KEY: state_checksum(checkpoint)}
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.{os.getpid()}.", suffix=".partial")
         try:
             with os.fdopen(fd, "wb") as f:
                 torch.save(checkpoint, f)
@@ -65,7 +74,9 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
     def load_checkpoint(self, path: Any, map_location: Any = lambda storage, loc: storage,
                         weights_only: Optional[bool] = None) -> dict[str, Any]:
-        return super().load_checkpoint(path, map_location, True if weights_only is None else weights_only)
+        checkpoint = super().load_checkpoint(path, map_location, True if weights_only is None else weights_only)
+        verify_checkpoint(checkpoint, str(path))
+        return checkpoint
 
 
 def _umask() -> int:
@@ -85,6 +96,84 @@ def _fsync_dir(folder: str) -> None:
         pass
     finally:
         os.close(fd)
+
+
+_PARTIAL = re.compile(r"^\..+?\.(?:(\d+)\.)?[^.]+\.partial$")  # .last.ckpt.<pid>.<random>.partial (pid: since v2)
+
+
+def clean_stale_partials(folder: str) -> list[str]:
+    """Remove the hidden temp files of saves that never finished (their writer was killed) from
+    `folder`: those of processes no longer alive, and those without a pid (older writers).
+    Returns the removed paths; another live process's save in progress is left alone."""
+    removed = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return removed
+    for name in names:
+        match = _PARTIAL.match(name)
+        if match is None or (match.group(1) is not None and _alive(int(match.group(1)))):
+            continue
+        try:
+            os.remove(os.path.join(folder, name))
+            removed.append(os.path.join(folder, name))
+        except OSError:
+            pass
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return False  # our own leftovers: a save of ours that failed; the current one is not written yet
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # exists, owned by someone else
+    return True
+
+
+# ---------------------------------------------------------------------------------- integrity
+CHECKSUM_KEY = "parlightning_checksum"  # {"sha256": hex} over every tensor of the checkpoint, by path
+
+
+def state_checksum(checkpoint: dict[str, Any]) -> dict[str, str]:
+    """SHA-256 over every tensor in `checkpoint` (its key path, dtype, shape and bytes), walking
+    containers in order; plain values are covered by the pickle's own consistency."""
+    digest = hashlib.sha256()
+    for where, tensor in _tensors(checkpoint, ""):
+        t = tensor.detach().to("cpu").contiguous()
+        digest.update(f"{where}|{t.dtype}|{tuple(t.shape)}|".encode())
+        if t.numel():
+            digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return {"sha256": digest.hexdigest()}
+
+
+def _tensors(obj: Any, where: str):
+    if isinstance(obj, torch.Tensor):
+        yield where, obj
+    elif isinstance(obj, dict):
+        for key, value in obj.items():
+            yield from _tensors(value, f"{where}/{key}")
+    elif isinstance(obj, (list, tuple)):
+        for i, value in enumerate(obj):
+            yield from _tensors(value, f"{where}/{i}")
+
+
+def verify_checkpoint(checkpoint: dict[str, Any], path: str) -> None:
+    """Refuse a checkpoint whose tensors changed since it was saved (a stored checksum that does not
+    match) or whose weights are not finite (NaN or inf)."""
+    stored = checkpoint.get(CHECKSUM_KEY)
+    fix = "resume from an earlier checkpoint (e.g. an epoch=N.ckpt beside it) or start fresh without --ckpt_path"
+    if isinstance(stored, dict) and stored.get("sha256") != state_checksum(checkpoint)["sha256"]:
+        raise ConfigError(f"--ckpt_path: {path!r} is corrupt: its tensors do not match the checksum stored when it "
+                          f"was saved (flipped or overwritten bytes); {fix}")
+    bad = [k for k, v in (checkpoint.get("state_dict") or {}).items()
+           if isinstance(v, torch.Tensor) and v.is_floating_point() and not bool(torch.isfinite(v).all())]
+    if bad:
+        raise ConfigError(f"--ckpt_path: {path!r} holds non-finite weights (NaN or inf in {len(bad)} tensors, first "
+                          f"{bad[0]}); {fix}")
 
 
 def use_atomic_checkpoints(trainer: Any) -> None:
@@ -114,13 +203,23 @@ def load_checkpoint_file(path: str) -> dict[str, Any]:
     if not isinstance(checkpoint, dict) or not {"state_dict", "loops", "optimizer_states"} <= checkpoint.keys():
         raise ConfigError(f"--ckpt_path: {path!r} is not a Lightning training checkpoint (no state_dict, loops and "
                           f"optimizer states); {fix}")
+    verify_checkpoint(checkpoint, path)
     return checkpoint
 
 
-def check_resume(path: str, module: Any, datamodule: Any) -> dict[str, Any]:
+def check_resume(path: str, module: Any, datamodule: Any, probe: Optional[dict[str, Any]] = None,
+                 max_epochs: Optional[int] = None) -> dict[str, Any]:
     """Read `path` and check it can resume this module and data module (before anything is
-    written); returns the checkpoint. Errors name the config field that differs."""
+    written); returns the checkpoint. Errors name the config field that differs. `probe` (from
+    `RolloutDataModule.preflight`) adds the world and weight-shape checks; `max_epochs` the
+    check that epochs are left to train."""
     checkpoint = load_checkpoint_file(path)
+    if max_epochs is not None and max_epochs >= 0:
+        done = _epochs_done(checkpoint)
+        if done >= max_epochs:
+            raise ConfigError(f"trainer.max_epochs: the run in {path!r} already finished {done} of "
+                              f"trainer.max_epochs={max_epochs} epochs, so nothing is left to train; pass "
+                              f"--trainer.max_epochs N with N > {done} to extend it")
     key = type(datamodule).__qualname__
     if key not in checkpoint:
         raise ConfigError(
@@ -138,7 +237,59 @@ def check_resume(path: str, module: Any, datamodule: Any) -> dict[str, Any]:
     check = getattr(datamodule, "check_state", None)
     if callable(check):
         check(checkpoint[key])
+    if probe is not None:
+        check_env_signature(path, checkpoint[key].get("env_signature"), probe["env_signature"])
+        check_weight_shapes(path, checkpoint["state_dict"], module, probe)
     return checkpoint
+
+
+def _epochs_done(checkpoint: dict[str, Any]) -> int:
+    """PPO iterations the checkpointed run completed (Lightning's fit loop counts an epoch whose
+    end-of-epoch save this is as processed)."""
+    try:
+        return int(checkpoint["loops"]["fit_loop"]["epoch_progress"]["current"]["processed"])
+    except (KeyError, TypeError):
+        return int(checkpoint.get("epoch", -1)) + 1
+
+
+def check_env_signature(path: str, saved: Optional[dict[str, Any]], ours: dict[str, Any]) -> None:
+    """The checkpoint's world (`preflight.env_signature`) must be this config's world."""
+    if not saved:
+        return  # written before signatures were stored: the weight-shape check still runs
+    derived = ("observation_shape", "action_spec", "task_ids")  # follow from the settings: reported after them
+    names = ["class", *sorted(set(saved) | set(ours) - {"class", *derived}), *derived]
+    for name in names:
+        if saved.get(name) != ours.get(name):
+            field = name if name in ("class", "observation_shape", "action_spec", "task_ids") else f"init_args.{name}"
+            raise ConfigError(
+                f"data.env.{field}: the checkpoint {path!r} was collected in a world with {saved.get(name)!r} but "
+                f"this config builds {ours.get(name)!r}; resume with the checkpoint's env settings or start fresh "
+                "without --ckpt_path"
+            )
+
+
+def check_weight_shapes(path: str, saved: dict[str, Any], module: Any, probe: dict[str, Any]) -> None:
+    """Every weight the policy of this config has must be in the checkpoint with the same shape
+    (another env or architecture, or a damaged tensor, fails here, not in a size-mismatch traceback)."""
+    build = getattr(module, "build_policy", None)
+    if not callable(build):
+        return
+    try:
+        policy = build(probe["observation_shape"], probe["action_spec"])
+    except ConfigError:
+        raise
+    except Exception:  # a policy that needs the trainer (e.g. a keyed table): Lightning's strict load decides
+        return
+    fix = "resume with the config (env and model) that wrote it, or start fresh without --ckpt_path"
+    for name, value in policy.state_dict().items():
+        key = f"policy.{name}"
+        if key not in saved:
+            raise ConfigError(f"--ckpt_path: {path!r} does not fit this config: it has no {key} (another env or "
+                              f"architecture?); {fix}")
+        if tuple(saved[key].shape) != tuple(value.shape):
+            raise ConfigError(f"--ckpt_path: {path!r} does not fit this config: {key} has shape "
+                              f"{list(saved[key].shape)} in the checkpoint but {list(value.shape)} here (another env "
+                              f"or architecture, or a damaged tensor); {fix}")
 
 
 def _plain(value: Any) -> Any:
@@ -186,6 +337,35 @@ def new_output_dirs(trainer: Any) -> list[tuple[str, bool]]:
             found[path] = found.get(path, False) or own
             path, own = os.path.dirname(path), False
     return sorted(found.items(), key=lambda item: -len(item[0]))
+
+
+def claim_version(trainer: Any) -> list[tuple[str, bool]]:
+    """Give the trainer's TensorBoard/CSV logger a `version_N` folder no other run has: the first
+    N whose folder this process creates itself (`os.mkdir` is atomic, so two runs started together
+    in one folder never share one). Rank 0 only; a logger with a set version is left alone.
+    Returns what it created as `new_output_dirs` does (the version folder, then new parents)."""
+    logger = trainer.logger
+    if trainer.global_rank != 0 or logger is None or getattr(logger, "_version", 0) is not None:
+        return []
+    root = getattr(logger, "root_dir", None)
+    if root is None or "://" in str(root):
+        return []
+    created, parent = [], os.path.abspath(root)
+    while not os.path.exists(parent):
+        created.append((parent, False))
+        parent = os.path.dirname(parent)
+    os.makedirs(root, exist_ok=True)
+    taken = [int(m.group(1)) for m in (re.match(r"version_(\d+)$", d) for d in os.listdir(root)) if m]
+    version = max(taken, default=-1) + 1
+    while True:
+        folder = os.path.join(os.path.abspath(root), f"version_{version}")
+        try:
+            os.mkdir(folder)
+        except FileExistsError:
+            version += 1
+            continue
+        logger._version = version
+        return [(folder, True), *created]
 
 
 def remove_new_outputs(dirs: list[tuple[str, bool]]) -> None:

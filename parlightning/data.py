@@ -23,6 +23,7 @@ from parlightning.collector import Collector, SyncCollector
 from parlightning.envs.base import BatchedEnv
 from parlightning.errors import ConfigError
 from parlightning.parallel import family_of
+from parlightning.preflight import check_datamodule, env_signature
 from parlightning.reward import PARLReward
 from parlightning.rollout import Rollout
 from parlightning.sampling import RoundRobin, TaskSampler, pass_threshold_mismatch
@@ -203,17 +204,10 @@ class RolloutDataModule(pl.LightningDataModule):
         if message is not None:
             warnings.warn(f"data.sampler: {message}", stacklevel=2)
 
-    def preflight(self) -> None:
-        """Build the env once on the CPU and run every check that needs it (reward cap, sampler
-        threshold, spaces), so bad config fails before the trainer writes anything."""
-        env = self.env_factory(self.num_envs, "cpu", self.seed)
-        for attr in ("observation_shape", "action_spec"):
-            if not hasattr(env, attr):
-                raise ConfigError(f"data.env: {type(env).__name__} has no `{attr}`; a BatchedEnv needs it")
-        if getattr(env, "num_envs", self.num_envs) != self.num_envs:
-            raise ConfigError(f"data.env: built {env.num_envs} actors, expected data.num_envs={self.num_envs}")
-        self._check_reward_cap(env)
-        del env
+    def preflight(self, device: Optional[torch.device] = None, ranks_here: int = 1) -> dict[str, Any]:
+        """Check the env's contract on a small CPU probe, the reward cap and the rollout's memory, so
+        bad config fails before the trainer writes anything (see `parlightning.preflight`)."""
+        return check_datamodule(self, device, ranks_here)
 
     def _check_reward_cap(self, env: BatchedEnv) -> None:
         cap = getattr(env, "max_subagents", None)
@@ -284,6 +278,8 @@ class RolloutDataModule(pl.LightningDataModule):
         observations, episode counters, generators, sampler and global RNG streams (gathered
         from every rank under DDP, a collective). Tensors and plain containers only."""
         state: dict[str, Any] = {"round_index": self.round_index, "env_steps": self.env_steps, "num_envs": self.num_envs}
+        if self._built:  # resuming into another world is refused (parlightning.checkpoint.check_resume)
+            state["env_signature"] = env_signature(self.env)
         if self.reward is not None:
             state["reward"] = self.reward.state_dict()
         if self._built:

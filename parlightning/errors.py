@@ -34,6 +34,12 @@ def parser_error_line(message: str) -> str:
         hint = " (not a known option: --help lists them)" if lines[0].startswith("unrecognized") else ""
         return " ".join(lines) + hint
     key, rest = match.groups()
+    factory = re.search(r"Expected '([^']+)' to be a function that returns", message)
+    if factory is not None:  # jsonargparse reads the return annotation to know a factory builds the right thing
+        path = factory.group(1)
+        return (f"{key}: {path} must declare that it returns a BatchedEnv: annotate it "
+                f"`def {path.rpartition('.')[2]}(num_envs: int, device: str, seed: int) -> BatchedEnv:` "
+                "(from parlightning.envs import BatchedEnv), or name a BatchedEnv class")
     reasons: list[str] = []
     for line in [rest, *lines[1:]]:
         if line and not line.startswith(_PARSER_NOISE) and line not in reasons:

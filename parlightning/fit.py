@@ -3,7 +3,8 @@
 
 Everything is a plain class configured from YAML (`class_path` for envs, samplers, rewards
 and callbacks); dotted overrides (`--model.lr 1e-3`), `--print_config` and `--ckpt_path` work
-as in any LightningCLI program.
+as in any LightningCLI program. LightningCLI's `--optimizer` / `--lr_scheduler` are not offered:
+PPOModule owns its optimizer and lr annealing (subclass it to change them).
 """
 
 from __future__ import annotations
@@ -20,11 +21,13 @@ from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from parlightning.checkpoint import (
-    check_output_dirs, check_resume, new_output_dirs, remove_new_outputs, use_atomic_checkpoints,
+    check_output_dirs, check_resume, claim_version, clean_stale_partials, new_output_dirs, remove_new_outputs,
+    use_atomic_checkpoints,
 )
 from parlightning.data import RolloutDataModule
 from parlightning.errors import ConfigError, parser_error_line, root_error_line
 from parlightning.module import PPOModule
+from parlightning.preflight import check_arguments, check_config
 
 
 class ParlCLI(LightningCLI):
@@ -36,6 +39,10 @@ class ParlCLI(LightningCLI):
             "--torch_threads", type=Optional[int], default=1,
             help="intra-op CPU threads per process (small policies run fastest with 1); null keeps torch's default",
         )
+
+    def parse_arguments(self, parser, args) -> None:
+        super().parse_arguments(parser, args)
+        check_config(self.config)  # cross-field checks and seed ranges, before LightningCLI seeds or builds anything
 
     def before_instantiate_classes(self) -> None:
         config = self.config
@@ -52,34 +59,20 @@ class ParlCLI(LightningCLI):
 def main(args: Optional[list[str]] = None) -> ParlCLI:
     """Parse the config, build trainer/module/datamodule, and fit (resuming from `--ckpt_path`).
 
-    A bad value (in the config, an argument or a class's own checks) ends the program with one
-    `error: ...` line naming the field, before any rollout and before anything is written.
+    A bad value (in the config, an argument, a class's own checks, the env's contract, the
+    rollout's memory or the checkpoint) ends the program with one `error: ...` line naming the
+    field, before any rollout and before anything is written.
     """
-    try:
-        cli = ParlCLI(
-            PPOModule,
-            RolloutDataModule,
-            run=False,
-            seed_everything_default=0,
-            trainer_defaults={"max_epochs": 50, "log_every_n_steps": 1, "num_sanity_val_steps": 0},
-            save_config_kwargs={"overwrite": True},
-            args=args,
-            parser_kwargs={"description": __doc__, "exit_on_error": False},
-        )
-    except ArgumentError as err:  # the parser: unknown keys, wrong types, bad class paths, bad --config file
-        raise SystemExit(f"error: {parser_error_line(str(err))}") from None
-    except (ValueError, TypeError, MisconfigurationException) as err:  # __init__ checks (ours and the Trainer's)
-        raise SystemExit(f"error: {root_error_line(err)}") from None
+    args = list(sys.argv[1:] if args is None else args)
+    cli = build_cli(args)
     ckpt = cli.config.get("ckpt_path")
     try:
-        check_output_dirs(cli.trainer)
-        if ckpt is not None:
-            check_resume(ckpt, cli.model, cli.datamodule)  # corrupt, truncated, foreign or mismatched
-        cli.datamodule.preflight()
+        preflight(cli, ckpt)
     except ConfigError as err:
         raise SystemExit(f"error: {err}") from None
     use_atomic_checkpoints(cli.trainer)
-    fresh = new_output_dirs(cli.trainer)
+    claimed = claim_version(cli.trainer)  # an atomic mkdir: runs started together get their own version_N
+    fresh = new_output_dirs(cli.trainer) + claimed  # deepest first: the run's folders, then new parents
     try:
         cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=ckpt)
     except BaseException as err:
@@ -90,12 +83,63 @@ def main(args: Optional[list[str]] = None) -> ParlCLI:
             print("SIGTERM: stopped; the last checkpoint (written at the end of the last finished iteration) is "
                   "intact: resume with --ckpt_path <log_dir>/checkpoints/last.ckpt", file=sys.stderr)
             raise SystemExit(128 + signal.SIGTERM) from None  # 143, the shell's code for "killed by SIGTERM"
-        if not isinstance(err, ConfigError):
+        message = _start_error(err)
+        if message is None:
             raise
         if cli.datamodule.last_rollout is None:  # checks that need the env or the device (setup, before any rollout)
             remove_new_outputs(fresh)  # a failed start leaves nothing behind (logs, config.yaml)
-        raise SystemExit(f"error: {err}") from None
+        raise SystemExit(f"error: {message}") from None
     return cli
+
+
+def build_cli(args: list[str]) -> ParlCLI:
+    """The LightningCLI over PPOModule and RolloutDataModule (no --optimizer / --lr_scheduler:
+    PPOModule makes its own Adam and lr annealing); parser and __init__ errors as one line."""
+    try:
+        check_arguments(args)
+        return ParlCLI(
+            PPOModule,
+            RolloutDataModule,
+            run=False,
+            seed_everything_default=0,
+            trainer_defaults={"max_epochs": 50, "log_every_n_steps": 1, "num_sanity_val_steps": 0},
+            save_config_kwargs={"overwrite": True},
+            auto_configure_optimizers=False,
+            args=args,
+            parser_kwargs={"description": __doc__, "exit_on_error": False},
+        )
+    except ArgumentError as err:  # the parser: unknown keys, wrong types, bad class paths, bad --config file
+        raise SystemExit(f"error: {parser_error_line(str(err))}") from None
+    except (ValueError, TypeError, MisconfigurationException) as err:  # __init__ checks (ours and the Trainer's)
+        raise SystemExit(f"error: {root_error_line(err)}") from None
+
+
+def preflight(cli: ParlCLI, ckpt: Optional[str]) -> None:
+    """Everything checked before the trainer writes: output folders, the env's contract and the
+    rollout's memory (on a small probe of the env), and the checkpoint to resume from."""
+    trainer = cli.trainer
+    check_output_dirs(trainer)
+    device = trainer.strategy.root_device
+    ranks_here = trainer.num_devices if device.type == "cpu" else 1  # CPU ranks share this machine's memory
+    if device.type == "cuda" and getattr(trainer.strategy.launcher, "_start_method", None) == "fork":
+        device = torch.device("cpu")  # reading GPU memory would initialise CUDA before ddp_fork forks (not allowed)
+    probe = cli.datamodule.preflight(device, ranks_here)
+    if ckpt is not None:
+        check_resume(ckpt, cli.model, cli.datamodule, probe, trainer.max_epochs)  # corrupt, foreign, mismatched, done
+        clean_stale_partials(os.path.dirname(os.path.abspath(ckpt)))  # saves of the run being resumed that were killed
+
+
+def _start_error(err: BaseException) -> Optional[str]:
+    """The one-line message for an error raised while fit starts (a ConfigError from setup, or
+    Lightning's size-mismatch when a checkpoint's weights do not fit); None for anything else."""
+    if isinstance(err, ConfigError):
+        return str(err)
+    text = str(err)
+    if isinstance(err, RuntimeError) and "Error(s) in loading state_dict" in text:
+        first = next((line.strip() for line in text.splitlines()[1:] if line.strip()), "")
+        return (f"--ckpt_path: the checkpoint's weights do not fit this config ({first[:200]}); resume with the "
+                "config (env and model) that wrote it, or start fresh without --ckpt_path")
+    return None
 
 
 if __name__ == "__main__":

@@ -70,6 +70,12 @@ class PPOModule(pl.LightningModule):
             raise ConfigError(f"model.lr: must be positive, got {lr!r}")
         if clip_coef <= 0:
             raise ConfigError(f"model.clip_coef: must be positive, got {clip_coef!r}")
+        if vf_coef < 0:
+            raise ConfigError(f"model.vf_coef: must be >= 0 (a negative weight trains the critic away from the returns), got {vf_coef!r}")
+        if max_grad_norm is not None and max_grad_norm <= 0:
+            raise ConfigError(f"model.max_grad_norm: must be positive, got {max_grad_norm!r}; use null to turn clipping off")
+        if adam_eps <= 0:
+            raise ConfigError(f"model.adam_eps: must be positive (Adam divides by sqrt(v) + eps), got {adam_eps!r}")
         if activation not in ACTIVATIONS:
             raise ConfigError(f"model.activation: unknown {activation!r}; choose one of {sorted(ACTIVATIONS)}")
         if not hidden_sizes or any((not isinstance(h, int)) or h <= 0 for h in hidden_sizes):

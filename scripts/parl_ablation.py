@@ -9,6 +9,9 @@ gives mean ± std over seeds; the plot shows the training curves (stochastic rol
     python scripts/parl_ablation.py                       # 3 seeds x 3 arms: 3-6 min on 2 busy cores
     python scripts/parl_ablation.py --quick               # smoke test: ~30 s
     python scripts/parl_ablation.py --out /tmp/parl.png --seeds 5 --epochs 120
+    python scripts/parl_ablation.py --out docs/parl_ablation.png   # refresh the README's figure
+
+By default everything (runs and the plot) goes to a fresh untracked folder runs/parl_ablation-<time>.
 """
 
 from __future__ import annotations
@@ -206,6 +209,20 @@ def plot(data: dict, path: Path) -> Optional[str]:
     return None
 
 
+def fresh_workdir(base: Optional[Path] = None) -> Path:
+    """A new folder under `base` (default runs/, which git ignores): a default run never overwrites
+    a tracked file or an earlier run."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for i in range(1000):
+        folder = (base or ROOT / "runs") / (f"parl_ablation-{stamp}" + (f"-{i}" if i else ""))
+        try:
+            folder.mkdir(parents=True)
+            return folder
+        except FileExistsError:
+            continue
+    raise SystemExit("error: --workdir: could not create a fresh folder under runs/; pass --workdir")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=None, help="seeds per arm (default 3; 1 with --quick)")
@@ -213,10 +230,12 @@ def main() -> None:
     parser.add_argument("--num-envs", dest="num_envs", type=int, default=512, help="actors per run")
     parser.add_argument("--jobs", type=int, default=2, help="training runs at a time (one CPU thread each)")
     parser.add_argument("--repeats", type=int, default=32, help="greedy evaluation episodes per task and run")
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "parl_ablation.png",
-                        help="PNG plot path (the README shows docs/parl_ablation.png)")
-    parser.add_argument("--workdir", type=Path, default=ROOT / "runs" / "parl_ablation",
-                        help="where the runs (logs, checkpoints) are written")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="PNG plot path (default: parl_ablation.png in the fresh workdir; the README's figure "
+                             "is refreshed only by passing --out docs/parl_ablation.png)")
+    parser.add_argument("--workdir", type=Path, default=None,
+                        help="where the runs (logs, checkpoints) are written (default: a fresh "
+                             "runs/parl_ablation-<time> folder, untracked)")
     parser.add_argument("--quick", action="store_true", help="smoke test: 1 seed, 4 iterations of 64 actors")
     args = parser.parse_args()
     if args.quick:
@@ -230,7 +249,8 @@ def main() -> None:
     # The annealed arm's horizon is set in its config for the default budget; scale it with the budget.
     default_budget = default_epochs * int(config["data"]["num_envs"]) * int(config["data"]["num_steps"])
     args.horizon = None if budget == default_budget else max(1, round(600_000 * budget / default_budget))
-    root = args.workdir
+    root = args.workdir or fresh_workdir()
+    args.out = args.out or root / "parl_ablation.png"
     print(f"PARL ablation: {len(ARMS)} arms x {args.seeds} seeds, {budget:,} env steps each "
           f"({args.epochs} iterations of {args.num_envs} x {config['data']['num_steps']}), runs under {root}")
 

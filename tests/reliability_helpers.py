@@ -85,3 +85,75 @@ class HangOnRank(RolloutCallback):
     def on_rollout_start(self, trainer, pl_module, round_index: int) -> None:
         if trainer.global_rank == self.rank and round_index == self.round_index:
             time.sleep(3600)
+
+
+# ---------------------------------------------------------------------------------- user worlds that break the contract
+class TinyEnv:
+    """A minimal correct BatchedEnv (2 discrete actions, 3 features); subclasses break one promise."""
+
+    def __init__(self, num_envs: int = 4, device: str = "cpu", seed: int = 0) -> None:
+        self.num_envs, self.device = num_envs, torch.device(device)
+        self.observation_shape = (3,)
+        from parlightning.envs.base import ActionSpec
+
+        self.action_spec = ActionSpec("discrete", nvec=(2,))
+
+    def _obs(self):
+        return torch.zeros(self.num_envs, 3)
+
+    def reset(self, *, seed=None, task_index=None):
+        return self._obs()
+
+    def step(self, action, next_task=None):
+        from parlightning.envs.base import StepResult
+
+        n = self.num_envs
+        obs = self._obs()
+        return StepResult(obs, self._reward(), torch.zeros(n, dtype=torch.bool), torch.zeros(n, dtype=torch.bool), obs)
+
+    def _reward(self):
+        return torch.ones(self.num_envs)
+
+    def state_dict(self):
+        return {}
+
+    def load_state_dict(self, state):
+        return None
+
+
+class WrongObsShapeEnv(TinyEnv):
+    """Declares 3 features, returns 5."""
+
+    def _obs(self):
+        return torch.zeros(self.num_envs, 5)
+
+
+class WrongObsDtypeEnv(TinyEnv):
+    """Returns float64 observations."""
+
+    def _obs(self):
+        return torch.zeros(self.num_envs, 3, dtype=torch.float64)
+
+
+class WrongRewardShapeEnv(TinyEnv):
+    """Returns a [N, 1] reward."""
+
+    def _reward(self):
+        return torch.ones(self.num_envs, 1)
+
+
+class NumpyResetEnv(TinyEnv):
+    """`reset` returns a numpy array."""
+
+    def reset(self, *, seed=None, task_index=None):
+        import numpy as np
+
+        return np.zeros((self.num_envs, 3), dtype=np.float32)
+
+
+def make_tiny_env(num_envs, device, seed):  # no return annotation: jsonargparse cannot tell it builds a BatchedEnv
+    return TinyEnv(num_envs, device, seed)
+
+
+def make_tiny_env_annotated(num_envs: int, device: str, seed: int) -> TinyEnv:
+    return TinyEnv(num_envs, device, seed)

@@ -229,6 +229,30 @@ def test_bad_arguments_raise_clear_errors(gymnasium):
         env.step(torch.zeros(2))
 
 
+def test_field_errors_are_config_errors_that_name_the_init_arg(gymnasium):
+    from parlightning.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^vectorization: unknown 'threads'; choose one of sync, async$"):
+        GymVectorEnv(2, env_id="CartPole-v1", vectorization="threads")
+    with pytest.raises(ConfigError, match=r"^env_id: .*NoSuchEnv.* registered Gymnasium id"):
+        GymVectorEnv(2, env_id="NoSuchEnv-v0")
+    with pytest.raises(ConfigError, match=r"^wrappers: .*FrozenLake-v1 has Discrete\(16\).*FlattenObservation"):
+        GymVectorEnv(2, env_id="FrozenLake-v1")
+    with pytest.raises(ConfigError, match=r"^wrappers: cannot import 'gymnasium.wrappers.Nope'"):
+        GymVectorEnv(2, env_id="FrozenLake-v1", wrappers=["gymnasium.wrappers.Nope"])
+
+
+@pytest.mark.parametrize("wrapper", ["gymnasium.wrappers.FlattenObservation", "class"])
+def test_wrappers_by_import_path_or_class_give_the_same_one_hot_observations(gymnasium, wrapper):
+    from gymnasium.wrappers import FlattenObservation
+
+    env = GymVectorEnv(2, seed=3, env_id="FrozenLake-v1",
+                       wrappers=[FlattenObservation if wrapper == "class" else wrapper])
+    obs = env.reset()
+    assert env.observation_shape == (16,) and obs.shape == (2, 16)
+    assert torch.equal(obs, torch.eye(16)[[0, 0]])  # both actors start on square 0, one-hot
+
+
 def test_without_gymnasium_the_error_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "gymnasium", None)  # makes `import gymnasium` fail
     monkeypatch.setitem(sys.modules, "gymnasium.vector", None)

@@ -25,20 +25,45 @@ from reliability_helpers import NaNSwarm, PoisonWeights  # noqa: E402
 sys.path.insert(0, str(TESTS.parent))
 from callbacks.hardest_first import HardestFirst  # noqa: E402
 
-CONFIG = str(TESTS.parent / "configs" / "swarm.yaml")
+CONFIGS = TESTS.parent / "configs"
+CONFIG = str(CONFIGS / "swarm.yaml")
+BASES = {"@gym": str(CONFIGS / "cartpole.yaml"), "@tensor": str(CONFIGS / "cartpole_tensor.yaml")}  # a row's own base
 
 
-def _cli(root, *extra):
-    return main(["--config", CONFIG, "--trainer.default_root_dir", str(root), "--trainer.enable_progress_bar",
+def _cli(root, *extra, config=CONFIG):
+    return main(["--config", config, "--trainer.default_root_dir", str(root), "--trainer.enable_progress_bar",
                  "false", "--trainer.max_epochs", "2", "--data.num_envs", "32", "--data.num_steps", "8", *extra])
 
 
 # ---------------------------------------------------------------------------------- bad input
+def _resave(checkpoint, path, **changes):
+    """`checkpoint` with `changes` to its state_dict, saved with a valid checksum (so the check
+    that fires is the one about the change, not the checksum)."""
+    from parlightning.checkpoint import CHECKSUM_KEY, state_checksum
+
+    checkpoint = {**checkpoint, "state_dict": {**checkpoint["state_dict"], **changes}}
+    checkpoint[CHECKSUM_KEY] = state_checksum({k: v for k, v in checkpoint.items() if k != CHECKSUM_KEY})
+    torch.save(checkpoint, path)
+
+
+def _flip_bytes_inside_a_weight(data: bytes, weight: torch.Tensor, count: int = 16) -> bytes:
+    raw = weight.contiguous().numpy().tobytes()
+    start = data.find(raw)
+    assert start > 0 and data.find(raw, start + 1) < 0  # found the weight's bytes, once
+    middle = start + len(raw) // 2
+    return data[:middle] + bytes(b ^ 0xFF for b in data[middle:middle + count]) + data[middle + count:]
+
+
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
-    """A real checkpoint of this config and four bad ones: random bytes, truncated, foreign, pickled object."""
+    """Real checkpoints (this config; CartPole) and bad ones: random bytes, truncated, foreign,
+    pickled object, one tensor of the wrong shape, 16 flipped bytes in a weight, NaN weights;
+    and bad config files."""
     folder = tmp_path_factory.mktemp("ckpts")
     _cli(folder / "run", "--trainer.max_epochs", "1")
+    main(["--config", BASES["@tensor"], "--trainer.default_root_dir", str(folder / "cartpole"),
+          "--trainer.enable_progress_bar", "false", "--trainer.max_epochs", "1", "--data.num_steps", "8",
+          "--model.activation", "relu"])
     real = next((folder / "run").rglob("last.ckpt"))
     data = real.read_bytes()
     (folder / "random.ckpt").write_bytes(os.urandom(4096))
@@ -46,16 +71,29 @@ def checkpoints(tmp_path_factory):
     torch.save({"weights": torch.zeros(3), "note": "not a training run"}, folder / "foreign.ckpt")
     torch.save({"state_dict": {}, "loops": {}, "optimizer_states": [], "x": types.SimpleNamespace(a=1)},
                folder / "pickled.ckpt")
+    saved = torch.load(real, weights_only=True)
+    weights = {k: v for k, v in saved["state_dict"].items() if v.dim() == 2}
+    name, biggest = max(weights.items(), key=lambda kv: kv[1].numel())
+    _resave(saved, folder / "wrong_shape.ckpt", **{name: torch.zeros(biggest.shape[0], biggest.shape[1] + 1)})
+    (folder / "flipped.ckpt").write_bytes(_flip_bytes_inside_a_weight(data, biggest))
+    _resave(saved, folder / "nan.ckpt", **{k: torch.full_like(v, float("nan")) for k, v in saved["state_dict"].items()})
     (folder / "not_yaml.txt").write_bytes(b"\x00\x01 binary {{{ not: [yaml")
     (folder / "a_file").write_text("a file where a folder should be")
-    return {"real": str(real), **{name: str(folder / f) for name, f in [
-        ("random", "random.ckpt"), ("truncated", "truncated.ckpt"), ("foreign", "foreign.ckpt"),
-        ("pickled", "pickled.ckpt"), ("not_yaml", "not_yaml.txt"), ("a_file", "a_file")]}}
+    (folder / "dup.yaml").write_text("model:\n  lr: 0.001\ndata:\n  num_steps: 8\nmodel:\n  lr: 0.002\n")
+    (folder / "empty.yaml").write_text("")
+    (folder / "list.yaml").write_text("- trainer\n- model\n")
+    (folder / "optimizer.yaml").write_text("optimizer:\n  class_path: torch.optim.SGD\n")
+    files = {"cartpole": str(next((folder / "cartpole").rglob("*.ckpt"))), "weight": name}
+    for f in ("random.ckpt", "truncated.ckpt", "foreign.ckpt", "pickled.ckpt", "wrong_shape.ckpt", "flipped.ckpt",
+              "nan.ckpt", "not_yaml.txt", "a_file", "dup.yaml", "empty.yaml", "list.yaml", "optimizer.yaml"):
+        files[f.split(".")[0]] = str(folder / f)
+    return {"real": str(real), **files}
 
 
 PLANNER = ["--trainer.callbacks+=parlightning.callbacks.StrategyPlanner", "--trainer.callbacks.init_args.strategy"]
 STRATEGY = "--trainer.callbacks.init_args.strategy.init_args"
-BAD_INPUT = [  # (arguments, the field the message names, a piece of the fix it gives)
+HELPERS = "reliability_helpers"
+BAD_INPUT = [  # (arguments, the field the message names, a piece of the fix it gives); "@gym"/"@tensor": base config
     (["--data.bogus", "1"], "data.bogus", "--help lists them"),
     (["--data.num_envs", "0"], "data.num_envs", "positive integer"),
     (["--data.num_envs", "many"], "data.num_envs", "Expected a <class 'int'>"),
@@ -87,6 +125,51 @@ BAD_INPUT = [  # (arguments, the field the message names, a piece of the fix it 
     (["--ckpt_path", "{pickled}"], "--ckpt_path", "other than tensors and plain containers"),
     (["--ckpt_path", "{real}", "--data.num_envs", "16"], "data.num_envs", "resume with data.num_envs: 32"),
     (["--ckpt_path", "{real}", "--model.hidden_sizes", "[32]"], "model.hidden_sizes", "resume with the checkpoint's"),
+    # issue 12, section 3: model hyperparameters
+    (["--model.vf_coef", "-1"], "model.vf_coef", "must be >= 0"),
+    (["--model.max_grad_norm", "0"], "model.max_grad_norm", "use null to turn clipping off"),
+    (["--model.max_grad_norm", "-0.5"], "model.max_grad_norm", "use null to turn clipping off"),
+    (["--model.lr", "-1e-3"], "--model.lr", "write --model.lr=-1e-3"),
+    (["--model.lr=-1e-3"], "model.lr", "must be positive"),
+    (["--model.adam_eps", "0"], "model.adam_eps", "must be positive"),
+    # --optimizer / --lr_scheduler are not offered (PPOModule owns its optimizer and lr annealing)
+    (["--optimizer", "Adam"], "--optimizer", "override configure_optimizers"),
+    (["--optimizer=torch.optim.SGD", "--optimizer.lr", "0.1"], "--optimizer", "drop --optimizer"),
+    (["--lr_scheduler", "StepLR", "--lr_scheduler.step_size", "1"], "--lr_scheduler", "drop --lr_scheduler"),
+    (["--config", "{optimizer}"], "optimizer", "not supported"),
+    # config files and cross-field config
+    (["--config", "{dup}"], "--config", "key 'model' appears twice (lines 1 and 5)"),
+    (["--config", "{empty}"], "--config", "the file is empty"),
+    (["--config", "{list}"], "--config", "the top level is a list, not a mapping"),
+    (["--data.bptt_len", "4"], "data.bptt_len", "model.policy: gru"),
+    (["--seed_everything", "99999999999"], "seed_everything", "outside numpy's seed range 0..4294967295"),
+    (["--data.seed", "4294967296"], "data.seed", "outside numpy's seed range"),
+    (["--data.num_envs", "50000000", "--data.num_steps", "32"], "data.num_envs",  # ~940 GiB: refused, not allocated
+     "lower data.num_envs or data.num_steps"),
+    # Gymnasium adapter
+    (["@gym", "--data.env.init_args.vectorization", "threads"], "data.env.init_args.vectorization",
+     "choose one of sync, async"),
+    (["@gym", "--data.env.init_args.env_id", "NoSuchEnv-v0"], "data.env.init_args.env_id", "registered Gymnasium id"),
+    (["@gym", "--data.env.init_args.env_id", "Blackjack-v1"], "data.env.init_args.wrappers",
+     "wrappers: [gymnasium.wrappers.FlattenObservation]"),
+    (["@gym", "--data.env.init_args.wrappers", "[gymnasium.wrappers.NoSuchWrapper]"], "data.env.init_args.wrappers",
+     "by its import path"),
+    (["@tensor", "--data.env", f"{HELPERS}.make_tiny_env"], "data.env", "-> BatchedEnv"),
+    # a user's env that breaks its own declarations (one reset and one step in preflight)
+    (["@tensor", "--data.env", f"{HELPERS}.WrongObsShapeEnv"], "data.env", "observation_shape is [3]"),
+    (["@tensor", "--data.env", f"{HELPERS}.WrongObsDtypeEnv"], "data.env", "dtype torch.float64"),
+    (["@tensor", "--data.env", f"{HELPERS}.WrongRewardShapeEnv"], "data.env", "rewards of shape [2, 1]"),
+    (["@tensor", "--data.env", f"{HELPERS}.NumpyResetEnv"], "data.env", "numpy.ndarray, not a torch.Tensor"),
+    # checkpoints: another env, another architecture, a damaged tensor, another world, nothing left, corruption
+    (["--ckpt_path", "{cartpole}", "--data.num_envs", "4"], "data.env.class", "resume with the checkpoint's env"),
+    (["--ckpt_path", "{real}", "--model.policy", "gru"], "model.policy", "resume with the checkpoint's value"),
+    (["--ckpt_path", "{wrong_shape}"], "--ckpt_path", "{weight} has shape"),
+    (["--ckpt_path", "{real}", "--data.env.init_args.max_subagents", "8", "--data.reward.init_args.max_subagents", "8"],
+     "data.env.init_args.max_subagents", "a world with 16 but this config builds 8"),
+    (["--ckpt_path", "{real}", "--trainer.max_epochs", "1"], "trainer.max_epochs",
+     "pass --trainer.max_epochs N with N > 1"),
+    (["--ckpt_path", "{flipped}"], "--ckpt_path", "do not match the checksum"),
+    (["--ckpt_path", "{nan}"], "--ckpt_path", "non-finite weights"),
 ]
 
 
@@ -95,15 +178,41 @@ def test_bad_input_is_one_clear_error_before_any_rollout_and_nothing_is_written(
     tmp_cwd, capsys, monkeypatch, checkpoints, args, field, fix
 ):
     monkeypatch.setattr(RolloutDataModule, "collect", lambda self: pytest.fail("a rollout started"))
-    args = [a.format(**checkpoints) for a in args]
+    monkeypatch.syspath_prepend(str(TESTS))
+    config = BASES[args[0]] if args[0] in BASES else CONFIG
+    args = [a.format(**checkpoints) for a in (args[1:] if args[0] in BASES else args)]
+    fix = fix.format(**checkpoints)
     before = set(tmp_cwd.rglob("*"))
     with pytest.raises(SystemExit) as exit_:
-        _cli(tmp_cwd, *args)
-    message = exit_.value.code
+        _cli(tmp_cwd, *args, config=config)
+    message = exit_.value.code  # a str: Python prints it to stderr and exits with status 1
     assert isinstance(message, str) and message.startswith("error: ") and "\n" not in message, message
     assert field in message and fix in message, message
-    assert "Traceback" not in capsys.readouterr().err
+    stderr = capsys.readouterr().err + message + "\n"
+    assert "Traceback" not in stderr
+    assert [line for line in stderr.splitlines() if "error:" in line] == [message]  # exactly one error line
     assert set(tmp_cwd.rglob("*")) == before  # no lightning_logs, config.yaml or checkpoint left behind
+
+
+def test_help_no_longer_lists_optimizer_or_lr_scheduler(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--help"])
+    assert exit_.value.code == 0
+    text = capsys.readouterr().out
+    assert "--model.adam_eps" in text and "--model.anneal_lr" in text  # the module's own optimizer settings
+    import re
+
+    options = re.findall(r"^\s+(--[\w.]+)", text, re.M)
+    assert "--model.adam_eps" in options and "--data.num_envs" in options
+    assert not [o for o in options if o.startswith(("--optimizer", "--lr_scheduler"))]
+
+
+def test_the_suggested_wrapper_fix_works_from_yaml(tmp_cwd, monkeypatch):
+    """The non-Box error's fix, given as an import path, is accepted and trains (one iteration)."""
+    cli = _cli(tmp_cwd, "--data.env.init_args.env_id", "Blackjack-v1", "--data.env.init_args.wrappers",
+               "[gymnasium.wrappers.FlattenObservation]", "--trainer.max_epochs", "1", config=BASES["@gym"])
+    assert cli.datamodule.env.observation_shape == (45,)  # one-hot 32 + 11 + 2
+    assert cli.trainer.current_epoch == 1
 
 
 def test_mismatched_pass_and_solved_thresholds_warn_once_naming_both(tmp_path):
@@ -113,6 +222,47 @@ def test_mismatched_pass_and_solved_thresholds_warn_once_naming_both(tmp_path):
     messages = [str(w.message) for w in record if "pass_threshold" in str(w.message)]
     assert len(messages) == 1 and "0.5" in messages[0] and "1.0" in messages[0]
     assert "solved" in messages[0]
+
+
+def test_the_memory_estimate_is_the_buffer_it_would_allocate_and_refuses_what_does_not_fit(monkeypatch):
+    from parlightning import preflight
+    from parlightning.buffer import RolloutBuffer
+    from parlightning.envs.base import ActionSpec
+    from parlightning.errors import ConfigError
+
+    spec = ActionSpec("multi_discrete", nvec=(3, 3))
+    real = RolloutBuffer(16, 8, (5,), spec.action_shape, torch.device("cpu"), torch.long)
+    allocated = sum(v.numel() * v.element_size() for v in vars(real).values() if isinstance(v, torch.Tensor))
+    assert preflight.rollout_bytes(16, 8, (5,), spec, num_minibatches=4) == allocated + allocated // 4
+    monkeypatch.setattr(preflight, "available_memory", lambda device: (3 * 2**30, "available on this machine"))
+    preflight.check_memory(2 * 2**30, "N actors x T steps", (5,), torch.device("cpu"))  # fits: no error
+    with pytest.raises(ConfigError, match=r"^data.num_envs: N actors x T steps need about 2.0 GiB per rank x 2 ranks = 4.0 GiB .*"
+                                          r"observation shape \[5\]\), more than the 3.0 GiB available"):
+        preflight.check_memory(2 * 2**30, "N actors x T steps", (5,), torch.device("cpu"), ranks_here=2)
+
+
+def test_parl_ablation_writes_into_a_fresh_untracked_folder_by_default(tmp_path, monkeypatch):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("parl_ablation", TESTS.parent / "scripts" / "parl_ablation.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    fresh = script.fresh_workdir
+    first, second = fresh(tmp_path / "runs"), fresh(tmp_path / "runs")  # two runs in the same second
+    assert first != second and first.parent == second.parent == tmp_path / "runs"
+    assert first.name.startswith("parl_ablation-") and not list(first.iterdir())
+    root = script.ROOT
+    monkeypatch.setattr(script, "ROOT", tmp_path / "repo")
+    assert fresh().parent == tmp_path / "repo" / "runs"  # the default: the repository's untracked runs/
+    monkeypatch.setattr(script, "ROOT", root)
+    monkeypatch.setattr(script, "fresh_workdir", lambda: fresh(tmp_path / "runs"))
+    monkeypatch.setattr(sys, "argv", ["parl_ablation.py", "--quick"])
+    monkeypatch.setattr(script, "run_all", lambda args, root: pytest.fail(f"plot would go to {args.out}")
+                        if args.out != root / "parl_ablation.png" or root.parent != tmp_path / "runs" else {})
+    monkeypatch.setattr(script, "plot", lambda data, path: None)
+    monkeypatch.setattr(script, "curves", lambda runs: {arm: {tag: [] for tag in script.CURVES} for arm in script.ARMS})
+    script.main()  # no runs: prints empty tables, writes nothing outside runs/
+    assert not (tmp_path / "docs").exists()
 
 
 # ---------------------------------------------------------------------------------- non-finite

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -182,6 +183,66 @@ def test_a_kill_during_a_save_never_leaves_a_half_written_checkpoint(tmp_path):
     state = torch.load(path, weights_only=True)
     assert state["i"] >= 1 and bool((state["payload"] == float(state["i"])).all())
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".ckpt")] == ["last.ckpt"]
+    # what the killed save left (when the kill landed inside one) is removed by the next save in the
+    # folder, with older leftovers; a live process's save in progress (pid 1 here) is not touched
+    stale = [tmp_path / f".last.ckpt.{proc.pid}.planted.partial", tmp_path / ".last.ckpt.oldstyle.partial"]
+    live = tmp_path / ".last.ckpt.1.inflight.partial"
+    for p in (*stale, live):
+        p.write_bytes(b"PK half")
+    AtomicCheckpointIO().save_checkpoint({"i": -1}, tmp_path / "epoch=0.ckpt")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [live.name, "epoch=0.ckpt", "last.ckpt"]
+
+
+def _claim(root, barrier, out):
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    from parlightning.checkpoint import claim_version
+
+    trainer = types.SimpleNamespace(global_rank=0, logger=TensorBoardLogger(save_dir=root))
+    barrier.wait()  # every process lists the folder at the same moment
+    out.put((claim_version(trainer)[0][0], trainer.logger.version, trainer.logger.log_dir))
+
+
+def test_runs_started_together_in_one_folder_get_their_own_version(tmp_path):
+    """Without the atomic claim every process computes version_0 from the same listing."""
+    ctx = multiprocessing.get_context("fork")
+    n, barrier, out = 4, ctx.Barrier(4), ctx.Queue()
+    (tmp_path / "lightning_logs" / "version_0").mkdir(parents=True)  # an earlier run
+    procs = [ctx.Process(target=_claim, args=(str(tmp_path), barrier, out)) for _ in range(n)]
+    for p in procs:
+        p.start()
+    got = [out.get(timeout=60) for _ in range(n)]
+    for p in procs:
+        p.join()
+    assert sorted(version for _, version, _ in got) == [1, 2, 3, 4]
+    assert all(folder == log_dir == str(tmp_path / "lightning_logs" / f"version_{v}") for folder, v, log_dir in got)
+
+
+def test_resuming_removes_the_killed_saves_left_beside_the_checkpoint(tmp_path):
+    fit(tmp_path, "--trainer.max_epochs", "1")
+    ckpt = last_ckpt(tmp_path)
+    stale = ckpt.parent / ".last.ckpt.999999999.x1y2z3.partial"  # a pid that cannot exist
+    stale.write_bytes(b"PK half")
+    fit(tmp_path, "--trainer.max_epochs", "2", "--ckpt_path", str(ckpt))
+    assert not list(tmp_path.rglob("*.partial"))
+    assert torch.load(last_ckpt(tmp_path, version=1), weights_only=True)["epoch"] == 1
+
+
+def test_a_checkpoint_holds_a_checksum_that_its_load_verifies(tmp_path):
+    from parlightning.checkpoint import CHECKSUM_KEY, state_checksum
+    from parlightning.errors import ConfigError
+
+    io, path = AtomicCheckpointIO(), tmp_path / "last.ckpt"
+    weight = torch.arange(64, dtype=torch.float32)
+    io.save_checkpoint({"state_dict": {"policy.w": weight}, "epoch": 3}, path)
+    saved = torch.load(path, weights_only=True)
+    assert saved[CHECKSUM_KEY] == state_checksum({"state_dict": {"policy.w": weight}, "epoch": 3})
+    assert io.load_checkpoint(path)["epoch"] == 3
+    data = path.read_bytes()
+    at = data.find(weight.numpy().tobytes()) + 100
+    path.write_bytes(data[:at] + bytes(b ^ 0xFF for b in data[at:at + 16]) + data[at + 16:])
+    with pytest.raises(ConfigError, match="do not match the checksum"):
+        io.load_checkpoint(path)
 
 
 def test_a_failing_save_keeps_the_previous_checkpoint_and_no_temp_file(tmp_path, monkeypatch):
@@ -196,7 +257,7 @@ def test_a_failing_save_keeps_the_previous_checkpoint_and_no_temp_file(tmp_path,
     with pytest.raises(OSError, match="disk full"):
         io.save_checkpoint({"i": 2}, path)
     monkeypatch.undo()
-    assert torch.load(path, weights_only=True) == {"i": 1}
+    assert torch.load(path, weights_only=True)["i"] == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]
 
 

@@ -8,13 +8,15 @@ tensor-native alternative). Gymnasium is an optional extra: `pip install parligh
 
 from __future__ import annotations
 
-from typing import Any, Optional
+import importlib
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from parlightning.envs.base import ActionSpec, BatchedEnv, StepResult
+from parlightning.errors import ConfigError
 
 _VECTORIZATIONS = ("sync", "async")
 
@@ -53,6 +55,30 @@ def action_spec_of(space: Any) -> tuple[ActionSpec, Optional[np.ndarray]]:
     )
 
 
+def resolve_wrappers(wrappers: Optional[Sequence[Any]]) -> Optional[list[Callable[..., Any]]]:
+    """Gymnasium wrappers given as callables or import paths (`gymnasium.wrappers.FlattenObservation`,
+    settable from YAML), as callables."""
+    if wrappers is None:
+        return None
+    if isinstance(wrappers, (str, bytes)) or callable(wrappers):
+        wrappers = [wrappers]
+    out = []
+    for w in wrappers:
+        if isinstance(w, str):
+            module, _, name = w.rpartition(".")
+            try:
+                w = getattr(importlib.import_module(module), name) if module else None
+            except (ImportError, AttributeError):
+                w = None
+            if w is None:
+                raise ConfigError(f"wrappers: cannot import {module + '.' + name if module else name!r}; name a "
+                                  "wrapper by its import path, e.g. gymnasium.wrappers.FlattenObservation")
+        if not callable(w):
+            raise ConfigError(f"wrappers: {w!r} is not callable; each wrapper takes an env and returns an env")
+        out.append(w)
+    return out
+
+
 class GymVectorEnv(BatchedEnv):
     """N copies of a Gymnasium env as one `BatchedEnv` (Gymnasium's SAME_STEP auto-reset).
 
@@ -65,8 +91,10 @@ class GymVectorEnv(BatchedEnv):
     - Episode statistics: `last_episode_return` / `last_episode_length` ([N], valid where done),
       `episode_count` ([N] finished episodes per actor).
     - `seed` seeds the first reset (actor i gets seed + i, Gymnasium's convention).
+    - `wrappers`: Gymnasium wrappers applied to every copy, as callables or import paths (from
+      YAML: `wrappers: [gymnasium.wrappers.FlattenObservation]`).
     - `env_kwargs` (a dict, settable from YAML) and any extra keyword arguments go to
-      `gymnasium.make_vec`: e.g. `max_episode_steps`, `wrappers`, the env's own arguments.
+      `gymnasium.make_vec`: e.g. `max_episode_steps`, the env's own arguments.
     - The first three parameters are the data module's env factory order `(num_envs, device,
       seed)`; `env_id` is keyword-only: `GymVectorEnv(8, env_id="CartPole-v1")`, or in YAML
       `class_path: parlightning.envs.GymVectorEnv` with `init_args: {env_id: CartPole-v1}`.
@@ -85,6 +113,7 @@ class GymVectorEnv(BatchedEnv):
         *,
         env_id: str,
         vectorization: str = "sync",
+        wrappers: Optional[Sequence[Any]] = None,
         env_kwargs: Optional[dict[str, Any]] = None,
         **kwargs: Any,
     ):
@@ -108,8 +137,11 @@ class GymVectorEnv(BatchedEnv):
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise ValueError(f"seed must be an int, got {seed!r}")
         if vectorization not in _VECTORIZATIONS:
-            raise ValueError(f"vectorization must be one of {_VECTORIZATIONS}, got {vectorization!r}")
+            raise ConfigError(f"vectorization: unknown {vectorization!r}; choose one of {', '.join(_VECTORIZATIONS)}")
         env_kwargs = {**(env_kwargs or {}), **kwargs}
+        wrappers = resolve_wrappers(wrappers if wrappers is not None else env_kwargs.pop("wrappers", None))
+        if wrappers is not None:
+            env_kwargs["wrappers"] = wrappers
         vector_kwargs = dict(env_kwargs.pop("vector_kwargs", None) or {})
         mode = vector_kwargs.setdefault("autoreset_mode", AutoresetMode.SAME_STEP)
         if AutoresetMode(mode) != AutoresetMode.SAME_STEP:
@@ -122,15 +154,20 @@ class GymVectorEnv(BatchedEnv):
         self.num_envs = num_envs
         self.seed = seed
         self.device = torch.device(device)
-        self.env = gymnasium.make_vec(
-            env_id, num_envs=num_envs, vectorization_mode=vectorization, vector_kwargs=vector_kwargs, **env_kwargs
-        )
+        try:
+            self.env = gymnasium.make_vec(
+                env_id, num_envs=num_envs, vectorization_mode=vectorization, vector_kwargs=vector_kwargs, **env_kwargs
+            )
+        except gymnasium.error.Error as err:  # NameNotFound, VersionNotFound, ... for an unknown id
+            text = " ".join(str(err).split())
+            raise ConfigError(f"env_id: {text} Pass a registered Gymnasium id such as CartPole-v1 "
+                              "(gymnasium.pprint_registry() lists them; import the package that registers yours)") from None
         obs_space = self.env.single_observation_space
         if not isinstance(obs_space, gymnasium.spaces.Box):
             self.env.close()
-            raise ValueError(
-                f"GymVectorEnv needs a Box observation space, {env_id} has {obs_space}: "
-                "pass wrappers=[gymnasium.wrappers.FlattenObservation] (or a one-hot wrapper)"
+            raise ConfigError(
+                f"wrappers: GymVectorEnv needs a Box observation space, {env_id} has {obs_space}; add "
+                "wrappers: [gymnasium.wrappers.FlattenObservation] to the env's init_args (or a one-hot wrapper)"
             )
         self.observation_shape = tuple(obs_space.shape)
         self.action_spec, self._action_start = action_spec_of(self.env.single_action_space)

@@ -1,0 +1,312 @@
+"""Preflight: every check that can refuse a run before anything is written or allocated.
+
+Argument and YAML checks (`check_arguments`), parsed-config cross-checks (`check_config`), the
+user env's contract on one reset and one step of a small probe (`check_env`), and a memory
+estimate of the rollout against the machine (`check_memory`). Each failure is one `ConfigError`
+naming the field and the fix.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import os
+import re
+from typing import Any, Callable, Optional, Sequence
+
+import torch
+import yaml
+from torch import Tensor
+
+from parlightning.errors import ConfigError
+
+SEED_RANGE = (0, 2**32 - 1)  # numpy's (and Lightning's seed_everything's) seed range
+PROBE_ACTORS = 2  # actors of the env built to check its contract and measure its shapes
+
+REMOVED_OPTIONS = {  # LightningCLI options this CLI does not offer, and why
+    "optimizer": "PPOModule builds its own Adam (model.lr, model.adam_eps) and anneals lr itself (model.anneal_lr)",
+    "lr_scheduler": "PPOModule anneals lr linearly to 0 over trainer.max_epochs itself (model.anneal_lr)",
+}
+_SCIENTIFIC_NEGATIVE = re.compile(r"^-(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")  # argparse reads these as options
+
+
+# ---------------------------------------------------------------------------------- arguments
+def check_arguments(args: Sequence[str]) -> None:
+    """Raw command-line checks jsonargparse gets wrong or words badly: a negative number in
+    scientific notation after a flag, the removed --optimizer / --lr_scheduler, and --config files."""
+    args = list(args)
+    for i, arg in enumerate(args):
+        flag = arg.split("=", 1)[0]
+        name = flag[2:].split(".", 1)[0] if flag.startswith("--") else ""
+        if name in REMOVED_OPTIONS:
+            raise ConfigError(_removed(f"--{name}"))
+        nxt = args[i + 1] if i + 1 < len(args) else ""
+        if arg.startswith("--") and "=" not in arg and _SCIENTIFIC_NEGATIVE.match(nxt):
+            raise ConfigError(f"{arg}: the value {nxt} reads as an option, not a number; write {arg}={nxt}")
+        if arg == "--config" and nxt:
+            check_config_file(nxt)
+        elif arg.startswith("--config="):
+            check_config_file(arg.split("=", 1)[1])
+
+
+def _removed(option: str) -> str:
+    why = REMOVED_OPTIONS[option.lstrip("-")]
+    return (f"{option}: not supported: {why}; drop {option} (to use another optimizer or schedule, subclass "
+            "PPOModule and override configure_optimizers)")
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """A safe YAML loader that refuses a key given twice in one mapping (PyYAML keeps the last)."""
+
+
+def _strict_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        line = key_node.start_mark.line + 1
+        if key in seen:
+            raise ConfigError(f"key {key!r} appears twice (lines {seen[key]} and {line}); keep one and merge the two")
+        seen[key] = line
+    return loader.construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _strict_mapping)
+
+
+def check_config_file(path: str) -> None:
+    """A --config file must be one YAML mapping with no duplicated key. A missing or unreadable
+    file is left to the parser (it names it)."""
+    if not os.path.isfile(path):
+        return
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        config = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
+    except ConfigError as err:
+        raise ConfigError(f"--config {path}: {err}") from None
+    except (yaml.YAMLError, UnicodeDecodeError, OSError):
+        return  # not YAML at all: the parser's own message says so
+    if config is None:
+        raise ConfigError(f"--config {path}: the file is empty; a config is a YAML mapping of sections "
+                          "(trainer:, model:, data:), e.g. configs/swarm.yaml, or drop --config")
+    if not isinstance(config, dict):
+        raise ConfigError(f"--config {path}: the top level is a {type(config).__name__}, not a mapping; write "
+                          "sections as keys (trainer:, model:, data:), e.g. configs/swarm.yaml")
+    for name in REMOVED_OPTIONS:
+        if name in config:
+            raise ConfigError(f"--config {path}: " + _removed(name))
+
+
+# ---------------------------------------------------------------------------------- parsed config
+def check_config(config: Any) -> None:
+    """Cross-field checks on the parsed config, before any class is built or seeded."""
+    for field in ("seed_everything", "seed"):  # `seed`: a top-level alias of seed_everything, where one exists
+        seed = config.get(field)
+        if not isinstance(seed, bool) and isinstance(seed, int):
+            _check_seed(field, seed)
+    data, model = config.get("data") or {}, config.get("model") or {}
+    if isinstance(data.get("seed"), int):
+        _check_seed("data.seed", data.get("seed"))
+    if data.get("bptt_len") is not None and model.get("policy", "mlp") == "mlp":
+        raise ConfigError(f"data.bptt_len: {data.get('bptt_len')} is the chunk length of a recurrent policy, but "
+                          "model.policy is mlp (trained on single steps); drop data.bptt_len or set model.policy: gru")
+
+
+def _check_seed(field: str, seed: int) -> None:
+    low, high = SEED_RANGE
+    if not low <= seed <= high:
+        raise ConfigError(f"{field}: {seed} is outside numpy's seed range {low}..{high}; pick a seed in that range")
+
+
+# ---------------------------------------------------------------------------------- the env
+def build_env(factory: Callable[..., Any], num_envs: int, device: str, seed: int) -> Any:
+    """`factory(num_envs, device, seed)`; a ValueError/TypeError it raises becomes a ConfigError on
+    `data.env.init_args.<name>` when its message starts with one of the factory's parameters."""
+    try:
+        return factory(num_envs, device, seed)
+    except ConfigError as err:
+        raise ConfigError(_env_field(factory, str(err))) from None
+    except (ValueError, TypeError) as err:
+        raise ConfigError(_env_field(factory, f"{type(err).__name__}: {err}")) from None
+
+
+def _env_field(factory: Callable[..., Any], message: str) -> str:
+    message = " ".join(line.strip() for line in message.splitlines() if line.strip())
+    head = message.split(":", 1)[0].strip()
+    if isinstance(factory, functools.partial):  # jsonargparse's class_path + init_args: the class is an argument
+        factory = next((a for a in reversed(factory.args) if isinstance(a, type)), factory.func)
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        params = {}
+    if head in params and head not in ("num_envs", "device", "seed"):
+        return f"data.env.init_args.{message}"
+    return f"data.env: {message}"
+
+
+def probe_action(spec: Any, n: int) -> Tensor:
+    """A valid action for `n` actors: index 0 of every discrete dimension, the middle of a Box."""
+    if spec.kind == "discrete":
+        return torch.zeros(n, dtype=torch.long)
+    if spec.kind == "multi_discrete":
+        return torch.zeros(n, len(spec.nvec), dtype=torch.long)
+    low, high = spec.low, spec.high
+    mid = 0.0 if low is None or high is None else (low + high) / 2
+    mid = max(mid, low) if low is not None else mid
+    mid = min(mid, high) if high is not None else mid
+    return torch.full((n, *spec.shape), float(mid))
+
+
+def check_env(env: Any, num_envs: int, seed: int) -> None:
+    """The BatchedEnv contract on one reset and one step of `env` (built with `num_envs` actors on
+    the CPU): attributes, tensor types, shapes and dtypes of everything it returns."""
+    name = type(env).__name__
+    for attr in ("observation_shape", "action_spec"):
+        if not hasattr(env, attr):
+            raise ConfigError(f"data.env: {name} has no `{attr}`; a BatchedEnv needs it")
+    if getattr(env, "num_envs", num_envs) != num_envs:
+        raise ConfigError(f"data.env: asked for {num_envs} actors, {name} built {env.num_envs}; the env must "
+                          "build num_envs actors (data.num_envs)")
+    shape = (num_envs, *tuple(env.observation_shape))
+    tasks = getattr(env, "task_ids", None)
+    first = torch.zeros(num_envs, dtype=torch.long)
+    obs = env.reset(seed=seed, task_index=first) if tasks is not None else env.reset(seed=seed)
+    _check_obs(name, "reset", "observations", obs, shape)
+    res = env.step(probe_action(env.action_spec, num_envs), first if tasks is not None else None)
+    for field in ("obs", "reward", "terminated", "truncated", "final_obs"):
+        if not hasattr(res, field):
+            raise ConfigError(f"data.env: {name}.step returned {type(res).__name__} without `{field}`; return a "
+                              "parlightning.envs.StepResult(obs, reward, terminated, truncated, final_obs)")
+    _check_obs(name, "step", "observations", res.obs, shape)
+    _check_obs(name, "step", "final observations", res.final_obs, shape)
+    _check_tensor(name, "step", "rewards", res.reward, (num_envs,), "a float [num_envs] tensor",
+                  lambda t: t.is_floating_point())
+    for field in ("terminated", "truncated"):
+        _check_tensor(name, "step", field, getattr(res, field), (num_envs,), "a bool [num_envs] tensor",
+                      lambda t: t.dtype == torch.bool)
+
+
+def _check_obs(env: str, method: str, what: str, value: Any, shape: tuple[int, ...]) -> None:
+    _check_tensor(env, method, what, value, shape, "float32 [num_envs, *observation_shape]",
+                  lambda t: t.dtype == torch.float32, f"observation_shape is {list(shape[1:])}")
+
+
+def _check_tensor(env: str, method: str, what: str, value: Any, shape: tuple[int, ...], want: str,
+                  dtype_ok: Callable[[Tensor], bool], declared: str = "") -> None:
+    if not isinstance(value, Tensor):
+        raise ConfigError(f"data.env: {env}.{method} returned {what} as {type(value).__module__}."
+                          f"{type(value).__name__}, not a torch.Tensor; return torch.as_tensor(..., "
+                          f"dtype=torch.float32, device=self.device) ({want})")
+    if tuple(value.shape) != shape:
+        declared = f" but {declared}" if declared else ""
+        hint = " or fix observation_shape" if "observation" in what else ""
+        raise ConfigError(f"data.env: {env}.{method} returned {what} of shape {list(value.shape)} for {shape[0]} "
+                          f"actors{declared} (expected {list(shape)}); return {want}{hint}")
+    if not dtype_ok(value):
+        raise ConfigError(f"data.env: {env}.{method} returned {what} of dtype {value.dtype}; return {want}")
+
+
+def env_signature(env: Any) -> dict[str, Any]:
+    """What a checkpoint's world must share with the world it resumes into: class, spaces, the
+    task bank and every plain constructor setting the env keeps as an attribute (not num_envs,
+    device or seed)."""
+    sig: dict[str, Any] = {
+        "class": f"{type(env).__module__}.{type(env).__qualname__}",
+        "observation_shape": [int(d) for d in getattr(env, "observation_shape", ())],
+        "action_spec": repr(getattr(env, "action_spec", None)),
+    }
+    tasks = getattr(env, "task_ids", None)
+    if tasks is not None:
+        sig["task_ids"] = hashlib.sha256("\n".join(map(str, tasks)).encode()).hexdigest()[:16]
+    try:
+        params = inspect.signature(type(env).__init__).parameters
+    except (TypeError, ValueError):
+        params = {}
+    for name in params:
+        if name in ("self", "num_envs", "device", "seed") or not hasattr(env, name):
+            continue
+        value = getattr(env, name)
+        if isinstance(value, tuple):
+            value = list(value)
+        if value is None or isinstance(value, (bool, int, float, str)) or (
+                isinstance(value, list) and all(isinstance(v, (bool, int, float, str)) for v in value)):
+            sig[name] = value
+    return sig
+
+
+# ---------------------------------------------------------------------------------- memory
+def rollout_bytes(num_steps: int, num_envs: int, observation_shape: Sequence[int], action_spec: Any,
+                  num_minibatches: int) -> int:
+    """Bytes of one rank's rollout: the RolloutBuffer (measured on the meta device, nothing is
+    allocated) plus one gathered minibatch of it."""
+    from parlightning.buffer import RolloutBuffer
+
+    dtype = torch.long if action_spec.is_discrete else torch.float32
+    buf = RolloutBuffer(num_steps, num_envs, tuple(observation_shape), action_spec.action_shape,
+                        torch.device("meta"), dtype)
+    total = sum(v.numel() * v.element_size() for v in vars(buf).values() if isinstance(v, Tensor))
+    return total + total // max(num_minibatches, 1)
+
+
+def env_bytes(env: Any, probe_actors: int, num_envs: int) -> int:
+    """The probe env's per-actor tensors (leading dim == its actor count), scaled to `num_envs`."""
+    per_actor = sum(v.numel() * v.element_size() for v in vars(env).values()
+                    if isinstance(v, Tensor) and v.dim() and v.shape[0] == probe_actors) // probe_actors
+    return per_actor * num_envs
+
+
+def available_memory(device: torch.device) -> tuple[int, str]:
+    """(bytes free, where) on `device`: the GPU's free memory, or the host's MemAvailable."""
+    if device.type == "cuda" and torch.cuda.is_available():
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free), f"free on {device}"
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024, "available on this machine"
+    except OSError:
+        pass
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"), "on this machine"
+
+
+def check_memory(need: int, field_values: str, obs_shape: Sequence[int], device: torch.device,
+                 ranks_here: int = 1) -> None:
+    """Refuse a rollout whose estimate (x ranks sharing this machine's memory) exceeds what is free."""
+    free, where = available_memory(device)
+    total = need * ranks_here
+    if total > free:
+        amount = f"{_size(need)} per rank x {ranks_here} ranks = {_size(total)}" if ranks_here > 1 else _size(total)
+        raise ConfigError(f"data.num_envs: {field_values} need about {amount} for the rollout "
+                          f"(observation shape {list(obs_shape)}), more than the {_size(free)} {where}; lower "
+                          "data.num_envs or data.num_steps")
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
+            return f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} PiB"
+
+
+def check_datamodule(dm: Any, device: Optional[torch.device] = None, ranks_here: int = 1) -> dict[str, Any]:
+    """Build a probe of the env (PROBE_ACTORS actors, CPU), check its contract and the data
+    module's checks that need it, and the rollout's memory; returns facts for the resume checks
+    (`observation_shape`, `action_spec`, `env_signature`)."""
+    n = min(dm.num_envs, PROBE_ACTORS)
+    env = build_env(dm.env_factory, n, "cpu", dm.seed)
+    try:
+        check_env(env, n, dm.seed)
+        dm._check_reward_cap(env)
+        need = rollout_bytes(dm.num_steps, dm.num_envs, env.observation_shape, env.action_spec, dm.num_minibatches)
+        need += env_bytes(env, n, dm.num_envs)
+        check_memory(need, f"{dm.num_envs} actors x {dm.num_steps} steps", env.observation_shape,
+                     device or torch.device("cpu"), ranks_here)
+        return {"observation_shape": tuple(env.observation_shape), "action_spec": env.action_spec,
+                "env_signature": env_signature(env)}
+    finally:
+        close = getattr(env, "close", None)
+        if callable(close):
+            close()
