@@ -399,9 +399,9 @@ class RolloutDataModule(pl.LightningDataModule):
         buf = rollout.buffer
         stats: dict[str, Tensor] = {}
         local_steps = self.num_envs * self.num_steps
-        stats["perf/rollout_SPS"] = torch.tensor(local_steps / max(rollout_time, 1e-9))
+        stats["rollout/SPS"] = torch.tensor(local_steps / max(rollout_time, 1e-9))
         if iteration_time is not None:
-            stats["perf/SPS"] = torch.tensor(steps / max(iteration_time, 1e-9))
+            stats["charts/SPS"] = torch.tensor(steps / max(iteration_time, 1e-9))
         var_returns = buf.returns.var()
         stats["losses/explained_variance"] = torch.where(
             var_returns > 0, 1 - (buf.returns - buf.values).var() / var_returns, torch.zeros_like(var_returns)
@@ -410,8 +410,8 @@ class RolloutDataModule(pl.LightningDataModule):
         n = torch.tensor(float(rollout.episode_return.numel()), device=buf.rewards.device)
         per = n.clamp(min=1.0)
         stats["rollout/episodes"] = n
-        stats["rollout/episodic_return"] = rollout.episode_return.sum() / per
-        stats["rollout/episodic_length"] = rollout.episode_length.sum() / per
+        stats["charts/episodic_return"] = rollout.episode_return.sum() / per
+        stats["charts/episodic_length"] = rollout.episode_length.sum() / per
         ep = rollout.episodes
         if ep is not None:
             threshold = float(getattr(self.env, "solved_threshold", 1.0))

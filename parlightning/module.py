@@ -19,7 +19,7 @@ from parlightning.loss import ppo_loss
 from parlightning.policies import ACTIVATIONS, ActorCritic
 from parlightning.recurrent import CELLS, RecurrentActorCritic
 
-LOSS_METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "old_approx_kl", "clip_fraction")  # logged as losses/*
+LOSS_METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "old_approx_kl", "clipfrac")  # logged as losses/*
 
 POLICIES = ("mlp", *CELLS)  # model.policy
 
@@ -211,5 +211,5 @@ class PPOModule(pl.LightningModule):
         self.log("charts/learning_rate", lr, **once)
         self.log("step", float(rollout.env_steps), **once)  # TensorBoard's x-axis: env steps (CleanRL convention)
         self.log("env_steps", float(rollout.env_steps), prog_bar=True, logger=False, **once)
-        if "perf/SPS" in stats:
-            self.log("SPS", stats["perf/SPS"], prog_bar=True, logger=False, **once)
+        if "charts/SPS" in stats:
+            self.log("SPS", stats["charts/SPS"], prog_bar=True, logger=False, **once)

@@ -24,7 +24,7 @@ from parlightning.logs import read_scalars
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 # task -> (configs for the MLP, configs for a recurrent policy, the metric per rollout)
 TASKS = {
-    "memory": (["memory.yaml"], ["memory.yaml"], "rollout/episodic_return"),
+    "memory": (["memory.yaml"], ["memory.yaml"], "charts/episodic_return"),
     "swarm": (["swarm.yaml"], ["swarm.yaml", "swarm_gru.yaml"], "rollout/success_rate"),
 }
 
