@@ -8,6 +8,7 @@ every minibatch of an epoch comes from the rollout the current policy just colle
 
 from __future__ import annotations
 
+import os
 import time
 import warnings
 from typing import Any, Callable, Iterator, Optional, Sequence
@@ -90,7 +91,8 @@ class RolloutDataModule(pl.LightningDataModule):
         sampler: `TaskSampler` that picks each actor's next task (default `RoundRobin`).
         reward: `PARLReward`; its λ1·r_parallel + λ2·r_finish is added to the env's reward
             (r_perf) at every finished episode. None trains on r_perf alone.
-        seed: base seed for env resets, action sampling and minibatch shuffling (+ rank).
+        seed: base seed for env resets, action sampling and minibatch shuffling (+ rank); None
+            (default) follows the global seed (`seed_everything` / `--seed`, else 0).
         artifact_key: the artifact key of a task id (its row in a keyed policy's table, used
             with `TensorParallel`); default `parlightning.parallel.family_of`.
         bptt_len: for a recurrent policy, the length L of the per-actor chunks the update
@@ -108,7 +110,7 @@ class RolloutDataModule(pl.LightningDataModule):
         gae_lambda: float = 0.95,
         sampler: Optional[TaskSampler] = None,
         reward: Optional[PARLReward] = None,
-        seed: int = 0,
+        seed: Optional[int] = None,
         artifact_key: Optional[Callable[[str], str]] = None,
         bptt_len: Optional[int] = None,
     ) -> None:
@@ -141,7 +143,7 @@ class RolloutDataModule(pl.LightningDataModule):
         self.gamma, self.gae_lambda = gamma, gae_lambda
         self.sampler = sampler if sampler is not None else RoundRobin()
         self.reward = reward
-        self.seed = seed
+        self.seed = seed if seed is not None else int(os.environ.get("PL_GLOBAL_SEED", 0))  # set by seed_everything
         self.round_index = 0
         self.env_steps = 0  # global, all ranks
         self.stop_update = False  # set by the module when target-KL is exceeded

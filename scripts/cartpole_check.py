@@ -84,7 +84,7 @@ def run_parlightning(path: str, seed: int, total: int, logdir: Path) -> dict[str
     from parlightning.fit import main
 
     cli = main([
-        "--config", str(CONFIGS[path]), "--seed_everything", str(seed), "--data.seed", str(seed),
+        "--config", str(CONFIGS[path]), "--seed", str(seed),
         "--trainer.max_epochs", str(total // (NUM_ENVS * NUM_STEPS)),
         "--trainer.default_root_dir", str(logdir / path / f"seed{seed}"),
         "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
