@@ -192,6 +192,14 @@ class PPOModule(pl.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self._raise_if_nonfinite()  # any other save (every_n_train_steps, a user's call)
+        env = getattr(self.trainer.datamodule, "env", None)
+        if self.policy is not None and env is not None:  # `parlightning.export` rebuilds the policy from these
+            spec = self.policy.action_spec
+            checkpoint["policy_spaces"] = {
+                "observation_shape": [int(d) for d in env.observation_shape],
+                "action_spec": {"kind": spec.kind, "nvec": [int(n) for n in spec.nvec],
+                                "shape": [int(d) for d in spec.shape], "low": spec.low, "high": spec.high},
+            }
 
     def _check_target_kl(self, approx_kl: Tensor) -> None:
         """Same decision on every rank: the KL is averaged across ranks before comparing."""
