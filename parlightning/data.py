@@ -21,7 +21,7 @@ from parlightning.buffer import RolloutBuffer, gather_rows
 from parlightning.callbacks.base import rollout_callbacks
 from parlightning.callbacks.planner import find_planner
 from parlightning.checkpoint import gather_ranks, rng_state, set_rng_state
-from parlightning.envs.base import BatchedEnv, EpisodeParts, task_ids_of
+from parlightning.envs.base import BatchedEnv, task_ids_of
 from parlightning.errors import ConfigError
 from parlightning.parallel import family_of
 from parlightning.recurrent import RecurrentRollout

@@ -117,7 +117,7 @@ def export_policy(policy: ActorCritic, observation_shape: Sequence[int], out: st
     return out
 
 
-def main(argv: Optional[list[str]] = None) -> Path:
+def main(argv: Optional[list[str]] = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m parlightning.export", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ckpt_path", required=True, help="a checkpoint written by python -m parlightning.fit")
@@ -135,7 +135,6 @@ def main(argv: Optional[list[str]] = None) -> Path:
         raise SystemExit(f"error: {err}") from None
     print(f"wrote {out} ({fmt}): observations [B, {', '.join(map(str, obs_shape))}] -> greedy actions "
           f"({policy.action_spec.kind})", file=sys.stderr)
-    return out
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 from argparse import ArgumentError
 from typing import Optional, Union
 
@@ -18,6 +17,7 @@ import torch
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.cli import LightningCLI
 
+from parlightning.api import make_callable
 from parlightning.checkpoint import (
     check_output_dirs, check_resume, new_output_dirs, remove_new_outputs, use_atomic_checkpoints,
 )
@@ -102,6 +102,8 @@ def main(args: Optional[list[str]] = None) -> ParlCLI:
         raise SystemExit(f"error: {err}") from None
     return cli
 
+
+make_callable(__name__)  # `from parlightning import fit; fit(config=..., overrides=[...])` (parlightning.api)
 
 if __name__ == "__main__":
     main()

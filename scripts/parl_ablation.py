@@ -14,7 +14,6 @@ gives mean ± std over seeds; the plot shows the training curves (stochastic rol
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import subprocess
 import sys

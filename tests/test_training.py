@@ -5,7 +5,6 @@ import os
 
 import lightning.pytorch as pl
 import pytest
-import torch
 import yaml
 
 from parlightning.data import RolloutDataModule
