@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -36,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = {"fast": ROOT / "configs" / "cartpole_fast.yaml", "gym": ROOT / "configs" / "cartpole.yaml"}
 LABELS = {"fast": "parlightning, configs/cartpole_fast.yaml", "gym": "parlightning, configs/cartpole.yaml (Gymnasium)",
           "sb3": "Stable-Baselines3 PPO, rl-zoo tuned"}
-BUDGET = {"fast": 400_000, "gym": 500_000, "sb3": 100_000}  # env steps; sb3: rl-zoo's n_timesteps
+BUDGET = {"fast": None, "gym": None, "sb3": 100_000}  # env steps; None: the config's trainer.max_epochs; sb3: rl-zoo's
 TARGET, WINDOW = 475.0, 100
 
 
@@ -54,7 +55,7 @@ class Solved:
         return False
 
 
-def child_parlightning(path: str, seed: int, budget: int, logdir: str) -> dict[str, Any]:
+def child_parlightning(path: str, seed: int, budget: Optional[int], logdir: str) -> dict[str, Any]:
     """In the child process: fit through the real LightningCLI; a rollout callback stops at the solve."""
     import yaml
 
@@ -89,9 +90,9 @@ def child_parlightning(path: str, seed: int, budget: int, logdir: str) -> dict[s
     setattr(sys.modules["__main__"], "StopAtSolve", StopAtSolve)
     data = yaml.safe_load(CONFIGS[path].read_text())["data"]
     per_iteration = data["num_envs"] * data["num_steps"]
+    epochs = [] if budget is None else ["--trainer.max_epochs", str(max(1, budget // per_iteration))]
     cli = main([
-        "--config", str(CONFIGS[path]), "--seed", str(seed),
-        "--trainer.max_epochs", str(max(1, budget // per_iteration)),
+        "--config", str(CONFIGS[path]), "--seed", str(seed), *epochs,
         "--trainer.default_root_dir", logdir, "--trainer.logger", "false",
         "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
         "--trainer.enable_checkpointing", "false", "--trainer.callbacks+", "__main__.StopAtSolve",
@@ -134,18 +135,21 @@ def child_sb3(seed: int, budget: int) -> dict[str, Any]:
     return callback.out or {"env_steps": int(model.num_timesteps)}
 
 
-def run(path: str, seed: int, budget: int, logdir: Path) -> dict[str, Any]:
+def run(path: str, seed: int, budget: Optional[int], logdir: Path) -> dict[str, Any]:
     """One fresh process; seconds are counted from just before it is started."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
            "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", path, "--seeds", str(seed),
-           "--budget", str(budget), "--logdir", str(logdir / path / f"seed{seed}")]
+           *([] if budget is None else ["--budget", str(budget)]), "--logdir", str(logdir / path / f"seed{seed}")]
+    cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.time()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         raise SystemExit(f"error: the {path} run for seed {seed} failed:\n{proc.stderr[-3000:]}")
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     out["process_s"] = out["wall_end"] - start if "wall_end" in out else None
+    out["cpu_s"] = (cpu1.ru_utime + cpu1.ru_stime) - (cpu0.ru_utime + cpu0.ru_stime)  # the whole process (to exit)
     return out
 
 
@@ -154,11 +158,12 @@ def fmt(x: Optional[float], spec: str = ".1f") -> str:
 
 
 def markdown(results: dict[str, dict[int, dict[str, Any]]]) -> str:
-    lines = ["| path | seed | process s to solve | in-loop s | env steps to solve |", "|---|---:|---:|---:|---:|"]
+    lines = ["| path | seed | process s to solve | in-loop s | env steps to solve | process CPU s (to exit) |",
+             "|---|---:|---:|---:|---:|---:|"]
     for path, seeds in results.items():
         for seed, r in seeds.items():
             lines.append(f"| {LABELS[path]} | {seed} | {fmt(r['process_s'])} | {fmt(r.get('loop_s'))} | "
-                         f"{r['env_steps']:,}{'' if r['process_s'] is not None else ' (budget)'} |")
+                         f"{r['env_steps']:,}{'' if r['process_s'] is not None else ' (budget)'} | {r['cpu_s']:.1f} |")
     lines += ["", "| path | solved | median process s | median in-loop s | median env steps | fast speed-up "
               "(process s, paired per seed) |", "|---|---:|---:|---:|---:|---:|"]
     fast = results.get("fast", {})
@@ -183,7 +188,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--paths", nargs="+", choices=list(LABELS), default=list(LABELS))
     parser.add_argument("--quick", action="store_true",
                         help="1 seed, the fast path only, 8,192 env steps: checks the script runs (does not solve)")
-    parser.add_argument("--budget", type=int, default=None, help="env steps per run (default per path: %s)" % BUDGET)
+    parser.add_argument("--budget", type=int, default=None,
+                        help="env steps per run (default: the configs' trainer.max_epochs; SB3 rl-zoo's 100,000)")
     parser.add_argument("--logdir", type=Path, default=Path("runs") / "time_to_solve", help="untracked scratch folder")
     parser.add_argument("--json", type=Path, default=None, help="also write the raw results here")
     parser.add_argument("--child", choices=list(LABELS), default=None, help=argparse.SUPPRESS)
@@ -204,7 +210,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             r = run(path, seed, a.budget or BUDGET[path], a.logdir)
             results[path][seed] = r
             print(f"[{path} seed {seed}] process {fmt(r['process_s'])} s, in-loop {fmt(r.get('loop_s'))} s, "
-                  f"{r['env_steps']:,} env steps", flush=True)
+                  f"{r['env_steps']:,} env steps, {r['cpu_s']:.1f} CPU s", flush=True)
     print()
     print(markdown(results))
     if a.json is not None:
