@@ -254,9 +254,9 @@ class SyncCollector(Collector):
         buf = rollout.buffer
         stats: dict[str, Tensor] = {}
         local_steps = self.num_envs * self.num_steps
-        stats["perf/rollout_SPS"] = torch.tensor(local_steps / max(rollout_time, 1e-9))
+        stats["rollout/SPS"] = torch.tensor(local_steps / max(rollout_time, 1e-9))
         if iteration_time is not None:
-            stats["perf/SPS"] = torch.tensor(steps / max(iteration_time, 1e-9))
+            stats["charts/SPS"] = torch.tensor(steps / max(iteration_time, 1e-9))
         var_returns = buf.returns.var()
         stats["losses/explained_variance"] = torch.where(
             var_returns > 0, 1 - (buf.returns - buf.values).var() / var_returns, torch.zeros_like(var_returns)
@@ -287,8 +287,8 @@ class SyncCollector(Collector):
         stats = {"rollout/episodes": n}
         if not bool(n > 0):
             return stats
-        stats["rollout/episodic_return"] = total[1] / n
-        stats["rollout/episodic_length"] = total[2] / n
+        stats["charts/episodic_return"] = total[1] / n
+        stats["charts/episodic_length"] = total[2] / n
         if ep is not None:
             stats["rollout/success_rate"] = total[3] / n
             stats["rollout/subagents_per_episode"] = total[4] / n

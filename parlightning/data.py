@@ -10,6 +10,7 @@ update: every minibatch of an epoch comes from the rollout the current policy ju
 
 from __future__ import annotations
 
+import os
 import warnings
 from typing import Any, Callable, Iterator, Optional, Sequence
 
@@ -87,7 +88,8 @@ class RolloutDataModule(pl.LightningDataModule):
             (r_perf) at every finished episode. None trains on r_perf alone.
         seed: base seed of this rank's random streams (+ rank): the env, action sampling, task
             picks and minibatch shuffling each get their own stream derived from seed + rank
-            (`parlightning.collector.stream_seed`), so no two consumers share numbers.
+            (`parlightning.collector.stream_seed`), so no two consumers share numbers. None
+            (default) follows the global seed (`seed_everything` / `--seed`, else 0).
         artifact_key: the artifact key of a task id (its row in a keyed policy's table, used
             with `TensorParallel`); default `parlightning.parallel.family_of`.
         bptt_len: for a recurrent policy, the length L of the per-actor chunks the update
@@ -105,7 +107,7 @@ class RolloutDataModule(pl.LightningDataModule):
         gae_lambda: float = 0.95,
         sampler: Optional[TaskSampler] = None,
         reward: Optional[PARLReward] = None,
-        seed: int = 0,
+        seed: Optional[int] = None,
         artifact_key: Optional[Callable[[str], str]] = None,
         bptt_len: Optional[int] = None,
     ) -> None:
@@ -138,7 +140,7 @@ class RolloutDataModule(pl.LightningDataModule):
         self.gamma, self.gae_lambda = gamma, gae_lambda
         self.sampler = sampler if sampler is not None else RoundRobin()
         self.reward = reward
-        self.seed = seed
+        self.seed = seed if seed is not None else int(os.environ.get("PL_GLOBAL_SEED", 0))  # set by seed_everything
         self.round_index = 0
         self.env_steps = 0  # global, all ranks
         self.stop_update = False  # set by the module when target-KL is exceeded

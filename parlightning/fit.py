@@ -11,19 +11,20 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 from argparse import ArgumentError
-from typing import Optional
+from typing import Optional, Union
 
 import torch
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from parlightning.api import make_callable
 from parlightning.checkpoint import (
     check_output_dirs, check_resume, claim_version, clean_stale_partials, new_output_dirs, remove_new_outputs,
     use_atomic_checkpoints,
 )
+from parlightning.config_log import LoggedConfig
 from parlightning.data import RolloutDataModule
 from parlightning.errors import ConfigError, parser_error_line, root_error_line
 from parlightning.module import PPOModule
@@ -32,6 +33,14 @@ from parlightning.preflight import check_arguments, check_config
 
 class ParlCLI(LightningCLI):
     """LightningCLI with `--ckpt_path` (resume) and `--torch_threads` on the top level."""
+
+    def add_default_arguments_to_parser(self, parser) -> None:
+        """`--seed N` is an alias of `--seed_everything N`: one seed for init, env, actions, minibatches
+        and samplers (a component's own seed, e.g. `data.seed`, overrides it when set)."""
+        parser.add_argument(
+            "--seed_everything", "--seed", type=Union[bool, int], default=self.seed_everything_default,
+            help="one seed for everything (alias --seed); true picks a random one, false does not seed",
+        )
 
     def add_arguments_to_parser(self, parser) -> None:
         parser.add_argument("--ckpt_path", type=Optional[str], default=None, help="checkpoint to resume from")
@@ -103,6 +112,7 @@ def build_cli(args: list[str]) -> ParlCLI:
             run=False,
             seed_everything_default=0,
             trainer_defaults={"max_epochs": 50, "log_every_n_steps": 1, "num_sanity_val_steps": 0},
+            save_config_callback=LoggedConfig,
             save_config_kwargs={"overwrite": True},
             auto_configure_optimizers=False,
             args=args,
@@ -141,6 +151,8 @@ def _start_error(err: BaseException) -> Optional[str]:
                 "config (env and model) that wrote it, or start fresh without --ckpt_path")
     return None
 
+
+make_callable(__name__)  # `from parlightning import fit; fit(config=..., overrides=[...])` (parlightning.api)
 
 if __name__ == "__main__":
     main()

@@ -19,7 +19,7 @@ from parlightning.loss import ppo_loss
 from parlightning.policies import ACTIVATIONS, ActorCritic
 from parlightning.recurrent import CELLS, RecurrentActorCritic
 
-LOSS_METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "old_approx_kl", "clip_fraction")  # logged as losses/*
+LOSS_METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "old_approx_kl", "clipfrac")  # logged as losses/*
 
 POLICIES = ("mlp", *CELLS)  # model.policy
 
@@ -254,6 +254,14 @@ class PPOModule(pl.LightningModule):
         # Any save (every_n_train_steps, a user's call). A collective, but saves run on every rank
         # after ModelCheckpoint has read (and so synced) the epoch metrics on every rank.
         self._raise_if_nonfinite()
+        env = getattr(self.trainer.datamodule, "env", None)
+        if self.policy is not None and env is not None:  # `parlightning.export` rebuilds the policy from these
+            spec = self.policy.action_spec
+            checkpoint["policy_spaces"] = {
+                "observation_shape": [int(d) for d in env.observation_shape],
+                "action_spec": {"kind": spec.kind, "nvec": [int(n) for n in spec.nvec],
+                                "shape": [int(d) for d in spec.shape], "low": spec.low, "high": spec.high},
+            }
 
     def _log_rollout(self) -> None:
         rollout = self.trainer.datamodule.last_rollout
@@ -267,5 +275,5 @@ class PPOModule(pl.LightningModule):
         self.log("charts/learning_rate", lr, **once)
         self.log("step", float(rollout.env_steps), **once)  # TensorBoard's x-axis: env steps (CleanRL convention)
         self.log("env_steps", float(rollout.env_steps), prog_bar=True, logger=False, **once)
-        if "perf/SPS" in stats:
-            self.log("SPS", stats["perf/SPS"], prog_bar=True, logger=False, **once)
+        if "charts/SPS" in stats:
+            self.log("SPS", stats["charts/SPS"], prog_bar=True, logger=False, **once)

@@ -84,7 +84,7 @@ def run_parlightning(path: str, seed: int, total: int, logdir: Path) -> dict[str
     from parlightning.fit import main
 
     cli = main([
-        "--config", str(CONFIGS[path]), "--seed_everything", str(seed), "--data.seed", str(seed),
+        "--config", str(CONFIGS[path]), "--seed", str(seed),
         "--trainer.max_epochs", str(total // (NUM_ENVS * NUM_STEPS)),
         "--trainer.default_root_dir", str(logdir / path / f"seed{seed}"),
         "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
@@ -187,7 +187,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--steps", type=int, default=500_000, help="env steps per run (a multiple of 512)")
     parser.add_argument("--paths", nargs="+", choices=["gym", "tensor", "sb3"], default=["gym", "tensor", "sb3"])
     parser.add_argument("--quick", action="store_true", help="1 seed x 25,600 steps: checks the script runs")
-    parser.add_argument("--logdir", type=Path, default=Path("lightning_logs") / "cartpole_check")
+    parser.add_argument("--logdir", type=Path, default=Path("runs") / "cartpole_check", help="untracked scratch folder")
     parser.add_argument("--json", type=Path, default=None, help="also write the raw results here")
     a = parser.parse_args(argv)
     if a.quick:

@@ -17,7 +17,6 @@ By default everything (runs and the plot) goes to a fresh untracked folder runs/
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import subprocess
 import sys

@@ -8,6 +8,7 @@ top to bottom. Timing points are recorded per iteration so a benchmark can split
 update time.
 
     python scripts/raw_ppo.py --num-envs 1024 --num-steps 128 --iterations 5
+    python scripts/raw_ppo.py --quick      # 2 iterations of 64 actors x 16 steps: checks it runs
 """
 
 from __future__ import annotations
@@ -215,6 +216,7 @@ def parse_args(argv: Optional[list[str]] = None) -> Args:
     """`--config` (default configs/swarm.yaml), then a flag for every plain `Args` field (dashes for underscores)."""
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--config", type=Path, default=CONFIG, help="a parlightning.fit YAML config")
+    pre.add_argument("--quick", action="store_true", help="smoke run: 2 iterations of 64 actors x 16 steps")
     known, _ = pre.parse_known_args(argv)
     parser = argparse.ArgumentParser(description=__doc__, parents=[pre],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -233,6 +235,8 @@ def parse_args(argv: Optional[list[str]] = None) -> Args:
             parser.add_argument(flag, type=type(value), default=value)
     ns = vars(parser.parse_args(argv))
     ns.pop("config")
+    if ns.pop("quick"):
+        ns.update(iterations=2, num_envs=64, num_steps=16)
     ns["hidden_sizes"] = tuple(ns["hidden_sizes"])
     return Args(**{**vars(defaults), **ns})
 

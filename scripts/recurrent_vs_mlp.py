@@ -5,6 +5,7 @@ of the final return (mean episodic return of the last 5 rollouts; chance = 1/n_c
     python scripts/recurrent_vs_mlp.py                        # mlp, gru, lstm x seeds 0 1 2
     python scripts/recurrent_vs_mlp.py --policies mlp gru --seeds 0 --epochs 20
     python scripts/recurrent_vs_mlp.py --task swarm --policies mlp gru --epochs 40   # SwarmEnv: success rate
+    python scripts/recurrent_vs_mlp.py --quick                # mlp and gru, 1 seed, 2 iterations: checks it runs
 
 Every run goes through the CLI (`parlightning.fit.main`) with the shipped config, so the numbers
 are what a user gets; logs land in a temporary folder.
@@ -15,16 +16,18 @@ from __future__ import annotations
 import argparse
 import statistics
 import tempfile
+import sys
 import time
 from pathlib import Path
 
-from parlightning.fit import main
-from parlightning.logs import read_scalars
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+from parlightning.fit import main  # noqa: E402
+from parlightning.logs import read_scalars  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 # task -> (configs for the MLP, configs for a recurrent policy, the metric per rollout)
 TASKS = {
-    "memory": (["memory.yaml"], ["memory.yaml"], "rollout/episodic_return"),
+    "memory": (["memory.yaml"], ["memory.yaml"], "charts/episodic_return"),
     "swarm": (["swarm.yaml"], ["swarm.yaml", "swarm_gru.yaml"], "rollout/success_rate"),
 }
 
@@ -57,7 +60,10 @@ def main_(argv: list[str] | None = None) -> None:
     parser.add_argument("--num_envs", type=int, default=None, help="data.num_envs (default: the config's)")
     parser.add_argument("--delay", type=int, default=None, help="memory: steps between cue and query")
     parser.add_argument("--n_cues", type=int, default=None, help="memory: number of cues")
+    parser.add_argument("--quick", action="store_true", help="smoke run: mlp and gru, seed 0, 2 iterations of 32 actors")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.policies, args.seeds, args.epochs, args.num_envs = args.policies[:2], args.seeds[:1], 2, 32
     extra = []
     for flag, value in (("--trainer.max_epochs", args.epochs), ("--data.num_envs", args.num_envs),
                         ("--data.env.init_args.delay", args.delay), ("--data.env.init_args.n_cues", args.n_cues)):

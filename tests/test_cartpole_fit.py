@@ -90,7 +90,7 @@ def test_gym_cartpole_config_trains_through_the_cli(tmp_cwd):
           "--trainer.enable_checkpointing", "false"])
     runs = glob.glob(str(tmp_cwd / "lightning_logs" / "version_*"))
     scalars = read_scalars(runs[0])
-    assert [s for s, _ in scalars["rollout/episodic_return"]] == [512, 1024]
-    assert all(0 < v <= 500 for _, v in scalars["rollout/episodic_return"])
+    assert [s for s, _ in scalars["charts/episodic_return"]] == [512, 1024]
+    assert all(0 < v <= 500 for _, v in scalars["charts/episodic_return"])
     lrs = [v for _, v in scalars["charts/learning_rate"]]
     assert lrs == pytest.approx([2.5e-4, 2.5e-4 * (1 - 1 / 2)])  # annealed over trainer.max_epochs

@@ -163,5 +163,5 @@ def test_the_fast_categorical_head_samples_each_dimension_from_its_softmax():
         freq = torch.bincount(action[:, d], minlength=nvec[d]).float() / n
         assert freq.numel() == nvec[d]  # nothing past the dimension's last category
         torch.testing.assert_close(freq, torch.softmax(logits, 0), atol=0.012, rtol=0)
-    expected = sum(torch.log_softmax(l, 0)[action[:, d]] for d, l in enumerate(bias.split(nvec)))
+    expected = sum(torch.log_softmax(z, 0)[action[:, d]] for d, z in enumerate(bias.split(nvec)))
     torch.testing.assert_close(logprob, expected, atol=1e-5, rtol=1e-5)

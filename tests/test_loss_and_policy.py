@@ -44,7 +44,7 @@ def test_multi_discrete_head_matches_independent_categoricals():
     assert action.shape == (32, 3) and value.shape == (32,)
     assert (action[:, 0] < 3).all() and (action[:, 1] < 5).all() and (action[:, 2] < 2).all()
     logits = net.actor(obs).split([3, 5, 2], -1)
-    dists = [torch.distributions.Categorical(logits=l) for l in logits]
+    dists = [torch.distributions.Categorical(logits=z) for z in logits]
     ref_lp = sum(d.log_prob(action[:, i]) for i, d in enumerate(dists))
     ref_ent = sum(d.entropy() for d in dists)
     lp, ent, _ = net.evaluate(obs, action)

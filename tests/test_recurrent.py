@@ -191,7 +191,7 @@ def test_a_short_recurrent_fit_solves_the_memory_task_an_mlp_cannot(tmp_path):
 
     class Returns(pl.Callback):
         def on_train_epoch_end(self, trainer, pl_module):
-            returns.append(float(trainer.datamodule.last_rollout.stats["rollout/episodic_return"]))
+            returns.append(float(trainer.datamodule.last_rollout.stats["charts/episodic_return"]))
 
     pl.seed_everything(0)
     env = lambda n, d, s: CueMemoryEnv(n, d, s, n_cues=2, delay=3)  # noqa: E731

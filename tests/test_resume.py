@@ -25,7 +25,7 @@ TINY = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summar
 # A learning sampler (own statistics and RNG) and λ annealing (PARLAnnealing in the config) both join the state.
 SAMPLER = ["--data.sampler", "parlightning.sampling.DifficultyWeighted", "--data.sampler.pass_threshold", "1.0",
            "--data.sampler.seed", "0"]
-TIMING = ("perf/",)  # wall-clock metrics: the only ones allowed to differ
+TIMING = ("charts/SPS", "rollout/SPS")  # wall-clock metrics: the only ones allowed to differ
 
 
 def fit(root, *args):
@@ -81,7 +81,7 @@ def test_two_plus_two_iterations_resumed_equal_four_uninterrupted(tmp_path, monk
     logged_full = scalars(tmp_path / "full" / "lightning_logs" / "version_0")
     logged_resumed = scalars(tmp_path / "cut" / "lightning_logs" / "version_1")
     assert logged_full.keys() - {"hp_metric"} == logged_resumed.keys() - {"hp_metric"}
-    assert [s for s, _ in logged_resumed["rollout/episodic_return"]] == [3 * 16 * 8, 4 * 16 * 8]
+    assert [s for s, _ in logged_resumed["charts/episodic_return"]] == [3 * 16 * 8, 4 * 16 * 8]
     for tag, series in logged_resumed.items():
         if tag != "hp_metric":
             assert series == logged_full[tag][-len(series):], tag
@@ -154,7 +154,7 @@ def test_sigkilled_run_resumes_from_its_last_checkpoint_and_completes(tmp_path, 
     fit(tmp_path, "--trainer.max_epochs", "4", "--ckpt_path", str(last))  # the same CLI, resumed
     final = torch.load(last_ckpt(tmp_path, version=1), weights_only=True)
     assert final["epoch"] == 3 and final["RolloutDataModule"]["round_index"] == 4
-    steps = [s for s, _ in read_scalars(tmp_path / "lightning_logs" / "version_1")["rollout/episodic_return"]]
+    steps = [s for s, _ in read_scalars(tmp_path / "lightning_logs" / "version_1")["charts/episodic_return"]]
     # picks up right after the kept checkpoint: at most the interrupted iteration is redone
     assert steps == [r * 16 * 8 for r in range(kept + 2, 5)]
 

@@ -5,7 +5,6 @@ import os
 
 import lightning.pytorch as pl
 import pytest
-import torch
 import yaml
 
 from parlightning.data import RolloutDataModule
@@ -78,7 +77,7 @@ def test_short_fit_improves_success(tmp_path):
     first = sum(s["rollout/success_rate"] for s in rec.stats[:3]) / 3
     last = sum(s["rollout/success_rate"] for s in rec.stats[-3:]) / 3
     assert last > first + 0.15, (first, last)
-    assert rec.stats[-1]["rollout/episodic_return"] > rec.stats[0]["rollout/episodic_return"]
+    assert rec.stats[-1]["charts/episodic_return"] > rec.stats[0]["charts/episodic_return"]
 
 
 def _cli(tmp_path, *extra):
@@ -91,11 +90,11 @@ def test_cli_writes_tensorboard_scalars_on_the_env_step_axis_and_the_config(tmp_
     runs = glob.glob(str(tmp_cwd / "lightning_logs" / "version_*"))
     assert len(runs) == 1
     scalars = read_scalars(runs[0])
-    for tag in ("rollout/episodic_return", "rollout/success_rate", "perf/SPS", "losses/policy_loss",
-                "losses/value_loss", "losses/entropy", "losses/approx_kl", "losses/clip_fraction",
+    for tag in ("charts/episodic_return", "rollout/success_rate", "charts/SPS", "losses/policy_loss",
+                "losses/value_loss", "losses/entropy", "losses/approx_kl", "losses/clipfrac",
                 "losses/explained_variance", "rollout/subagents_per_episode", "rollout/critical_steps"):
         assert tag in scalars, tag
-    steps = [s for s, _ in scalars["rollout/episodic_return"]]
+    steps = [s for s, _ in scalars["charts/episodic_return"]]
     assert steps == [32 * 8, 2 * 32 * 8]  # x-axis: env steps, not optimizer steps
     saved = yaml.safe_load(open(os.path.join(runs[0], "config.yaml")))
     assert saved["data"]["num_envs"] == 32 and saved["model"]["activation"] == "relu"

@@ -1,0 +1,141 @@
+"""`python -m parlightning.export --ckpt_path last.ckpt --out policy.pt2`: a trained policy as a
+`torch.export` program (or ONNX) that maps an observation batch to its greedy action and runs with
+plain torch, no parlightning import:
+
+    policy = torch.export.load("policy.pt2").module()
+    actions = policy(obs)            # obs [B, *observation_shape] float32
+
+Greedy = the most likely category per action dimension (discrete, multi-discrete; 0-based, as the
+policy sees it) or the Gaussian mean (continuous; the env's bounds apply as in training).
+Supported: the MLP policy (`model.policy: mlp`) without a per-key table; recurrent and keyed
+(TensorParallel) policies are refused with the reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+import torch
+from torch import Tensor, nn
+
+from parlightning.envs.base import ActionSpec
+from parlightning.errors import ConfigError
+from parlightning.policies import ActorCritic, CategoricalHead
+
+FORMATS = ("pt2", "onnx")
+
+
+class GreedyPolicy(nn.Module):
+    """obs [B, ...] -> greedy action: [B] discrete, [B, D] multi-discrete, [B, *shape] continuous."""
+
+    def __init__(self, policy: ActorCritic) -> None:
+        super().__init__()
+        if getattr(policy, "is_recurrent", False):
+            raise ConfigError("--ckpt_path: a recurrent policy (model.policy: gru/lstm) needs its hidden state as an "
+                              "input and output, which export does not support yet; export an MLP policy")
+        if getattr(policy, "key_table", None) is not None:
+            raise ConfigError("--ckpt_path: a keyed policy (TensorParallel's per-key table) needs each row's key as "
+                              "an input, which export does not support yet; export an MLP policy without keys")
+        self.policy = policy
+        self.spec = policy.action_spec
+
+    def forward(self, obs: Tensor) -> Tensor:
+        out = self.policy.actor(obs.flatten(1))
+        head = self.policy.head
+        if isinstance(head, CategoricalHead):
+            best = head._log_probs(out).argmax(0)  # [D, B], padding never wins (-1e9)
+            return best[0] if head.scalar else best.t()
+        return out.reshape(obs.shape[0], *self.spec.shape)
+
+
+def load_policy(ckpt_path: str | os.PathLike) -> tuple[ActorCritic, tuple[int, ...]]:
+    """Rebuild the trained policy and its observation shape from a `PPOModule` checkpoint
+    (`torch.load(weights_only=True)`), without building the env."""
+    if not os.path.isfile(ckpt_path):
+        raise ConfigError(f"--ckpt_path: no checkpoint file at {str(ckpt_path)!r}; pass a .ckpt written by "
+                          "python -m parlightning.fit (e.g. lightning_logs/version_0/checkpoints/last.ckpt)")
+    try:
+        ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=True)
+    except Exception as err:  # truncated, corrupt or not a torch file
+        raise ConfigError(f"--ckpt_path: {str(ckpt_path)!r} is not a readable checkpoint ({type(err).__name__}); "
+                          "pass a .ckpt written by python -m parlightning.fit") from None
+    hp, spaces = ckpt.get("hyper_parameters") or {}, ckpt.get("policy_spaces")
+    if spaces is None or "state_dict" not in ckpt:
+        raise ConfigError(f"--ckpt_path: {str(ckpt_path)!r} has no policy spaces; it was not written by a PPOModule "
+                          "of this version: retrain (or resume once) with python -m parlightning.fit")
+    policy_kind = hp.get("policy", "mlp")
+    weights = {k.removeprefix("policy."): v for k, v in ckpt["state_dict"].items() if k.startswith("policy.")}
+    if policy_kind != "mlp":
+        raise ConfigError(f"--ckpt_path: the checkpoint holds a recurrent policy (model.policy: {policy_kind}); "
+                          "export supports the MLP policy only (it would need the hidden state as an input)")
+    if "key_table.weight" in weights:
+        raise ConfigError("--ckpt_path: the checkpoint holds a keyed policy (TensorParallel's per-key table); "
+                          "export supports MLP policies without keys only")
+    a = spaces["action_spec"]
+    spec = ActionSpec(a["kind"], tuple(a["nvec"]), tuple(a["shape"]), a["low"], a["high"])
+    obs_shape = tuple(spaces["observation_shape"])
+    policy = ActorCritic(obs_shape, spec, hp.get("hidden_sizes", (64, 64)), hp.get("activation", "tanh"))
+    policy.load_state_dict(weights)
+    return policy.eval(), obs_shape
+
+
+def export_policy(policy: ActorCritic, observation_shape: Sequence[int], out: str | os.PathLike,
+                  fmt: str = "pt2") -> Path:
+    """Write `GreedyPolicy(policy)` to `out` with a dynamic batch dimension; nothing is left at
+    `out` if export fails."""
+    if fmt not in FORMATS:
+        raise ConfigError(f"--format: unknown {fmt!r}; choose one of {list(FORMATS)}")
+    if fmt == "onnx":
+        try:
+            import onnx  # noqa: F401
+            import onnxscript  # noqa: F401
+        except ImportError:
+            raise ConfigError("--format onnx: needs the onnx extra (onnx, onnxscript): "
+                              "pip install 'parlightning[onnx]', or export --format pt2") from None
+    model = GreedyPolicy(policy).eval()
+    example = torch.zeros(4, *observation_shape)
+    batch = torch.export.Dim("batch")
+    out = Path(out)
+    tmp = out.with_name(f".partial-{out.name}")  # same suffix: torch.export.save wants .pt2
+    try:
+        with torch.no_grad():
+            if fmt == "pt2":
+                program = torch.export.export(model, (example,), dynamic_shapes={"obs": {0: batch}})
+                torch.export.save(program, tmp)
+            else:
+                onnx_program = torch.onnx.export(model, (example,), dynamo=True, dynamic_shapes={"obs": {0: batch}},
+                                                 input_names=["obs"], output_names=["action"], verbose=False)
+                onnx_program.save(str(tmp))
+        os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return out
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m parlightning.export", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ckpt_path", required=True, help="a checkpoint written by python -m parlightning.fit")
+    parser.add_argument("--out", required=True, help="the file to write (policy.pt2, policy.onnx)")
+    parser.add_argument("--format", choices=FORMATS, default=None,
+                        help="pt2 (torch.export, default) or onnx (needs the onnx extra); default from --out's suffix")
+    a = parser.parse_args(argv)
+    fmt = a.format or ("onnx" if a.out.endswith(".onnx") else "pt2")
+    try:
+        policy, obs_shape = load_policy(a.ckpt_path)
+        if not Path(a.out).parent.is_dir():
+            raise ConfigError(f"--out: the folder {str(Path(a.out).parent)!r} does not exist; create it or pick another path")
+        out = export_policy(policy, obs_shape, a.out, fmt)
+    except ConfigError as err:
+        raise SystemExit(f"error: {err}") from None
+    print(f"wrote {out} ({fmt}): observations [B, {', '.join(map(str, obs_shape))}] -> greedy actions "
+          f"({policy.action_spec.kind})", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
