@@ -214,8 +214,8 @@ def test_every_minibatch_row_equals_a_reference_rebuilt_from_the_envs_record(tas
     assert ref.truncated_rows > 0
     # the last rollout's logged episode statistics: means over the episodes that ended in it
     mean_return, mean_length = ref.episode_means[-1]
-    assert math.isclose(float(trainer.callback_metrics["rollout/episodic_return"]), mean_return, rel_tol=1e-5)
-    assert math.isclose(float(trainer.callback_metrics["rollout/episodic_length"]), mean_length, rel_tol=1e-5)
+    assert math.isclose(float(trainer.callback_metrics["charts/episodic_return"]), mean_return, rel_tol=1e-5)
+    assert math.isclose(float(trainer.callback_metrics["charts/episodic_length"]), mean_length, rel_tol=1e-5)
     # the check has teeth: each iteration's weights differ from the previous iteration's
     obs = torch.stack([s["obs"] for s in made[-1].history]).flatten(0, 1)
     act = torch.stack([s["action"] for s in made[-1].history]).flatten()
@@ -460,8 +460,9 @@ class LossReference(pl.Callback):
             lp, ent, v = pl_module.policy.evaluate(batch["obs"], batch["actions"])
             out = ppo_loss(lp, ent, v, batch["logprobs"], batch["values"], batch["advantages"], batch["returns"],
                            hp.clip_coef, hp.ent_coef, hp.vf_coef, hp.norm_adv, hp.clip_vloss)
-        self.parts.append({k: float(getattr(out, k)) for k in ("policy_loss", "value_loss", "entropy", "approx_kl",
-                                                              "old_approx_kl", "clip_fraction")})
+        names = {"policy_loss": "policy_loss", "value_loss": "value_loss", "entropy": "entropy",
+                 "approx_kl": "approx_kl", "old_approx_kl": "old_approx_kl", "clipfrac": "clip_fraction"}
+        self.parts.append({tag: float(getattr(out, field)) for tag, field in names.items()})  # CleanRL tag -> field
         self.rows.append(batch["advantages"].numel())
 
 

@@ -327,7 +327,7 @@ def test_rollout_statistics_are_weighted_by_episodes_over_all_ranks(runs):
             for dump in (a, b):
                 logged = dump["logged"][r]
                 assert logged["rollout/episodes"] == returns.numel() > 0
-                assert logged["rollout/episodic_return"] == pytest.approx(float(returns.mean()), rel=1e-5)
+                assert logged["charts/episodic_return"] == pytest.approx(float(returns.mean()), rel=1e-5)
 
 
 def test_a_user_strategys_observe_sees_every_ranks_episodes_and_plans_agree(runs):

@@ -174,8 +174,8 @@ def test_no_episodic_return_is_logged_when_no_episode_finished(tmp_path):
     trainer = _trainer(tmp_path, 1)
     trainer.fit(PPOModule(anneal_lr=False), datamodule=dm)
     assert float(dm.last_rollout.stats["rollout/episodes"]) == 0
-    assert "rollout/episodic_return" not in dm.last_rollout.stats  # not a made-up 0
-    assert "rollout/episodic_return" not in trainer.logged_metrics and "rollout/episodes" in trainer.logged_metrics
+    assert "charts/episodic_return" not in dm.last_rollout.stats  # not a made-up 0
+    assert "charts/episodic_return" not in trainer.logged_metrics and "rollout/episodes" in trainer.logged_metrics
 
 
 def test_env_action_task_and_minibatch_streams_are_distinct_for_every_consumer_and_rank():
