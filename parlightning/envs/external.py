@@ -7,6 +7,7 @@ The world contract (sync or `async def`, duck-typed; see `World`):
     world.step(action) -> obs, reward, terminated, truncated, parts
     world.observation_shape, world.action_spec                  (read from the first world)
     world.tasks        (optional) the task bank ids; world.close() (optional)
+    world.solved_threshold, world.max_subagents (optional) passed on, as a tensor world has them
 
 `parts` is None or a mapping with any of `EpisodeParts`' fields except `task` (read where the
 episode ended; missing fields are 0, a missing `outcome` is the step's reward clipped to [0, 1]),
@@ -62,15 +63,15 @@ class World(Protocol):
     def step(self, action: Any) -> tuple[Any, float, bool, bool, Optional[Mapping[str, float]]]: ...
 
 
-def resolve(path: str) -> Any:
+def resolve(path: str, field: str = "import path") -> Any:
     """The object at an import path, `package.module:attr` or `package.module.attr`."""
     if not isinstance(path, str) or not path:
-        raise ConfigError(f"import path: expected 'package.module:name', got {path!r}")
+        raise ConfigError(f"{field}: expected 'package.module:name', got {path!r}")
     module, _, attr = path.partition(":") if ":" in path else path.rpartition(".")
     try:
         return getattr(importlib.import_module(module), attr)
     except (ImportError, AttributeError, ValueError) as err:
-        raise ConfigError(f"import path {path!r}: {err}; name an importable object as 'package.module:name'") from None
+        raise ConfigError(f"{field}: {path!r} is not importable ({err}); name it as 'package.module:name'") from None
 
 
 def build_shared(specs: Optional[Mapping[str, Any]]) -> dict[str, Any]:
@@ -78,7 +79,8 @@ def build_shared(specs: Optional[Mapping[str, Any]]) -> dict[str, Any]:
     built: dict[str, Any] = {}
     for name, spec in (specs or {}).items():
         if isinstance(spec, Mapping) and "class_path" in spec:
-            built[name] = resolve(spec["class_path"])(**dict(spec.get("init_args") or {}))
+            built[name] = resolve(spec["class_path"], f"data.env.shared.{name}.class_path")(
+                **dict(spec.get("init_args") or {}))
         else:
             built[name] = spec
     return built
@@ -131,7 +133,8 @@ class ExternalBatchedEnv(BatchedEnv):
         world: the world class or factory, or its import path (`package.module:Class`).
         world_kwargs: keyword arguments for every world.
         shared: resources built once and passed to every world by name, as `{name: {class_path,
-            init_args}}` (e.g. `pool:` a subagent pool), closed by `close()`.
+            init_args}}` (e.g. `pool:` a subagent pool), closed by `close()`; objects passed
+            ready-made are shared as they are and left to their owner to close.
         task_ids: the task bank; default the first world's `tasks` (None: a world without tasks).
         step_timeout: seconds a reset or step may take before the run ends with an error.
         retries: times a call that raised is repeated before the run ends with its error.
@@ -147,7 +150,7 @@ class ExternalBatchedEnv(BatchedEnv):
         *,
         world: Any,
         world_kwargs: Optional[dict[str, Any]] = None,
-        shared: Optional[dict[str, Any]] = None,
+        shared: Optional[dict[str, dict[str, Any]]] = None,
         task_ids: Optional[list[str]] = None,
         step_timeout: float = 60.0,
         retries: int = 0,
@@ -162,7 +165,9 @@ class ExternalBatchedEnv(BatchedEnv):
         self.step_timeout, self.retries = float(step_timeout), retries
         self._closed = False
         self.shared = build_shared(shared)
-        factory = resolve(world) if isinstance(world, str) else world
+        self._owned = [self.shared[k] for k, spec in (shared or {}).items() if isinstance(spec, Mapping)
+                       and "class_path" in spec]  # built here, so closed here
+        factory = resolve(world, "data.env.world") if isinstance(world, str) else world
         self.world_name = getattr(factory, "__name__", type(factory).__name__)
         kwargs = {**(world_kwargs or {}), **self.shared}
         self.worlds = []
@@ -186,6 +191,9 @@ class ExternalBatchedEnv(BatchedEnv):
         self.action_spec = _action_spec(first.action_spec)
         bank = task_ids if task_ids is not None else getattr(first, "tasks", None)
         self.task_ids: Optional[list[str]] = list(bank) if bank is not None else None  # None: no tasks
+        for attr in ("solved_threshold", "max_subagents"):  # optional facts the data module checks
+            if hasattr(first, attr):
+                setattr(self, attr, getattr(first, attr))
         self._tasks = [0] * num_envs  # bank index each actor works on
         self._async = inspect.iscoroutinefunction(first.step)
         self._calls = 0
@@ -369,7 +377,7 @@ class ExternalBatchedEnv(BatchedEnv):
         if loop is not None:
             loop.call_soon_threadsafe(loop.stop)
             self._loop_thread.join(timeout=1.0)
-        for resource in self.shared.values():
+        for resource in getattr(self, "_owned", ()):
             close = getattr(resource, "close", None)
             if callable(close):
                 close()

@@ -73,6 +73,8 @@ class PoolOrchestrationWorld:
         self.observation_shape = (max_width * (n_skills + 2) + 5,)
         self.action_spec = ActionSpec("multi_discrete", nvec=(n_skills + 1,) * max_width)
         self.task: Optional[str] = None
+        self.solved_threshold = 1.0  # outcome 1 = done within the budget
+        self.max_subagents = max_width * max_levels  # where r_parallel saturates: one subagent per subtask
 
     def _observe(self) -> list[float]:
         stage = self.stages[self.level] if self.level < len(self.stages) else []
