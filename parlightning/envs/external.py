@@ -34,6 +34,7 @@ import importlib
 import inspect
 import math
 import queue
+import sys
 import threading
 import time
 from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
@@ -138,6 +139,11 @@ class ExternalBatchedEnv(BatchedEnv):
         task_ids: the task bank; default the first world's `tasks` (None: a world without tasks).
         step_timeout: seconds a reset or step may take before the run ends with an error.
         retries: times a call that raised is repeated before the run ends with its error.
+        switch_interval: the interpreter's GIL switch interval while the env is open (seconds;
+            None leaves it). Python's default, 5 ms, lets a computing thread (the learner, under
+            `data.max_policy_lag`) hold the GIL for up to 5 ms while a world thread whose wait just
+            ended queues for it; 0.5 ms gave 1.6x -> 1.7x env steps/s at 5 ms latency
+            (scripts/bench_lag.py setting). Only ever lowered, and restored by `close()`.
     """
 
     checkpoint_exact = False  # an external world's internals cannot be saved: episodes restart on resume
@@ -154,6 +160,7 @@ class ExternalBatchedEnv(BatchedEnv):
         task_ids: Optional[list[str]] = None,
         step_timeout: float = 60.0,
         retries: int = 0,
+        switch_interval: Optional[float] = 0.0005,
     ) -> None:
         if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs <= 0:
             raise ConfigError(f"data.env.num_envs: must be a positive integer, got {num_envs!r}")
@@ -164,6 +171,10 @@ class ExternalBatchedEnv(BatchedEnv):
         self.num_envs, self.device = num_envs, torch.device(device)
         self.step_timeout, self.retries = float(step_timeout), retries
         self._closed = False
+        self._switch_interval = None
+        if switch_interval is not None and switch_interval < sys.getswitchinterval():
+            self._switch_interval = sys.getswitchinterval()
+            sys.setswitchinterval(switch_interval)
         self.shared = build_shared(shared)
         self._owned = [self.shared[k] for k, spec in (shared or {}).items() if isinstance(spec, Mapping)
                        and "class_path" in spec]  # built here, so closed here
@@ -377,6 +388,8 @@ class ExternalBatchedEnv(BatchedEnv):
         if loop is not None:
             loop.call_soon_threadsafe(loop.stop)
             self._loop_thread.join(timeout=1.0)
+        if self._switch_interval is not None:
+            sys.setswitchinterval(self._switch_interval)
         for resource in getattr(self, "_owned", ()):
             close = getattr(resource, "close", None)
             if callable(close):
