@@ -93,16 +93,19 @@ def test_lag_stays_within_budget_and_stamps_name_the_weights_that_acted(tmp_cwd,
     assert 0.0 <= float(stamps.rollouts[-1][1].stats["perf/collector_wait_frac"]) <= 1.0
 
 
-def test_checkpoint_state_while_collecting_and_resume_says_what_is_lost(tmp_cwd):
-    dm = RolloutDataModule(env=swarm, num_envs=8, num_steps=4, update_epochs=1, num_minibatches=1, max_policy_lag=1)
-    _fit(dm, 2)
-    state = dm.state_dict()
-    fresh = RolloutDataModule(env=swarm, num_envs=8, num_steps=4, update_epochs=1, num_minibatches=1, max_policy_lag=1)
-    fresh.build(torch.device("cpu"))
+def test_checkpoints_written_while_collecting_resume_and_say_what_is_lost(tmp_cwd):
+    def fit(epochs, ckpt_path=None):
+        dm = RolloutDataModule(env=swarm, num_envs=8, num_steps=4, update_epochs=1, num_minibatches=1,
+                               max_policy_lag=1)
+        save = pl.callbacks.ModelCheckpoint(dirpath=tmp_cwd / "ckpt", save_last=True, every_n_epochs=1)
+        pl.Trainer(max_epochs=epochs, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                   callbacks=[save]).fit(PPOModule(anneal_lr=False), datamodule=dm, ckpt_path=ckpt_path)
+        return dm
+
+    fit(2)  # every epoch's checkpoint is written while the collector runs a round ahead
     with pytest.warns(UserWarning, match="loses the rollouts that were in flight"):
-        fresh.load_state_dict(state)
-    assert fresh.round_index == 2 and fresh.env_steps == 2 * 8 * 4
-    fresh.collector.close()
+        dm = fit(3, ckpt_path=str(tmp_cwd / "ckpt" / "last.ckpt"))
+    assert dm.round_index == 3 and dm.env_steps == 3 * 8 * 4  # the in-flight round was not counted twice
 
 
 def test_bad_lag_is_a_config_error():
