@@ -94,6 +94,9 @@ class RolloutDataModule(pl.LightningDataModule):
             with `TensorParallel`); default `parlightning.parallel.family_of`.
         bptt_len: for a recurrent policy, the length L of the per-actor chunks the update
             re-runs (truncated BPTT); must divide num_steps; None means num_steps.
+        max_policy_lag: 0 (default) collects in lock-step with the learner (`SyncCollector`); k >= 1
+            collects in a background thread while the learner updates, from policy versions at most
+            k updates old, with a staleness correction (`parlightning.async_collector.AsyncCollector`).
     """
 
     def __init__(
@@ -110,8 +113,12 @@ class RolloutDataModule(pl.LightningDataModule):
         seed: Optional[int] = None,
         artifact_key: Optional[Callable[[str], str]] = None,
         bptt_len: Optional[int] = None,
+        max_policy_lag: int = 0,
     ) -> None:
         super().__init__()
+        if isinstance(max_policy_lag, bool) or not isinstance(max_policy_lag, int) or max_policy_lag < 0:
+            raise ConfigError(f"data.max_policy_lag: must be an integer >= 0 (0: synchronous), got {max_policy_lag!r}")
+        self.max_policy_lag = max_policy_lag
         for name in ("num_envs", "num_steps", "update_epochs", "num_minibatches"):
             _positive(name, locals()[name])
         if bptt_len is not None:
@@ -179,6 +186,10 @@ class RolloutDataModule(pl.LightningDataModule):
 
     def make_collector(self, device: torch.device, rank: int) -> Collector:
         """The rank's `Collector` (override to collect differently, e.g. asynchronously)."""
+        if self.max_policy_lag > 0:
+            from parlightning.async_collector import AsyncCollector
+
+            return AsyncCollector(self, device, rank, self.max_policy_lag)
         return SyncCollector(self, device, rank)
 
     # The collector's per-rank state, read where scripts, callbacks and tests have always read it.
@@ -220,6 +231,11 @@ class RolloutDataModule(pl.LightningDataModule):
             )
 
     def teardown(self, stage: str) -> None:
+        if self.collector is not None:
+            self.collector.close()
+
+    def on_exception(self, exception: BaseException) -> None:
+        """A failed fit skips `teardown`: still stop the collector and its env's worker processes."""
         if self.collector is not None:
             self.collector.close()
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import torch
 from torch import Tensor
@@ -31,9 +31,14 @@ def ppo_loss(
     vf_coef: float = 0.5,
     norm_adv: bool = True,
     clip_vloss: bool = True,
+    is_weight: Optional[Tensor] = None,
 ) -> PPOLoss:
     """Clipped surrogate + (optionally clipped) value loss - entropy bonus, CleanRL's formulation:
-    advantages normalised per minibatch, value loss 0.5 * max(unclipped, clipped)."""
+    advantages normalised per minibatch, value loss 0.5 * max(unclipped, clipped).
+
+    `is_weight` (stale rollouts, `parlightning.async_collector`): per-sample truncated importance
+    weights pi_prox / mu multiplying the clipped surrogate, with `old_logprob` the proximal policy's
+    (decoupled PPO); None is plain PPO."""
     logratio = new_logprob - old_logprob
     ratio = logratio.exp()
     with torch.no_grad():
@@ -42,7 +47,8 @@ def ppo_loss(
         clip_fraction = ((ratio - 1.0).abs() > clip_coef).float().mean()
     if norm_adv and advantages.numel() > 1:
         advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-    pg_loss = torch.max(-advantages * ratio, -advantages * ratio.clamp(1 - clip_coef, 1 + clip_coef)).mean()
+    pg = torch.max(-advantages * ratio, -advantages * ratio.clamp(1 - clip_coef, 1 + clip_coef))
+    pg_loss = (pg if is_weight is None else pg * is_weight).mean()
     v_unclipped = (new_value - returns) ** 2
     if clip_vloss:
         v_clipped = old_value + (new_value - old_value).clamp(-clip_coef, clip_coef)

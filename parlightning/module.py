@@ -168,6 +168,7 @@ class PPOModule(pl.LightningModule):
         out = ppo_loss(
             new_logprob, entropy, new_value, batch["logprobs"], batch["values"], batch["advantages"],
             batch["returns"], hp.clip_coef, hp.ent_coef, hp.vf_coef, hp.norm_adv, hp.clip_vloss,
+            is_weight=batch.get("is_weights"),  # stale rollouts (data.max_policy_lag > 0) only
         )
         self._note_nonfinite(out.loss, out.policy_loss, out.value_loss, out.entropy)
         rows = batch["advantages"].numel()

@@ -1,0 +1,26 @@
+"""Subagents as real work: the `SubagentPool` seam and its pools (simulated, worker processes,
+an OpenAI-compatible HTTP endpoint), and an orchestration world built on a pool.
+
+Imports stay light (no torch) so pool worker processes start fast; the world loads on use.
+"""
+
+from parlightning.subagents.pool import PoolBase, SimulatedPool, SubagentPool, SubagentResult, normalize
+
+__all__ = ["HTTPPool", "PoolBase", "PoolOrchestrationWorld", "ProcessPool", "SimulatedPool", "SubagentPool",
+           "SubagentResult", "normalize"]
+
+
+def __getattr__(name: str):
+    if name == "ProcessPool":
+        from parlightning.subagents.process import ProcessPool
+
+        return ProcessPool
+    if name == "HTTPPool":
+        from parlightning.subagents.http import HTTPPool
+
+        return HTTPPool
+    if name == "PoolOrchestrationWorld":
+        from parlightning.subagents.world import PoolOrchestrationWorld
+
+        return PoolOrchestrationWorld
+    raise AttributeError(f"module 'parlightning.subagents' has no attribute {name!r}")

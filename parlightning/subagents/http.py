@@ -1,0 +1,96 @@
+"""`HTTPPool`: every subagent is one chat completion from an OpenAI-compatible endpoint
+(`POST {base_url}/chat/completions`), run on a thread pool (the call waits on the socket, which
+releases the GIL). Standard library only; no network is touched unless you point it somewhere.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import itertools
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from typing import Any, Optional
+
+from parlightning.subagents.pool import PoolBase, SubagentResult
+
+
+def prompt_of(instruction: Any) -> str:
+    """The user message for an instruction: its `prompt` field, a string as is, else JSON."""
+    if isinstance(instruction, dict) and "prompt" in instruction:
+        return str(instruction["prompt"])
+    return instruction if isinstance(instruction, str) else json.dumps(instruction, sort_keys=True)
+
+
+class HTTPPool(PoolBase):
+    """Subagents as chat completions; see the module docstring.
+
+    Args:
+        base_url: e.g. `http://127.0.0.1:8000/v1`.
+        model: the `model` field of each request.
+        workers: concurrent requests.
+        timeout: seconds per request (a slower answer is a failed subagent).
+        api_key: sent as `Authorization: Bearer ...` when given.
+        system: an optional system message.
+        success_marker: the reply counts as a success only if it contains this string (None:
+            any well-formed reply succeeds).
+        max_tokens: the request's `max_tokens`.
+    A result's `steps` are the reply's `usage.completion_tokens` (1 when absent); `output` its text.
+    """
+
+    def __init__(self, base_url: str, model: str = "default", workers: int = 4, timeout: float = 30.0,
+                 api_key: Optional[str] = None, system: Optional[str] = None,
+                 success_marker: Optional[str] = None, max_tokens: int = 256) -> None:
+        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+            raise ValueError(f"HTTPPool: base_url must start with http:// or https://, got {base_url!r}")
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.model, self.timeout, self.api_key, self.system = model, timeout, api_key, system
+        self.success_marker, self.max_tokens = success_marker, max_tokens
+        self._executor = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="http-subagent")
+        self._futures: dict[int, concurrent.futures.Future] = {}
+        self._ids = itertools.count()
+        self._lock = threading.Lock()
+
+    def _request(self, instruction: Any) -> SubagentResult:
+        start = time.perf_counter()
+        messages = ([{"role": "system", "content": self.system}] if self.system else []) + [
+            {"role": "user", "content": prompt_of(instruction)}]
+        body = json.dumps({"model": self.model, "messages": messages, "max_tokens": self.max_tokens}).encode()
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        request = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                reply = json.loads(response.read())
+            text = reply["choices"][0]["message"]["content"] or ""
+            steps = int((reply.get("usage") or {}).get("completion_tokens", 1))
+        except (urllib.error.URLError, TimeoutError, OSError, ValueError, KeyError, IndexError, TypeError) as err:
+            return SubagentResult(False, 0, time.perf_counter() - start, error=f"{type(err).__name__}: {err}")
+        success = self.success_marker is None or self.success_marker in text
+        return SubagentResult(success, steps, time.perf_counter() - start, text)
+
+    def spawn(self, instruction: Any) -> int:
+        with self._lock:
+            handle = next(self._ids)
+            self._futures[handle] = self._executor.submit(self._request, instruction)
+        return handle
+
+    def poll(self, handle: int) -> Optional[SubagentResult]:
+        with self._lock:
+            future = self._futures[handle]
+            if not future.done():
+                return None
+            del self._futures[handle]
+        return future.result() if not future.cancelled() else SubagentResult(False, 0, 0.0, error="cancelled")
+
+    def cancel(self, handle: int) -> None:
+        with self._lock:
+            future = self._futures.pop(handle, None)
+        if future is not None:
+            future.cancel()  # a request already on the wire finishes and is ignored
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)

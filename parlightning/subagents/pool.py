@@ -1,0 +1,147 @@
+"""The subagent pool seam: `spawn(instruction) -> handle`, `poll(handle)`, `cancel(handle)`,
+`close()`; each finished subagent gives a `SubagentResult` (success, steps and seconds used).
+
+An orchestration world hands subtasks to a pool and waits for them; the pool decides what a
+subagent is (a simulated coin flip, a user's Python callable in a worker process, a model call
+over HTTP). Plain Python (no torch), so worker processes start fast.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Iterable, Optional, Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class SubagentResult:
+    """What one subagent did: `success`, the `steps` it used (its share of critical steps), wall
+    `seconds`, its `output`, and `error` when it failed by raising, timing out or being cancelled."""
+
+    success: bool
+    steps: int
+    seconds: float
+    output: Any = None
+    error: Optional[str] = None
+
+
+@runtime_checkable
+class SubagentPool(Protocol):
+    """Where subagents run. Handles are opaque; `poll` is None while the subagent runs."""
+
+    def spawn(self, instruction: Any) -> int: ...
+
+    def poll(self, handle: int) -> Optional[SubagentResult]: ...
+
+    def cancel(self, handle: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def normalize(value: Any, seconds: float) -> SubagentResult:
+    """A user's return value as a result: a `SubagentResult`, a mapping with `success` (and
+    optional `steps`, `output`), a bool, a `(success, steps)` pair, or anything else (success)."""
+    if isinstance(value, SubagentResult):
+        return value
+    if isinstance(value, dict) and "success" in value:
+        return SubagentResult(bool(value["success"]), int(value.get("steps", 1)), seconds, value.get("output"))
+    if isinstance(value, bool):
+        return SubagentResult(value, 1, seconds)
+    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], bool):
+        return SubagentResult(value[0], int(value[1]), seconds)
+    return SubagentResult(True, 1, seconds, value)
+
+
+class PoolBase:
+    """Shared `wait`: poll every handle until all finished, or give up after `timeout` seconds
+    (then the unfinished ones are cancelled and reported as failures)."""
+
+    poll_interval = 0.0005
+
+    def wait(self, handles: Iterable[int], timeout: Optional[float] = None) -> list[SubagentResult]:
+        handles = list(handles)
+        results: dict[int, SubagentResult] = {}
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while len(results) < len(handles):
+            for h in handles:
+                if h not in results:
+                    r = self.poll(h)
+                    if r is not None:
+                        results[h] = r
+            if len(results) == len(handles):
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                for h in handles:
+                    if h not in results:
+                        self.cancel(h)
+                        results[h] = SubagentResult(False, 0, timeout, error=f"no result within {timeout:g}s")
+                break
+            time.sleep(self.poll_interval)
+        return [results[h] for h in handles]
+
+    def __enter__(self) -> "PoolBase":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        return None
+
+
+class SimulatedPool(PoolBase):
+    """Subagents as SwarmEnv models them, in process, for tests and benchmarks.
+
+    An instruction is a mapping with `skill`, `instruction` and `cost`: the subagent succeeds
+    with probability `reliability` when `instruction == skill`, uses `cost + spawn_steps` steps,
+    and its result appears `steps x seconds_per_step` seconds after `spawn` (real latency
+    without a thread: `poll` answers None until then). Thread-safe (worlds share one pool).
+    """
+
+    def __init__(self, reliability: float = 0.9, spawn_steps: int = 1, seconds_per_step: float = 0.0,
+                 seed: int = 0) -> None:
+        if not 0.0 <= reliability <= 1.0:
+            raise ValueError(f"SimulatedPool: reliability must lie in [0, 1], got {reliability!r}")
+        if seconds_per_step < 0:
+            raise ValueError(f"SimulatedPool: seconds_per_step must be >= 0, got {seconds_per_step!r}")
+        self.reliability, self.spawn_steps, self.seconds_per_step = reliability, spawn_steps, seconds_per_step
+        self._rng = random.Random(seed)
+        self._ids = itertools.count()
+        self._lock = threading.Lock()
+        self._pending: dict[int, tuple[float, SubagentResult]] = {}
+        self.spawned = 0
+
+    def spawn(self, instruction: Any) -> int:
+        steps = int(instruction.get("cost", 1)) + self.spawn_steps
+        right = instruction.get("instruction") == instruction.get("skill")
+        seconds = steps * self.seconds_per_step
+        with self._lock:
+            lucky = self._rng.random() < self.reliability
+            handle = next(self._ids)
+            self.spawned += 1
+            self._pending[handle] = (time.monotonic() + seconds, SubagentResult(right and lucky, steps, seconds))
+        return handle
+
+    def poll(self, handle: int) -> Optional[SubagentResult]:
+        with self._lock:
+            ready_at, result = self._pending[handle]
+            if time.monotonic() < ready_at:
+                return None
+            del self._pending[handle]
+            return result
+
+    def wait(self, handles: Iterable[int], timeout: Optional[float] = None) -> list[SubagentResult]:
+        handles = list(handles)
+        with self._lock:
+            last = max((self._pending[h][0] for h in handles), default=0.0)
+        delay = last - time.monotonic()
+        if delay > 0:
+            time.sleep(delay if timeout is None else min(delay, timeout))  # one sleep, not a polling loop
+        return super().wait(handles, timeout=0.0 if timeout is None else max(timeout - max(delay, 0.0), 0.0))
+
+    def cancel(self, handle: int) -> None:
+        with self._lock:
+            self._pending.pop(handle, None)

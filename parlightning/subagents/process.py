@@ -1,0 +1,185 @@
+"""`ProcessPool`: every subagent is a call of a user's Python function (`package.module:name`)
+in one of `workers` long-lived worker processes; a subagent past `timeout` or cancelled while
+running has its worker killed and replaced, so a hung subagent never hangs training.
+"""
+
+from __future__ import annotations
+
+import collections
+import importlib
+import itertools
+import multiprocessing as mp
+import threading
+import time
+from typing import Any, Optional
+
+from parlightning.subagents.pool import PoolBase, SubagentResult, normalize
+
+
+def _load(path: str) -> Any:
+    module, _, attr = path.partition(":") if ":" in path else path.rpartition(".")
+    return getattr(importlib.import_module(module), attr)
+
+
+def _worker_main(fn_path: str, conn: Any) -> None:
+    """A worker process: answer (handle, instruction) with (handle, result fields) until None."""
+    fn = _load(fn_path)
+    while True:
+        try:
+            job = conn.recv()
+        except EOFError:
+            return
+        if job is None:
+            return
+        handle, instruction = job
+        start = time.perf_counter()
+        try:
+            r = normalize(fn(instruction), time.perf_counter() - start)
+            answer = (handle, r.success, r.steps, r.output, r.error)
+        except Exception as err:  # the subagent failed; the worker lives on
+            answer = (handle, False, 0, None, f"{type(err).__name__}: {err}")
+        try:
+            conn.send(answer)
+        except Exception as err:  # an output that cannot be pickled
+            conn.send((handle, False, 0, None, f"unpicklable output: {err}"))
+
+
+class _Worker:
+    def __init__(self, ctx: Any, fn_path: str) -> None:
+        self.conn, child = ctx.Pipe()
+        self.process = ctx.Process(target=_worker_main, args=(fn_path, child), daemon=True)
+        self.process.start()
+        child.close()
+        self.job: Optional[tuple[int, float]] = None  # (handle, start time) while busy
+
+    def stop(self, grace: float = 1.0) -> None:
+        try:
+            self.conn.send(None)
+        except (OSError, BrokenPipeError):
+            pass
+        self.process.join(grace)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+        self.conn.close()
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.join()
+        self.conn.close()
+
+
+class ProcessPool(PoolBase):
+    """Subagents as calls of `fn(instruction)` in worker processes; see the module docstring.
+
+    Args:
+        fn: import path of the subagent function; it returns what `normalize` accepts (a mapping
+            with `success` and `steps`, a bool, ...). A raise is a failed subagent, not a crash.
+        workers: worker processes (concurrent subagents); more spawns queue.
+        timeout: seconds one subagent may run before its worker is killed (None: no limit).
+        start_method: multiprocessing start method (`spawn` is safe with threads and torch).
+    """
+
+    def __init__(self, fn: str, workers: int = 2, timeout: Optional[float] = None,
+                 start_method: str = "spawn") -> None:
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers <= 0:
+            raise ValueError(f"ProcessPool: workers must be a positive integer, got {workers!r}")
+        if timeout is not None and timeout <= 0:
+            raise ValueError(f"ProcessPool: timeout must be positive or None, got {timeout!r}")
+        try:
+            _load(fn)
+        except (ImportError, AttributeError, ValueError) as err:
+            raise ValueError(f"ProcessPool: fn {fn!r} is not importable ({err}); name it as 'package.module:function'") from None
+        self.fn, self.timeout = fn, timeout
+        self._ctx = mp.get_context(start_method)
+        self._workers = [_Worker(self._ctx, fn) for _ in range(workers)]
+        self._queue: collections.deque = collections.deque()
+        self._results: dict[int, SubagentResult] = {}
+        self._ids = itertools.count()
+        self._lock = threading.Lock()
+        self._closed = False
+
+    @property
+    def pids(self) -> list[int]:
+        return [w.process.pid for w in self._workers]
+
+    def spawn(self, instruction: Any) -> int:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("ProcessPool: spawn after close()")
+            handle = next(self._ids)
+            self._queue.append((handle, instruction))
+            self._pump()
+        return handle
+
+    def poll(self, handle: int) -> Optional[SubagentResult]:
+        with self._lock:
+            self._pump()
+            return self._results.pop(handle, None)
+
+    def cancel(self, handle: int) -> None:
+        with self._lock:
+            for job in list(self._queue):
+                if job[0] == handle:
+                    self._queue.remove(job)
+                    self._results[handle] = SubagentResult(False, 0, 0.0, error="cancelled")
+                    return
+            for i, w in enumerate(self._workers):
+                if w.job is not None and w.job[0] == handle:
+                    self._replace(i, "cancelled")
+                    return
+
+    def _replace(self, i: int, why: str) -> None:
+        """Kill worker i (its subagent fails with `why`) and start a fresh one."""
+        w = self._workers[i]
+        handle, start = w.job
+        w.kill()
+        self._results[handle] = SubagentResult(False, 0, time.monotonic() - start, error=why)
+        self._workers[i] = _Worker(self._ctx, self.fn)
+
+    def _pump(self) -> None:
+        """Collect answers, enforce timeouts, hand queued subagents to idle workers (lock held)."""
+        now = time.monotonic()
+        for i, w in enumerate(self._workers):
+            if w.job is None:
+                continue
+            handle, start = w.job
+            try:
+                ready = w.conn.poll()
+            except (OSError, EOFError):
+                ready = False
+            if ready:
+                try:
+                    got, success, steps, output, error = w.conn.recv()
+                    self._results[got] = SubagentResult(success, steps, now - start, output, error)
+                    w.job = None
+                    continue
+                except (EOFError, OSError):
+                    pass
+            if not w.process.is_alive():
+                self._replace(i, f"worker process died (exit code {w.process.exitcode})")
+            elif self.timeout is not None and now - start > self.timeout:
+                self._replace(i, f"timed out after {self.timeout:g}s")
+        for w in self._workers:
+            if w.job is None and self._queue:
+                handle, instruction = self._queue.popleft()
+                w.conn.send((handle, instruction))
+                w.job = (handle, time.monotonic())
+
+    def close(self) -> None:
+        """End every worker process (a busy one is killed); idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for w in self._workers:
+                if w.job is not None:
+                    w.kill()
+                else:
+                    w.stop()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass

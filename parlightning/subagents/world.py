@@ -1,0 +1,137 @@
+"""`PoolOrchestrationWorld`: a small orchestration task whose subagents are real work in a
+`SubagentPool`, one episode at a time (the external-world contract of `ExternalBatchedEnv`).
+
+A task is a chain of stages of up to `max_width` subtasks (skill, cost). Each step the
+orchestrator does every pending subtask of the stage itself (action 0: costs the main agent
+its steps) or delegates it with instruction s - 1 (action s > 0): the pool runs it and reports
+success and the steps it used. The stage lasts main steps + the longest subagent; the episode
+is solved when every stage is done within the task's budget, late (`late_credit`) within
+`late_window` x budget, else abandoned. Tasks are generated from `bank_seed`, families like
+SwarmEnv's: `solo` (one subtask wide, doing it yourself is right), `fanout` (wide, delegation
+pays), `locked` (budget below the critical path: never solvable).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Any, Optional, Sequence
+
+from parlightning.envs.base import ActionSpec
+from parlightning.subagents.pool import SubagentPool
+
+FAMILIES = {"solo": (1, 1), "fanout": (2, 3), "locked": (2, 3)}  # family -> (width lo, width hi)
+
+
+def make_tasks(families: Sequence[str], tasks_per_family: int, max_levels: int, max_width: int, n_skills: int,
+               max_cost: int, spawn_steps: int, bank_seed: int) -> dict[str, dict[str, Any]]:
+    """Task id (`family-index`) -> {stages: [[(skill, cost), ...], ...], budget}."""
+    unknown = [f for f in families if f not in FAMILIES]
+    if unknown:
+        raise ValueError(f"PoolOrchestrationWorld: unknown families {unknown}; choose from {sorted(FAMILIES)}")
+    rng = random.Random(bank_seed)
+    tasks = {}
+    for name in families:
+        lo, hi = FAMILIES[name]
+        for i in range(tasks_per_family):
+            stages = []
+            for _ in range(rng.randint(1, max_levels)):
+                width = rng.randint(min(lo, max_width), min(hi, max_width))
+                stages.append([(rng.randrange(n_skills), rng.randint(1, max_cost)) for _ in range(width)])
+            critical = sum(1 + spawn_steps + max(c for _, c in s) for s in stages)
+            serial = sum(1 + sum(c for _, c in s) for s in stages)
+            budget = {"solo": serial + 1, "fanout": critical + (serial - critical) // 4, "locked": critical - 1}[name]
+            tasks[f"{name}-{i}"] = {"stages": stages, "budget": float(budget)}
+    return tasks
+
+
+class PoolOrchestrationWorld:
+    """One orchestrator episode at a time on a subagent pool; see the module docstring.
+
+    Args:
+        pool: the `SubagentPool` subtasks are delegated to (shared by all actors).
+        main_seconds: wall seconds the main agent spends per env step (its own model call).
+        subagent_timeout: seconds to wait for a stage's subagents before counting them failed.
+        the rest: the task bank (as in SwarmEnv) and the episode limits.
+    Observation: per slot [pending, one-hot skill, cost / max_cost], then budget left, elapsed,
+    stage, stages (scaled) and steps taken. Action: multi-discrete, one entry per slot.
+    """
+
+    def __init__(self, pool: SubagentPool, seed: int = 0, families: Sequence[str] = ("solo", "fanout", "locked"),
+                 tasks_per_family: int = 4, max_levels: int = 2, max_width: int = 3, n_skills: int = 3,
+                 max_cost: int = 3, spawn_steps: int = 1, max_episode_steps: int = 8, late_credit: float = 0.1,
+                 late_window: float = 2.0, main_seconds: float = 0.0, subagent_timeout: Optional[float] = 60.0,
+                 bank_seed: int = 1234) -> None:
+        self.pool, self.seed = pool, seed
+        self.max_width, self.n_skills, self.max_levels, self.max_cost = max_width, n_skills, max_levels, max_cost
+        self.max_episode_steps, self.late_credit, self.late_window = max_episode_steps, late_credit, late_window
+        self.main_seconds, self.subagent_timeout = main_seconds, subagent_timeout
+        self.bank = make_tasks(families, tasks_per_family, max_levels, max_width, n_skills, max_cost, spawn_steps,
+                               bank_seed)
+        self.tasks = list(self.bank)
+        self.scale = max(t["budget"] for t in self.bank.values())
+        self.observation_shape = (max_width * (n_skills + 2) + 5,)
+        self.action_spec = ActionSpec("multi_discrete", nvec=(n_skills + 1,) * max_width)
+        self.task: Optional[str] = None
+        self.solved_threshold = 1.0  # outcome 1 = done within the budget
+        self.max_subagents = max_width * max_levels  # where r_parallel saturates: one subagent per subtask
+
+    def _observe(self) -> list[float]:
+        stage = self.stages[self.level] if self.level < len(self.stages) else []
+        obs: list[float] = []
+        for slot in range(self.max_width):
+            pending = slot < len(stage) and self.pending[slot]
+            skill, cost = stage[slot] if pending else (0, 0)
+            obs += [float(pending)] + [float(pending and s == skill) for s in range(self.n_skills)]
+            obs.append(cost / self.max_cost)
+        budget = self.bank[self.task]["budget"]
+        return obs + [(budget - self.elapsed) / self.scale, self.elapsed / self.scale, self.level / self.max_levels,
+                      len(self.stages) / self.max_levels, self.attempts / self.max_episode_steps]
+
+    def _enter(self, level: int) -> None:
+        self.level = level
+        width = len(self.stages[level]) if level < len(self.stages) else 0
+        self.pending = [True] * width
+
+    def reset(self, task: Optional[str]) -> list[float]:
+        self.task = task if task is not None else self.tasks[0]
+        self.stages = self.bank[self.task]["stages"]
+        self.elapsed = self.serial = 0.0
+        self.n_subagents = self.assigned = self.completed = 0.0
+        self.attempts = 0
+        self._enter(0)
+        return self._observe()
+
+    def step(self, action: Sequence[int]) -> tuple[list[float], float, bool, bool, Optional[dict[str, float]]]:
+        stage = self.stages[self.level]
+        own = [i for i, (p, a) in enumerate(zip(self.pending, action)) if p and a == 0]
+        delegated = [i for i, (p, a) in enumerate(zip(self.pending, action)) if p and a > 0]
+        handles = [self.pool.spawn({"skill": stage[i][0], "instruction": int(action[i]) - 1, "cost": stage[i][1],
+                                    "prompt": f"subtask {self.task}/{self.level}/{i}: skill {stage[i][0]}, "
+                                              f"instruction {int(action[i]) - 1}, cost {stage[i][1]}"})
+                   for i in delegated]
+        if self.main_seconds:
+            time.sleep(self.main_seconds)  # the main agent works while its subagents run
+        results = self.pool.wait(handles, timeout=self.subagent_timeout) if handles else []
+        main_steps = 1.0 + sum(stage[i][1] for i in own)
+        done_here = set(own) | {i for i, r in zip(delegated, results) if r.success}
+        self.elapsed += main_steps + max((r.steps for r in results), default=0)
+        self.serial += main_steps + sum(stage[i][1] for i, r in zip(delegated, results) if r.success)
+        self.n_subagents += len(delegated)
+        self.assigned += len(delegated)
+        self.completed += sum(r.success for r in results)
+        self.attempts += 1
+        self.pending = [p and i not in done_here for i, p in enumerate(self.pending)]
+        if not any(self.pending):
+            self._enter(self.level + 1)
+        budget = self.bank[self.task]["budget"]
+        all_done = self.level >= len(self.stages)
+        abandoned = self.elapsed > self.late_window * budget
+        terminated = all_done or abandoned
+        truncated = not terminated and self.attempts >= self.max_episode_steps
+        outcome = (1.0 if self.elapsed <= budget else self.late_credit) if all_done and not abandoned else 0.0
+        parts = None
+        if terminated or truncated:
+            parts = {"outcome": outcome, "n_subagents": self.n_subagents, "assigned": self.assigned,
+                     "completed": self.completed, "critical_steps": self.elapsed, "serial_steps": self.serial}
+        return self._observe(), outcome, terminated, truncated, parts

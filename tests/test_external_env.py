@@ -1,0 +1,235 @@
+"""External worlds: the per-episode contract behind `BatchedEnv`, concurrency, clear errors for
+worlds that raise or hang, and the subagent pools (simulated, worker processes, local HTTP)."""
+
+import asyncio
+import http.server
+import json
+import os
+import threading
+import time
+
+import pytest
+import torch
+
+from parlightning.envs.base import ActionSpec, BatchedEnv
+from parlightning.envs.external import ExternalBatchedEnv, ExternalWorldError
+from parlightning.errors import ConfigError
+from parlightning.subagents import HTTPPool, PoolOrchestrationWorld, ProcessPool, SimulatedPool, SubagentPool
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class CountWorld:
+    """Task `t-k` lasts k + 1 steps; obs [steps taken, k]; reward 1 at the end if the last action is 1."""
+
+    tasks = ["t-0", "t-1", "t-2"]
+    observation_shape = (2,)
+    action_spec = ActionSpec("discrete", nvec=(2,))
+    fail_at = None  # (actor, step): raise there
+    hang_at = None
+
+    def __init__(self, seed=0, actor=0, sleep=0.0):
+        self.actor, self.sleep, self.calls = actor, sleep, 0
+
+    def reset(self, task):
+        self.length, self.t = int(task.split("-")[1]) + 1, 0
+        return [0.0, float(self.length - 1)]
+
+    def _step(self, action):
+        self.calls += 1
+        if self.fail_at == (self.actor, self.calls):
+            raise ValueError("the tool call failed")
+        self.t += 1
+        done = self.t >= self.length
+        reward = float(done and action == 1)
+        parts = {"outcome": reward, "n_subagents": 2.0, "assigned": 2.0, "completed": 1.0,
+                 "critical_steps": float(self.t), "serial_steps": 2.0 * self.t} if done else None
+        return [float(self.t), float(self.length - 1)], reward, done, False, parts
+
+    def step(self, action):
+        if self.hang_at == (self.actor, self.calls + 1):
+            time.sleep(30)
+        time.sleep(self.sleep)
+        return self._step(action)
+
+
+class AsyncCountWorld(CountWorld):
+    async def reset(self, task):
+        return CountWorld.reset(self, task)
+
+    async def step(self, action):
+        await asyncio.sleep(self.sleep)
+        return self._step(action)
+
+
+@pytest.mark.parametrize("world", [CountWorld, AsyncCountWorld])
+def test_worlds_step_as_one_batched_env_with_parts_and_auto_reset(world):
+    env = ExternalBatchedEnv(3, world=world)
+    try:
+        assert isinstance(env, BatchedEnv) and env.task_ids == ["t-0", "t-1", "t-2"]
+        obs = env.reset(task_index=torch.tensor([0, 1, 2]))
+        assert obs.tolist() == [[0, 0], [0, 1], [0, 2]]
+        asked = []
+
+        def next_task(done):
+            asked.append(done.tolist())
+            return torch.tensor([2, 2, 2])
+
+        r = env.step(torch.tensor([1, 0, 1]), next_task)  # actor 0 (1 step) ends, rewarded
+        assert r.terminated.tolist() == [True, False, False] and r.reward.tolist() == [1.0, 0.0, 0.0]
+        assert r.final_obs[0].tolist() == [1, 0] and r.obs[0].tolist() == [0, 2]  # reset to task 2
+        assert r.parts.task.tolist() == [0, 1, 2] and r.parts.outcome[0] == 1.0
+        assert r.parts.critical_steps[0] == 1.0 and r.parts.serial_steps[0] == 2.0 and r.parts.completed[0] == 1.0
+        r = env.step(torch.tensor([0, 0, 0]), next_task)  # actor 1 ends unrewarded
+        assert r.terminated.tolist() == [False, True, False] and r.reward.tolist() == [0.0, 0.0, 0.0]
+        assert asked == [[True, False, False], [False, True, False]]
+        assert r.parts.task.tolist() == [2, 1, 2]
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("world", [CountWorld, AsyncCountWorld])
+def test_worlds_wait_concurrently(world):
+    env = ExternalBatchedEnv(8, world=world, world_kwargs={"sleep": 0.1})
+    try:
+        env.reset()
+        start = time.perf_counter()
+        env.step(torch.zeros(8, dtype=torch.long))
+        assert time.perf_counter() - start < 0.5  # 8 x 0.1 s one after another would be 0.8 s
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("world", [CountWorld, AsyncCountWorld])
+def test_a_world_that_raises_names_actor_and_task_and_retries_help(world, monkeypatch):
+    monkeypatch.setattr(CountWorld, "fail_at", (2, 1))
+    env = ExternalBatchedEnv(3, world=world)
+    env.reset(task_index=torch.tensor([0, 0, 1]))
+    with pytest.raises(ExternalWorldError, match=r"actor 2 on task 't-1': step raised ValueError: the tool call failed"):
+        env.step(torch.zeros(3, dtype=torch.long))
+    env.close()
+    env = ExternalBatchedEnv(3, world=world, retries=1)  # a transient failure: the repeated call succeeds
+    env.reset(task_index=torch.tensor([0, 0, 1]))
+    assert env.step(torch.zeros(3, dtype=torch.long)).obs[2].tolist() == [1, 1]
+    env.close()
+
+
+def test_a_hanging_world_is_an_error_after_step_timeout(monkeypatch):
+    monkeypatch.setattr(CountWorld, "hang_at", (1, 1))
+    env = ExternalBatchedEnv(2, world=CountWorld, step_timeout=0.3)
+    env.reset(task_index=torch.tensor([0, 2]))
+    start = time.perf_counter()
+    with pytest.raises(ExternalWorldError, match=r"actor 1 on task 't-2': step did not return within step_timeout=0.3s"):
+        env.step(torch.zeros(2, dtype=torch.long))
+    assert time.perf_counter() - start < 2.0
+    env.close()
+
+
+def test_bad_world_config_is_one_clear_error():
+    with pytest.raises(ConfigError, match="data.env.world"):
+        ExternalBatchedEnv(2, world="parlightning.subagents:NoSuchWorld")
+    with pytest.raises(ConfigError, match="step_timeout"):
+        ExternalBatchedEnv(2, world=CountWorld, step_timeout=0)
+
+
+def test_simulated_pool_latency_and_instruction_matching():
+    pool = SimulatedPool(reliability=1.0, seconds_per_step=0.02)
+    assert isinstance(pool, SubagentPool)
+    right = pool.spawn({"skill": 1, "instruction": 1, "cost": 2})
+    wrong = pool.spawn({"skill": 1, "instruction": 0, "cost": 1})
+    assert pool.poll(right) is None  # 3 steps x 20 ms: not yet
+    start = time.perf_counter()
+    a, b = pool.wait([right, wrong])
+    assert 0.03 < time.perf_counter() - start < 0.5
+    assert (a.success, a.steps, b.success, b.steps) == (True, 3, False, 2)
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # a zombie is dead too
+        return f.read().split()[2] != "Z"
+
+
+def test_process_pool_runs_the_users_function_kills_hung_subagents_and_closes():
+    pool = ProcessPool("tests.subagent_fns:solve", workers=2, timeout=1.0)
+    try:
+        handles = [pool.spawn({"skill": 0, "instruction": i % 2, "cost": 2}) for i in range(4)]
+        hung = pool.spawn({"hang": True})
+        boom = pool.spawn({"raise": True})
+        results = pool.wait(handles + [hung, boom], timeout=20)
+        assert [(r.success, r.steps) for r in results[:4]] == [(True, 3), (False, 3)] * 2
+        assert not results[4].success and "timed out after 1s" in results[4].error
+        assert not results[5].success and "RuntimeError: subagent crashed" in results[5].error
+        again = pool.wait([pool.spawn({"skill": 1, "instruction": 1, "cost": 1})], timeout=20)[0]
+        assert again.success and again.steps == 2  # the killed worker was replaced
+        pids = pool.pids
+    finally:
+        pool.close()
+    assert not any(_alive(p) for p in pids)
+
+
+def test_env_close_ends_every_pool_worker_process():
+    env = ExternalBatchedEnv(
+        4, world=PoolOrchestrationWorld,
+        shared={"pool": {"class_path": "parlightning.subagents.ProcessPool",
+                         "init_args": {"fn": "parlightning.subagents.examples:skill_matcher", "workers": 2}}},
+    )
+    pids = env.shared["pool"].pids
+    env.reset()
+    nvec = env.action_spec.nvec
+    r = env.step(torch.ones(4, len(nvec), dtype=torch.long))  # delegate every slot
+    assert r.obs.shape == (4, *env.observation_shape)
+    assert all(_alive(p) for p in pids)
+    env.close()
+    assert not any(_alive(p) for p in pids)
+
+
+class _ChatHandler(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        prompt = body["messages"][-1]["content"]
+        if "fail" in prompt:
+            self.send_response(500)
+            self.end_headers()
+            return
+        reply = {"choices": [{"message": {"role": "assistant", "content": f"DONE: {prompt}"}}],
+                 "usage": {"completion_tokens": len(prompt.split())}}
+        data = json.dumps(reply).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_http_pool_against_a_local_openai_compatible_server():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _ChatHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    pool = HTTPPool(f"http://127.0.0.1:{server.server_address[1]}/v1", workers=2, timeout=5, success_marker="DONE")
+    try:
+        ok, bad = pool.wait([pool.spawn({"prompt": "split the list in two"}), pool.spawn("please fail")], timeout=10)
+        assert ok.success and ok.steps == 5 and ok.output == "DONE: split the list in two"
+        assert not bad.success and "500" in bad.error
+    finally:
+        pool.close()
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_external_config_trains(tmp_cwd):
+    from parlightning.fit import main
+
+    cli = main(["--config", os.path.join(ROOT, "configs", "external.yaml"), "--trainer.max_epochs", "2",
+                "--trainer.enable_progress_bar", "false", "--data.num_envs", "8", "--data.num_steps", "8"])
+    dm = cli.datamodule
+    assert dm.round_index == 2 and dm.env_steps == 2 * 8 * 8
+    stats = dm.last_rollout.stats
+    assert float(stats["rollout/episodes"]) > 0 and "perf/policy_lag" in stats
+    assert dm.env._closed  # teardown closed the worlds and the pool
