@@ -165,9 +165,9 @@ def test_time_limit_terminates_the_round_cap_truncates_and_outcomes_are_paid():
     assert res.parts.critical_steps.item() > env.late_window * budget
     # the round cap (not observed) is a truncation: LOCAL work delegated never finishes
     capped = SwarmEnv(num_envs=1, seed=0, tasks_per_family=2, max_episode_steps=3)
-    capped.reset(task_index=torch.tensor([0]))
+    capped.reset(task_index=torch.tensor([2]))
     ends = [capped.step(torch.full((1, capped.max_width), 1)) for _ in range(3)]  # generic: fails on HARD/LOCAL
-    assert capped.bank.kind[0, 0][capped.bank.present[0, 0]].ne(PLAIN).any()  # solo-0 starts with HARD/LOCAL work
+    assert capped.bank.kind[2, 0][capped.bank.present[2, 0]].ne(PLAIN).any()  # fanout-0 starts with HARD work
     assert not (ends[0].truncated | ends[0].terminated).item()
     assert ends[-1].truncated.item() and not ends[-1].terminated.item()
     # late: done after the budget but within the window earns late_credit
