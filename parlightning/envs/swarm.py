@@ -155,7 +155,7 @@ class SwarmEnv(BatchedEnv):
         self.elapsed, self.serial = z(), z()
         self.n_subagents, self.assigned, self.completed = z(), z(), z()
         self._arange = torch.arange(N, device=dev)
-        self.trace, self.last_round = False, {}  # evaluate's --gantt: record actor 0's rounds
+        self.trace, self.trace_actor, self.last_round = False, 0, {}  # evaluate's --gantt: one actor's rounds
         self._context_index = torch.zeros(1, N, dtype=torch.long, device=dev)
 
     # ------------------------------------------------------------------ observation
@@ -237,10 +237,11 @@ class SwarmEnv(BatchedEnv):
         self.assigned = self.assigned + pieces
         self.completed = self.completed + done_shards.sum(0)
         self.attempts = self.attempts + 1
-        if self.trace:  # evaluation only (a host-side flag, no sync): what actor 0 ran this round
-            self.last_round = {"level": self.level[0].clone(), "main": main[0].clone(), "sub": sub[:, 0].clone(),
-                               "delegated": deleg[:, 0].clone(), "success": success[:, 0].clone(),
-                               "own": own[:, 0].clone(), "shards": k[:, 0].clone(), "size": size[:, 0].clone()}
+        if self.trace:  # evaluation only (a host-side flag, no sync): what actor `trace_actor` ran this round
+            i = self.trace_actor
+            self.last_round = {"level": self.level[i].clone(), "main": main[i].clone(), "sub": sub[:, i].clone(),
+                               "delegated": deleg[:, i].clone(), "success": success[:, i].clone(),
+                               "own": own[:, i].clone(), "shards": k[:, i].clone(), "size": size[:, i].clone()}
 
         # Advance past finished stages.
         pend = pend & ~(own | success)
