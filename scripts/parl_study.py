@@ -604,18 +604,19 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--blame-run", dest="blame_run", type=Path, default=None, help=argparse.SUPPRESS)  # internal phase
     p.add_argument("--blame-json", dest="blame_json", type=Path, default=None, help=argparse.SUPPRESS)
     p.add_argument("--blame-seed", dest="blame_seed", type=int, default=0, help=argparse.SUPPRESS)
-    p.add_argument("--quick", action="store_true", help="smoke run: 2 cells, 2 seeds, 2 iterations of 32 x 16")
+    p.add_argument("--quick", action="store_true", help="smoke run: 2 cells, 2 seeds, 2 iterations of 16 x 8")
     args = p.parse_args(argv)
     config = yaml.safe_load(args.config.read_text()) if args.config.is_file() else None
     if config is None:
         raise SystemExit(f"error: --config: no config file at {args.config}")
     q = args.quick
     args.axis = args.axis if args.axis is not None else (QUICK_AXES if q else DEFAULT_AXES)
-    args.seeds = args.seeds or (2 if q else 5)
-    args.epochs = args.epochs or (2 if q else int(config["trainer"]["max_epochs"]))
-    args.num_envs = args.num_envs or (32 if q else int(config["data"]["num_envs"]))
-    args.num_steps = args.num_steps or (16 if q else int(config["data"]["num_steps"]))
-    args.episodes = args.episodes or (32 if q else None)
+    pick = lambda value, quick, full: value if value is not None else (quick if q else full)  # noqa: E731
+    args.seeds = pick(args.seeds, 2, 5)
+    args.epochs = pick(args.epochs, 2, int(config["trainer"]["max_epochs"]))
+    args.num_envs = pick(args.num_envs, 16, int(config["data"]["num_envs"]))
+    args.num_steps = pick(args.num_steps, 8, int(config["data"]["num_steps"]))
+    args.episodes = pick(args.episodes, 16, None)
     args.blame_episodes = args.blame_episodes if args.blame_episodes is not None else (1 if q else 8)
     args.launch = args.launch or ("fork" if q and sys.platform.startswith("linux") else "exec")
     args.arms = [a for a in args.arms.split(",") if a]
