@@ -21,7 +21,7 @@ from parlightning.recurrent import CELLS, RecurrentActorCritic
 
 LOSS_METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "old_approx_kl", "clip_fraction")  # logged as losses/*
 
-POLICIES = ("mlp", *CELLS)  # model.policy
+POLICIES = ("mlp", "slots", *CELLS)  # model.policy
 
 
 class PPOModule(pl.LightningModule):
@@ -87,6 +87,12 @@ class PPOModule(pl.LightningModule):
         hp = self.hparams
         planner = find_planner(self._trainer)
         n_keys = planner.n_keys(self._trainer) if planner is not None else 0
+        if hp.policy == "slots":  # one network shared across subtask slots (parlightning/slots_policy.py)
+            from parlightning.slots_policy import SlotsActorCritic
+
+            if n_keys:
+                raise ConfigError("model.policy: slots has no per-key table; TensorParallel needs model.policy: mlp")
+            return SlotsActorCritic(observation_shape, action_spec, hp.hidden_sizes, hp.activation)
         if hp.policy != "mlp":
             if n_keys:
                 raise ConfigError(f"model.policy: {hp.policy} has no per-key table; TensorParallel needs model.policy: mlp")

@@ -29,7 +29,7 @@ KEYS = ("parl/lambda1", "parl/lambda2", "parl/r_parallel", "parl/r_finish", "par
 
 
 def small_env(num_envs, device, seed):
-    return SwarmEnv(num_envs=num_envs, device=device, seed=seed, families=("solo", "fanout"))
+    return SwarmEnv(num_envs=num_envs, device=device, seed=seed, families=("solo", "fanout"), max_subagents=16)
 
 
 def reward(horizon=3 * STEPS):

@@ -1,32 +1,38 @@
-"""`SwarmEnv`: a batched, tensor-native simulator of orchestration (the PARL world).
+"""`SwarmEnv`: a batched, tensor-native simulator of orchestration where parallelism pays.
 
-A task is a chain of stages; each stage holds up to `max_width` subtasks that depend on the
-whole previous stage. At every env step the orchestrator looks at the pending subtasks of the
-current stage and, per subtask, either does it itself (serial: always works, costs the
-subtask's steps on the main agent) or delegates it to a frozen subagent with one of `n_skills`
-instructions (parallel: the subagent needs `spawn_steps` to start, then finishes the subtask
-with probability `subagent_reliability` only when the instruction matches the subtask's
-skill; otherwise the subtask stays pending). It may also spawn up to `max_helpers` extra
-subagents per step that get no subtask: they wander for `helper_steps` (longer than any real
-subtask) and finish nothing; they count as spawned, never as assigned, and are only spawned
-while the episode has spawned fewer than `max_subagents` (where r_parallel saturates). A
-stage costs `S_main + max_i S_sub,i` critical steps.
+A task (`parlightning.envs.swarm_tasks`) is a chain of stages of up to `max_width` subtasks,
+each with a size (steps) and a kind: PLAIN, HARD (a subagent needs a briefed instruction) or
+LOCAL (needs the main agent's context; a subagent never finishes it). One env step is one round
+at the current stage: per pending subtask the orchestrator either does it itself (reliable,
+costs its size on the main agent) or delegates it split into k shards (k in `splits`) with a
+generic or a briefed instruction. Each shard is one subagent: it starts in `spawn_steps`, runs
+ceil(size / k) steps, and the main agent pays `merge_cost` per shard to merge its output and
+`brief_cost` per briefed subtask (one briefing serves its shards). A round lasts main + longest subagent (critical steps). Shards
+of a suitable instruction succeed one after another with `subagent_reliability` until one
+fails (a failed piece blocks the rest); a subtask is done when all its non-empty shards are.
+Failed subtasks stay pending for the next round.
 
-Outcome (r_perf): 1 when every stage is done within the task's step budget (solved);
-`late_credit` when done later but within `late_window` x budget; 0 when the episode is
-abandoned past `late_window` x budget (terminated) or cut at `max_episode_steps` (truncated).
+Both PARL failure modes come from these actions. Serial collapse: a generic instruction fails
+on HARD work and any delegation fails on LOCAL work, so untrained delegation is slow and
+unreliable while doing it yourself always works (slowly: wide stages miss their budgets).
+Spurious parallelism: splitting a subtask into more shards than it has steps makes empty
+shards, and delegating LOCAL work makes subagents that cannot finish; both raise n_subagents
+(r_parallel) while they are assigned and never completed (r_finish sees them) and lengthen the
+round by their merge cost. `max_subagents` caps the subagents of an episode: delegations past
+it wait (not assigned) for a later round.
 
-Both PARL failure modes are real here. Serial collapse: an untrained instruction is right one
-time in `n_skills`, so untrained delegation rarely finishes even late, while doing the work
-yourself always finishes (in time on narrow tasks, where delegating never pays; late on wide
-ones). A policy paid on the outcome alone learns to do everything itself and never learns the
-instructions that wide tasks need to be done in time; a dense signal per delegated subtask
-(r_finish) teaches them. Spurious parallelism: helpers are the cheapest way to raise
-r_parallel, and every stage they run in lasts longer, so a policy that is still paid for
-parallelism keeps spawning subagents that finish nothing; on a narrow task one helper makes it
-late, and a policy that spawns them in most steps rarely sees the episode that shows it.
-The bank mixes tasks that are always solvable, never solvable (budget below the critical
-path) and in between, grouped in families (`family-index` ids; families are clusters).
+Outcome (r_perf, paid at the end): 1 when done within the task's budget of critical steps,
+`late_credit` when done within `late_window` x budget, 0 when the elapsed time passes
+`late_window` x budget: a hard time limit shown in the observation, so a *termination*. The
+`max_episode_steps` round cap is a truncation (not in the observation; bootstrap from it).
+
+Observation [W + 1, 6]: one row per slot (pending, size / max_cost, kind one-hot, failed last
+round; zeros for slots with nothing pending) and a context row (time left to the budget and to
+the hard limit, elapsed, stages left, subagents left, pending work of the stage): what an
+orchestrator sees, never the task's identity. Action: one entry per slot in 0..2S (S = len(splits)):
+0 = do it yourself; 1..S = delegate with a generic instruction in splits[j-1] shards;
+S+1..2S = delegate briefed. `scripted_action(name, obs)` gives the serial, oracle and random
+policies, acting on the observation only.
 """
 
 from __future__ import annotations
@@ -36,106 +42,35 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 from torch import Tensor
 
-from parlightning.errors import ConfigError
 from parlightning.envs.base import ActionSpec, BatchedEnv, EpisodeParts, StepResult
-from parlightning.metrics import stage_critical_steps
+from parlightning.envs.swarm_tasks import FAMILIES, HARD, LOCAL, N_KINDS, PLAIN, SPLITS, Costs, TaskBank, oracle_split_index
+from parlightning.errors import ConfigError
 
-# family name -> (levels lo, levels hi, width lo, width hi, budget profile)
-# budget profile: "serial" is serial execution + 1 step (always solvable by doing it yourself;
-# no room for a failed delegation or a helper), "spread" runs from the critical path (hard) to a
-# quarter of the way to serial (easier) across the family, "tight" sits near the critical path
-# (needs reliable delegation), "locked" is below it (never solvable).
-FAMILIES: dict[str, tuple[int, int, int, int, str]] = {
-    "solo": (1, 3, 1, 1, "serial"),
-    "fanout": (1, 2, 3, 4, "spread"),
-    "pipeline": (2, 3, 2, 3, "tight"),
-    "locked": (1, 2, 3, 4, "locked"),
-}
+__all__ = ["FAMILIES", "SPLITS", "SCRIPTED", "SwarmEnv", "TaskBank"]
+SLOT_FEATURES = 6  # pending, size, plain, hard, local, failed last round
+SCRIPTED = ("serial", "oracle", "random")
 
 
-def _check_positive(name: str, value: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ConfigError(f"SwarmEnv: `{name}` must be a positive integer, got {value!r}")
+def _check_int(name: str, value: Any, low: int = 1) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise ConfigError(f"SwarmEnv: `{name}` must be an integer >= {low}, got {value!r}")
 
 
-class TaskBank:
-    """The tasks, as tensors resident once on the device and shared by all actors.
-
-    skill/cost/present: [K, L, W]; n_levels, budget, family: [K]. `task_ids[k]` is `family-index`.
-    """
-
-    def __init__(
-        self,
-        families: Sequence[str],
-        tasks_per_family: int,
-        max_levels: int,
-        max_width: int,
-        n_skills: int,
-        max_cost: int,
-        seed: int,
-        device: torch.device,
-        spawn_steps: int = 1,
-    ) -> None:
-        unknown = [f for f in families if f not in FAMILIES]
-        if unknown:
-            raise ConfigError(f"SwarmEnv: unknown `families` {unknown}; choose from {sorted(FAMILIES)}")
-        g = torch.Generator().manual_seed(seed)
-        K, L, W = len(families) * tasks_per_family, max_levels, max_width
-        skill = torch.randint(0, n_skills, (K, L, W), generator=g)
-        cost = torch.randint(1, max_cost + 1, (K, L, W), generator=g).float()
-        present = torch.zeros(K, L, W, dtype=torch.bool)
-        n_levels = torch.zeros(K, dtype=torch.long)
-        budget = torch.zeros(K)
-        family = torch.zeros(K, dtype=torch.long)
-        self.task_ids: list[str] = []
-        for f, name in enumerate(families):
-            lv_lo, lv_hi, w_lo, w_hi, profile = FAMILIES[name]
-            for i in range(tasks_per_family):
-                k = f * tasks_per_family + i
-                levels = int(torch.randint(min(lv_lo, L), min(lv_hi, L) + 1, (), generator=g))
-                widths = torch.randint(min(w_lo, W), min(w_hi, W) + 1, (levels,), generator=g)
-                for lv in range(levels):
-                    present[k, lv, : int(widths[lv])] = True
-                n_levels[k] = levels
-                c = cost[k] * present[k]
-                # all delegated and right the first time / all done by the main agent
-                critical = float((1 + spawn_steps + c.amax(dim=1)).narrow(0, 0, levels).sum())
-                serial = float((1 + c.sum(dim=1)).narrow(0, 0, levels).sum())
-                frac = i / max(tasks_per_family - 1, 1)
-                if profile == "serial":
-                    budget[k] = serial + 1
-                elif profile == "spread":
-                    budget[k] = round(critical + 0.25 * frac * (serial - critical))
-                elif profile == "tight":
-                    budget[k] = round(critical + 0.25 * frac * (serial - critical)) + 1
-                else:  # locked
-                    budget[k] = critical - 1
-                family[k] = f
-                self.task_ids.append(f"{name}-{i}")
-        self.families = list(families)
-        self.skill = skill.to(device)
-        self.cost = (cost * present).to(device)
-        self.present = present.to(device)
-        self.n_levels = n_levels.to(device)
-        self.budget = budget.to(device)
-        self.family = family.to(device)
-
-    def __len__(self) -> int:
-        return len(self.task_ids)
+def _check_float(name: str, value: Any, low: float, high: float, fix: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+        raise ConfigError(f"SwarmEnv: `{name}` must lie in [{low}, {high}] ({fix}), got {value!r}")
 
 
 class SwarmEnv(BatchedEnv):
-    """N orchestrator actors on the task bank, stepped together; see the module docstring.
+    """N orchestrator actors on one split's task bank, stepped together; see the module docstring.
 
-    Action (multi-discrete): one entry per subtask slot, 0 = do it yourself, s > 0 = delegate
-    with instruction s - 1; then one entry with the number of extra helpers to spawn.
-    `EpisodeParts.serial_steps` counts the useful work only (every finished subtask at its cost,
-    plus the orchestration step of every env step): failed tries and helpers add critical steps
-    but no serial steps, so a speed-up below 1 means the orchestration lost more time than its
-    parallelism saved.
+    `EpisodeParts.serial_steps` is the serial policy's time on the stages the episode finished
+    (each stage: 1 + the sum of its sizes), so serial_steps / critical_steps is the speed-up over
+    doing the same work yourself.
     """
 
     solved_threshold = 1.0  # outcome 1 = done within the budget (solved); late_credit = done late; 0 = unfinished
+    checkpoint_exact = True
 
     def __init__(
         self,
@@ -143,102 +78,109 @@ class SwarmEnv(BatchedEnv):
         device: str | torch.device = "cpu",
         seed: int = 0,
         families: Sequence[str] = ("solo", "fanout", "pipeline", "locked"),
-        tasks_per_family: int = 8,
-        max_levels: int = 3,
-        max_width: int = 4,
-        n_skills: int = 8,
-        max_cost: int = 3,
-        max_subagents: int = 16,
-        max_helpers: int = 6,
-        helper_steps: int = 5,
-        subagent_reliability: float = 0.9,
-        max_episode_steps: int = 12,
+        tasks_per_family: int = 16,
+        split: str = "train",
+        max_levels: int = 4,
+        max_width: int = 12,
+        max_cost: int = 10,
+        splits: Sequence[int] = (1, 2, 4),
+        max_subagents: int = 128,
+        spawn_steps: float = 1.0,
+        merge_cost: float = 0.05,
+        brief_cost: float = 0.5,
+        subagent_reliability: float = 0.99,
+        max_episode_steps: int = 16,
         bank_seed: int = 1234,
-        spawn_steps: int = 1,
         late_credit: float = 0.1,
         late_window: float = 2.0,
     ) -> None:
-        for name in ("num_envs", "tasks_per_family", "max_levels", "max_width", "n_skills", "max_cost",
-                     "max_subagents", "helper_steps", "max_episode_steps"):
-            _check_positive(name, locals()[name])
-        for name, value in (("max_helpers", max_helpers), ("spawn_steps", spawn_steps)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ConfigError(f"SwarmEnv: `{name}` must be an integer >= 0, got {value!r}")
-        if not 0.0 <= subagent_reliability <= 1.0:
-            raise ConfigError(f"SwarmEnv: `subagent_reliability` must lie in [0, 1], got {subagent_reliability!r}")
-        if not 0.0 <= late_credit < 1.0:
-            raise ConfigError(f"SwarmEnv: `late_credit` must lie in [0, 1), got {late_credit!r}")
-        if not late_window >= 1.0:
-            raise ConfigError(f"SwarmEnv: `late_window` must be >= 1 (a multiple of the budget), got {late_window!r}")
+        for name in ("num_envs", "tasks_per_family", "max_levels", "max_width", "max_cost", "max_subagents",
+                     "max_episode_steps"):
+            _check_int(name, locals()[name])
+        _check_int("bank_seed", bank_seed, 0)
+        splits = tuple(splits)
+        if not splits or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in splits) \
+                or list(splits) != sorted(set(splits)):
+            raise ConfigError(f"SwarmEnv: `splits` must be increasing positive shard counts like [1, 2, 4], got {list(splits)}")
+        for name, value in (("spawn_steps", spawn_steps), ("merge_cost", merge_cost), ("brief_cost", brief_cost)):
+            _check_float(name, value, 0.0, 1e6, "a cost in steps")
+        _check_float("subagent_reliability", subagent_reliability, 0.0, 1.0, "a probability")
+        _check_float("late_credit", late_credit, 0.0, 0.999, "credit for a late finish, below 1")
+        _check_float("late_window", late_window, 1.0, 1e6, "a multiple of the budget")
         if len(families) == 0:
             raise ConfigError("SwarmEnv: `families` is empty; name at least one of " + str(sorted(FAMILIES)))
-        self.num_envs = num_envs
-        self.device = torch.device(device)
-        self.max_width, self.n_skills, self.max_levels = max_width, n_skills, max_levels
-        self.max_cost, self.max_subagents, self.max_helpers = max_cost, max_subagents, max_helpers
-        self.helper_steps, self.spawn_steps = float(helper_steps), float(spawn_steps)
-        self.reliability, self.late_credit, self.late_window = subagent_reliability, float(late_credit), float(late_window)
+        self.num_envs, self.device = num_envs, torch.device(device)
+        self.max_width, self.max_levels, self.max_cost, self.max_subagents = max_width, max_levels, max_cost, max_subagents
+        self.splits, self.split = splits, split
+        self.costs = Costs(splits, float(spawn_steps), float(merge_cost), float(brief_cost))
+        self.reliability, self.late_credit, self.late_window = float(subagent_reliability), float(late_credit), float(late_window)
         self.max_episode_steps = max_episode_steps
-        self.bank = TaskBank(families, tasks_per_family, max_levels, max_width, n_skills, max_cost,
-                             bank_seed, self.device, spawn_steps)
+        self.bank = TaskBank(families, tasks_per_family, split, max_levels, max_width, max_cost, self.costs,
+                             bank_seed, self.device)
         self.task_ids = self.bank.task_ids
-        self.action_spec = ActionSpec("multi_discrete", nvec=(n_skills + 1,) * max_width + (max_helpers + 1,))
-        n_fam = len(self.bank.families)
-        self.observation_shape = (max_width * (n_skills + 2) + 6 + n_fam,)
-        self._budget_scale = float(self.bank.budget.max().clamp(min=1.0))
-        self._fam_eye = torch.eye(n_fam, device=self.device)
-        self._skill_eye = torch.eye(n_skills, device=self.device)
-        # Per (task, level) rows flattened to [K*L, ...]: one index_select instead of 2-D fancy indexing
-        # (aten::index with two index tensors was a third of a step at N=4096 on CPU).
-        K, L = len(self.bank), max_levels
-        self._skill_rows = self.bank.skill.reshape(K * L, max_width)
-        self._cost_rows = self.bank.cost.reshape(K * L, max_width)
-        self._present_rows = self.bank.present.reshape(K * L, max_width)
-        self._slot_rows = torch.cat(  # [K*L, W, 1 + S + 1]: what a pending slot shows (pending, skill, cost)
-            [torch.ones_like(self._cost_rows).unsqueeze(-1), self._skill_eye[self._skill_rows],
-             (self._cost_rows / self.max_cost).unsqueeze(-1)], -1)
-        self._task_family = self._fam_eye[self.bank.family]  # [K, F]
-        self.generator = torch.Generator(device=self.device).manual_seed(seed)
-        self._seed = seed
-        N, W = num_envs, max_width
-        z = lambda dtype=torch.float32: torch.zeros(N, dtype=dtype, device=self.device)  # noqa: E731
+        S, W, L, K = len(splits), max_width, max_levels, len(self.bank)
+        self.action_spec = ActionSpec("multi_discrete", nvec=(1 + 2 * S,) * W)
+        self.observation_shape = (W + 1, SLOT_FEATURES)
+        self.time_scale = float(max_levels * max_width * max_cost) / 4.0  # a constant: the same on every bank
+        dev = self.device
+        self._splits = torch.tensor(splits, dtype=torch.float32, device=dev)
+        self._split_of_choice = torch.cat([self._splits, self._splits, self._splits[:1]])  # choice 2S: padding
+        # 1 / log of the per-shard reliability: "successes before the first failure" from one uniform draw
+        self._inv_log_rel = 1.0 / float(torch.tensor(min(self.reliability, 1 - 1e-7)).clamp(min=1e-30).log())
+        # Slot-major tables [W, K*L] (one column per task stage), gathered with one index_select per
+        # field per step into [W, N]: reductions over slots then run over the outer dimension,
+        # vectorised across actors (a last dimension of a few slots is slow to reduce on CPU).
+        size_rows = self.bank.size.reshape(K * L, W)
+        kind_rows = self.bank.kind.reshape(K * L, W)
+        self._size_cols = size_rows.t().contiguous()
+        self._present_cols = self.bank.present.reshape(K * L, W).t().contiguous()
+        self._plain_cols = (kind_rows == PLAIN).t().contiguous()
+        self._hard_cols = (kind_rows == HARD).t().contiguous()
+        self._stage_serial = 1.0 + size_rows.sum(1)  # [K*L]: the serial policy's time on the stage
+        # What a slot shows, one table row per (stage, slot, failed flag) and row 0 for an empty slot:
+        # the observation's slot part is one gather, no broadcast multiply.
+        kinds = torch.eye(N_KINDS, device=dev)[kind_rows]  # [K*L, W, 3]
+        shown = torch.cat([torch.ones_like(size_rows).unsqueeze(-1), (size_rows / max_cost).unsqueeze(-1), kinds,
+                           torch.zeros_like(size_rows).unsqueeze(-1)], -1).reshape(K * L * W, SLOT_FEATURES)
+        failed_rows = shown.clone()
+        failed_rows[:, SLOT_FEATURES - 1] = 1.0
+        self._slot_table = torch.cat([torch.zeros(1, SLOT_FEATURES, device=dev), shown, failed_rows])
+        self._slot_offset = (torch.arange(W, device=dev) + 1).unsqueeze(1)  # [W, 1]: row of slot w, + 1 for row 0
+        self.generator = torch.Generator(device=dev).manual_seed(seed)
+        N = num_envs
+        z = lambda dtype=torch.float32: torch.zeros(N, dtype=dtype, device=dev)  # noqa: E731
         self.task, self.level, self.attempts = z(torch.long), z(torch.long), z(torch.long)
-        self.pending = torch.zeros(N, W, dtype=torch.bool, device=self.device)
+        self.pending = torch.zeros(W, N, dtype=torch.bool, device=dev)  # slot-major [W, N]
+        self.failed = torch.zeros(W, N, dtype=torch.bool, device=dev)
         self.elapsed, self.serial = z(), z()
         self.n_subagents, self.assigned, self.completed = z(), z(), z()
-        self._arange = torch.arange(N, device=self.device)
-        self._start_obs = self._fresh_observations()  # [K, D]: an episode's first observation depends on its task only
-
-    def _fresh_observations(self) -> Tensor:
-        """The first observation of an episode of each task (what `_observe` shows right after `_start`)."""
-        K = len(self.bank)
-        task = torch.arange(K, device=self.device)
-        zero, zero_long = torch.zeros(K, device=self.device), torch.zeros(K, dtype=torch.long, device=self.device)
-        return self._observe_state(task, zero_long, self.bank.present[:, 0], zero, zero, zero_long)
+        self._arange = torch.arange(N, device=dev)
+        self.trace, self.trace_actor, self.last_round = False, 0, {}  # evaluate's --gantt: one actor's rounds
+        self._context_index = torch.zeros(1, N, dtype=torch.long, device=dev)
 
     # ------------------------------------------------------------------ observation
     def _observe(self) -> Tensor:
-        return self._observe_state(self.task, self.level, self.pending, self.elapsed, self.n_subagents, self.attempts)
-
-    def _observe_state(
-        self, task: Tensor, level: Tensor, pending: Tensor, elapsed: Tensor, n_subagents: Tensor, attempts: Tensor
-    ) -> Tensor:
-        bank = self.bank
+        """[N, W+1, F]: the slot rows (one gather from `_slot_table`) and the context row."""
+        task, level, pending = self.task, self.level, self.pending
+        W, N = pending.shape
         row = task * self.max_levels + level.clamp(max=self.max_levels - 1)
-        slots = self._slot_rows.index_select(0, row) * pending.unsqueeze(-1)  # [N, W, 1 + S + 1]
-        budget = bank.budget.index_select(0, task)
-        scalars = torch.stack(
-            [
-                (budget - elapsed) / self._budget_scale,
-                elapsed / self._budget_scale,
-                level.float() / self.max_levels,
-                bank.n_levels.index_select(0, task).float() / self.max_levels,
-                (self.max_subagents - n_subagents).clamp(min=0) / self.max_subagents,
-                attempts.float() / self.max_episode_steps,
-            ],
-            -1,
-        )
-        return torch.cat([slots.flatten(1), scalars, self._task_family.index_select(0, task)], -1)
+        base = row * W
+        index = (base + self._slot_offset + self.failed * (self._slot_table.shape[0] // 2)) * pending  # [W, N]
+        index = torch.cat([index, self._context_index])  # [W+1, N]: the context row gathers row 0, then is written
+        obs = self._slot_table.index_select(0, index.t().reshape(-1)).view(N, W + 1, SLOT_FEATURES)
+        budget = self.bank.budget.index_select(0, task)
+        work = (self._size_cols.index_select(1, row) * pending).sum(0)
+        elapsed, scale = self.elapsed, self.time_scale
+        context = torch.stack([
+            (budget - elapsed) / scale,
+            (self.late_window * budget - elapsed) / scale,
+            elapsed / scale,
+            (self.bank.n_levels.index_select(0, task) - level).float() / self.max_levels,
+            (self.max_subagents - self.n_subagents).clamp(min=0) / self.max_subagents,
+            work / (self.max_width * self.max_cost),
+        ])  # [F, N]
+        obs.select(1, W).copy_(context.t())
+        return obs
 
     def _start(self, mask: Tensor, task: Tensor) -> None:
         """Begin a fresh episode on `task` for every actor where `mask` is True (tensor ops only)."""
@@ -246,78 +188,83 @@ class SwarmEnv(BatchedEnv):
         keep = ~mask
         self.level = self.level * keep
         self.attempts = self.attempts * keep
-        keep = keep.float()  # converted once, not once per field
-        for name in ("elapsed", "serial", "n_subagents", "assigned", "completed"):
-            setattr(self, name, getattr(self, name) * keep)
-        first = self._present_rows.index_select(0, self.task * self.max_levels)
-        self.pending = torch.where(mask.unsqueeze(-1), first, self.pending)
+        self.failed = self.failed & keep
+        keepf = keep.float()
+        self.elapsed, self.serial = self.elapsed * keepf, self.serial * keepf
+        self.n_subagents, self.assigned, self.completed = (self.n_subagents * keepf, self.assigned * keepf,
+                                                           self.completed * keepf)
+        first = self._present_cols.index_select(1, self.task * self.max_levels)
+        self.pending = (first & mask) | (self.pending & keep)
 
     def reset(self, *, seed: Optional[int] = None, task_index: Optional[Tensor] = None) -> Tensor:
         """Start every actor on `task_index` ([N] bank indices; default: actor i on task i mod K)."""
         if seed is not None:
             self.generator.manual_seed(seed)
-            self._seed = seed
         if task_index is None:
             task_index = self._arange % len(self.bank)
-        task_index = task_index.to(self.device, torch.long)
-        self._start(torch.ones(self.num_envs, dtype=torch.bool, device=self.device), task_index)
+        self._start(torch.ones(self.num_envs, dtype=torch.bool, device=self.device), task_index.to(self.device, torch.long))
         return self._observe()
 
     # ------------------------------------------------------------------ dynamics
     def step(self, action: Tensor, next_task: Optional[Tensor | Callable[[Tensor], Tensor]] = None) -> StepResult:
-        bank, W = self.bank, self.max_width
+        bank, L, S, c = self.bank, self.max_levels, len(self.splits), self.costs
         action = action.to(self.device, torch.long)
-        row = self.task * self.max_levels + self.level.clamp(max=self.max_levels - 1)
-        skill, cost = self._skill_rows.index_select(0, row), self._cost_rows.index_select(0, row)
-        slot, extra = action[:, :W], action[:, W]
+        row = self.task * L + self.level.clamp(max=L - 1)
+        size = self._size_cols.index_select(1, row)  # [W, N]
+        pend = self.pending
+        act = action.t()
+        choice = (act - 1).clamp(min=0)
+        # shards per delegated subtask (0 elsewhere); the episode's subagent cap: delegations past it
+        # (in slot order) wait, unassigned, for a later round
+        k = self._split_of_choice.index_select(0, choice.reshape(-1)).view(choice.shape) * (pend & (act > 0))
+        k = k * (k.cumsum(0) <= self.max_subagents - self.n_subagents)
+        deleg = k > 0
+        own = pend & (act == 0)
+        briefed = deleg & (choice >= S)
+        ok = deleg & (self._plain_cols.index_select(1, row) | (briefed & self._hard_cols.index_select(1, row)))
+        nonempty = torch.minimum(k, size)  # shards with work; k > size leaves k - size empty shards
+        u = torch.rand(pend.shape, generator=self.generator, device=self.device)
+        in_a_row = (u.log() * self._inv_log_rel).floor()  # shards that succeed before the first failure
+        done_shards = torch.minimum(in_a_row, nonempty) * ok
+        success = ok & (in_a_row >= nonempty)
 
-        # Delegations are never refused; extra helpers only while the episode is under max_subagents.
-        delegate = self.pending & (slot > 0)
-        own = self.pending & ~delegate
-        n_delegated = delegate.sum(1, dtype=torch.float32)
-        helpers = torch.minimum(extra.float(), (self.max_subagents - self.n_subagents - n_delegated).clamp(min=0))
-        right = (slot - 1) == skill
-        lucky = torch.rand(self.pending.shape, generator=self.generator, device=self.device) < self.reliability
-        success = delegate & right & lucky
-
-        # Stage timing: the main agent does its own subtasks one after another (+1 to orchestrate);
-        # subagents (delegates and helpers) run side by side; the stage lasts main + longest subagent.
-        main_steps = 1.0 + (cost * own).sum(1)
-        sub_steps = torch.cat([cost + self.spawn_steps, torch.full_like(cost[:, :1], self.helper_steps)], 1)
-        sub_mask = torch.cat([delegate, (helpers > 0).unsqueeze(1)], 1)
-        stage = stage_critical_steps(main_steps, sub_steps, sub_mask)
-        self.elapsed = self.elapsed + stage
-        self.serial = self.serial + main_steps + (cost * success).sum(1)  # useful work, done by the main agent
-        self.n_subagents = self.n_subagents + n_delegated + helpers
-        self.assigned = self.assigned + n_delegated  # helpers get no subtask: spawned, never assigned
-        self.completed = self.completed + success.sum(1).float()
+        pieces = k.sum(0)
+        main = 1.0 + (size * own).sum(0) + c.merge * pieces + c.brief * briefed.sum(0)
+        sub = c.spawn + torch.ceil(size / k.clamp(min=1.0))
+        # the round's critical steps: main + longest subagent (0 when none), stage_critical_steps slot-major
+        self.elapsed = self.elapsed + main + (sub * deleg).amax(0)
+        self.n_subagents = self.n_subagents + pieces
+        self.assigned = self.assigned + pieces
+        self.completed = self.completed + done_shards.sum(0)
         self.attempts = self.attempts + 1
+        if self.trace:  # evaluation only (a host-side flag, no sync): what actor `trace_actor` ran this round
+            i = self.trace_actor
+            self.last_round = {"level": self.level[i].clone(), "main": main[i].clone(), "sub": sub[:, i].clone(),
+                               "delegated": deleg[:, i].clone(), "success": success[:, i].clone(),
+                               "own": own[:, i].clone(), "shards": k[:, i].clone(), "size": size[:, i].clone()}
 
         # Advance past finished stages.
-        self.pending = self.pending & ~(own | success)
-        stage_done = ~self.pending.any(1)
+        pend = pend & ~(own | success)
+        stage_done = pend.sum(0) == 0
+        self.serial = self.serial + self._stage_serial.index_select(0, row) * stage_done
         self.level = self.level + stage_done.long()
-        next_row = self.task * self.max_levels + self.level.clamp(max=self.max_levels - 1)
-        self.pending = torch.where(stage_done.unsqueeze(1), self._present_rows.index_select(0, next_row), self.pending)
+        next_row = self.task * L + self.level.clamp(max=L - 1)
         all_done = self.level >= bank.n_levels.index_select(0, self.task)
-        self.pending = self.pending & ~all_done.unsqueeze(1)
+        fresh = self._present_cols.index_select(1, next_row) & (stage_done & ~all_done)
+        self.pending = fresh | (pend & ~stage_done)
+        self.failed = deleg & ~success & ~stage_done
 
         budget = bank.budget.index_select(0, self.task)
-        on_time = self.elapsed <= budget
         abandoned = self.elapsed > self.late_window * budget
         finished = all_done & ~abandoned
         terminated = all_done | abandoned
         truncated = ~terminated & (self.attempts >= self.max_episode_steps)
         done = terminated | truncated
-        outcome = torch.where(on_time, 1.0, self.late_credit) * finished
+        outcome = torch.where(self.elapsed <= budget, 1.0, self.late_credit) * finished
         parts = EpisodeParts(
-            task=self.task.clone(),
-            outcome=outcome,
-            n_subagents=self.n_subagents.clone(),
-            assigned=self.assigned.clone(),
-            completed=self.completed.clone(),
-            critical_steps=self.elapsed.clone(),
-            serial_steps=self.serial.clone(),
+            task=self.task.clone(), outcome=outcome, n_subagents=self.n_subagents.clone(),
+            assigned=self.assigned.clone(), completed=self.completed.clone(),
+            critical_steps=self.elapsed.clone(), serial_steps=self.serial.clone(),
         )
         final_obs = self._observe()
         if next_task is None:
@@ -325,19 +272,45 @@ class SwarmEnv(BatchedEnv):
         elif callable(next_task):
             next_task = next_task(done)  # the data module's sampler picks for the actors that reset
         self._start(done, next_task.to(self.device, torch.long))
-        obs = torch.where(done.unsqueeze(1), self._start_obs.index_select(0, self.task), final_obs)
+        obs = self._observe()  # after the resets: a fresh episode's first observation
         return StepResult(obs, outcome, terminated, truncated, final_obs, parts)
 
+    # ------------------------------------------------------------------ scripted policies
+    def scripted_action(self, name: str, obs: Tensor, generator: Optional[torch.Generator] = None) -> Tensor:
+        """The world's baselines, reading only `obs` ([N, W+1, F]) and acting in the action space:
+        `serial` does everything itself; `oracle` delegates every non-LOCAL subtask in the largest
+        split that leaves no shard empty, briefed exactly when HARD, and does LOCAL work itself
+        (and what no longer fits under the subagent cap); `random` draws every slot uniformly."""
+        W, S = self.max_width, len(self.splits)
+        slots = obs[:, :W]
+        if name == "serial":
+            return torch.zeros(obs.shape[0], W, dtype=torch.long, device=obs.device)
+        if name == "random":
+            return torch.randint(0, 1 + 2 * S, (obs.shape[0], W), generator=generator, device=obs.device)
+        if name != "oracle":
+            raise ConfigError(f"scripted policy: unknown {name!r}; choose one of {list(SCRIPTED)}")
+        pending = slots[..., 0] > 0.5
+        size = torch.round(slots[..., 1] * self.max_cost)
+        kind = slots[..., 2:5].argmax(-1)
+        j = oracle_split_index(size, self._splits.to(obs.device))
+        deleg = pending & (kind != LOCAL)
+        left = torch.round(obs[:, W, 4] * self.max_subagents)
+        deleg = deleg & ((self._splits.to(obs.device)[j] * deleg).cumsum(1) <= left.unsqueeze(1))
+        return torch.where(deleg, 1 + j + S * (kind == HARD), torch.zeros_like(j))
+
     # ------------------------------------------------------------------ checkpoints
+    _STATE = ("task", "level", "attempts", "pending", "failed", "elapsed", "serial", "n_subagents", "assigned",
+              "completed")
+
     def state_dict(self) -> dict[str, Any]:
-        names = ("task", "level", "attempts", "pending", "elapsed", "serial", "n_subagents", "assigned", "completed")
-        state = {n: getattr(self, n).clone() for n in names}
+        state: dict[str, Any] = {n: getattr(self, n).clone() for n in self._STATE}
         state["generator"] = self.generator.get_state()
+        state["split"] = self.split
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for name, value in state.items():
             if name == "generator":
                 self.generator.set_state(value)
-            else:
+            elif name in self._STATE:
                 getattr(self, name).copy_(value)
