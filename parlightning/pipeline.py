@@ -28,8 +28,9 @@ def default_stage_of(env: Any) -> int:
     return int(torch.as_tensor(value).reshape(-1)[0])
 
 
-def default_kind_of(env: Any) -> str:
-    """The kind of the actor's current stage: `env.stage_kind()` where the world defines it, else `stage`."""
+def default_kind_of(env: Any, obs: Tensor) -> str:
+    """The kind of the actor's current stage (`obs`: what it shows at the stage's first step):
+    `env.stage_kind()` where the world defines it, else `stage`."""
     fn = getattr(env, "stage_kind", None)
     if not callable(fn):
         return "stage"
@@ -105,7 +106,8 @@ class PipelineChain:
             whole state (RNG included), so a restored snapshot replays exactly.
         policy: the policy under study (deterministic, e.g. greedy).
         reference: the policy whose decisions replace a stage's (the oracle or the serial policy).
-        stage_of, kind_of: read the actor's stage index and stage kind off the env.
+        stage_of: the actor's stage index, read off the env.
+        kind_of: `(env, obs) -> str`, the kind of stage the actor is starting (obs: what it shows).
         max_steps: safety cap on one episode's length (default: the env's `max_episode_steps`).
     """
 
@@ -115,7 +117,7 @@ class PipelineChain:
         policy: Policy,
         reference: Policy,
         stage_of: Callable[[Any], int] = default_stage_of,
-        kind_of: Callable[[Any], str] = default_kind_of,
+        kind_of: Callable[[Any, Tensor], str] = default_kind_of,
         max_steps: Optional[int] = None,
     ) -> None:
         if getattr(env, "num_envs", 1) != 1:
@@ -148,7 +150,7 @@ class PipelineChain:
                 episode["seen"].add(stage)
                 episode["snapshots"][stage] = self._clone(self.env.state_dict())
                 episode["first_obs"][stage] = obs.clone()
-                episode["kinds"][stage] = self.kind_of(self.env)
+                episode["kinds"][stage] = self.kind_of(self.env, obs)
                 episode["first_step"][stage] = len(actions)
             act = (self.reference if stage == replace else self.policy)(obs)
             res = self.env.step(act, task)

@@ -47,8 +47,10 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 ARM_LABELS = {"perf_only": "(a) r_perf only", "parl_annealed": "(b) PARL annealed", "parl_constant": "(c) PARL constant"}
 A, B, C = "perf_only", "parl_annealed", "parl_constant"
 # World parameters whose values set how hard delegation is to discover and how costly over-splitting is.
-DEFAULT_AXES = ["data.env.init_args.n_skills=2,4,8", "data.env.init_args.spawn_steps=0,1,2"]
-QUICK_AXES = ["data.env.init_args.n_skills=2,8"]
+# spawn_steps: a subagent's start-up cost (the higher, the less an untrained delegation pays: harder to discover);
+# merge_cost: the main agent's cost per delegated shard (the higher, the more over-splitting costs).
+DEFAULT_AXES = ["data.env.init_args.spawn_steps=1.0,2.0,4.0", "data.env.init_args.merge_cost=0.05,0.2,0.5"]
+QUICK_AXES = ["data.env.init_args.merge_cost=0.05,0.5"]
 METRICS = ("success_rate", "speedup_vs_serial", "critical_steps", "serial_critical_steps", "subagents_per_episode",
            "finish_rate")
 CURVE_TAGS = {  # curve name -> TensorBoard tags to try, first found wins
@@ -64,7 +66,7 @@ def parse_axis(text: str) -> tuple[str, list[Any]]:
     """`data.env.init_args.NAME=v1,v2,v3` -> (key, [v1, v2, v3]) with YAML-typed values."""
     key, sep, values = text.partition("=")
     if not sep or not key or not values:
-        raise SystemExit(f"error: --axis {text!r}: write KEY=v1,v2,... (e.g. data.env.init_args.n_skills=2,4,8)")
+        raise SystemExit(f"error: --axis {text!r}: write KEY=v1,v2,... (e.g. data.env.init_args.merge_cost=0.05,0.2,0.5)")
     if not key.startswith(("data.", "model.", "trainer.")):
         raise SystemExit(f"error: --axis {text!r}: KEY must be a dotted config key such as data.env.init_args.NAME")
     parsed = [yaml.safe_load(v) for v in values.split(",")]
@@ -333,51 +335,49 @@ def run_blame(logs: Path, episodes: int, seed: int) -> dict[str, Any]:
     from parlightning.pipeline import PipelineChain, blame_by_kind
 
     env, policy, oracle = load_for_blame(logs, split="heldout")
-    chain = PipelineChain(env, policy, reference=oracle)
-    pairs = []
+    chain = PipelineChain(env, policy, reference=oracle, kind_of=stage_kind)
+    pairs, by_family = [], {}
     n_tasks = len(env.task_ids)
-    for i in range(episodes):
-        episode = chain.record(i % n_tasks, seed=seed + i)
-        pairs += chain.blame(episode)
-    return {"episodes": episodes, "reference": "oracle", "by_kind": blame_by_kind(pairs)}
+    for i in range(episodes):  # spread over the bank: families are contiguous blocks of task indices
+        task = (i * n_tasks) // episodes if episodes <= n_tasks else i % n_tasks
+        found = chain.blame(chain.record(task, seed=seed + i))
+        pairs += found
+        by_family.setdefault(env.task_ids[task].rsplit("-", 1)[0], []).extend(found)
+    return {"episodes": episodes, "reference": "oracle", "stage_kinds": "skewed | wide | narrow (see stage_kind)",
+            "by_kind": blame_by_kind(pairs),
+            "by_family": {f: {"stages": len(ps), "time_lost_mean": sum(p.time_lost for p in ps) / len(ps)}
+                          for f, ps in by_family.items()}}
+
+
+def stage_kind(env: Any, obs: Any) -> str:
+    """The shape of the stage the one actor starts, read off what it shows (SwarmEnv's slot rows:
+    pending, size / max_cost, ...): `skewed` (one subtask at least twice the mean of the others:
+    split it or wait), `wide` (at least half the slots pending) or `narrow`."""
+    sizes = obs[0, : env.max_width]  # [W, F]
+    size = sizes[:, 1][sizes[:, 0] > 0.5]
+    if size.numel() >= 2:
+        top = float(size.max())
+        rest = (float(size.sum()) - top) / (size.numel() - 1)
+        if top >= 2.0 * rest:
+            return "skewed"
+    return "wide" if 2 * size.numel() >= env.max_width else "narrow"
 
 
 def load_for_blame(logs: Path, split: str) -> tuple[Any, Any, Any]:
     """A one-actor env of the run's world on `split`, the run's greedy policy and the world's oracle."""
-    import importlib
-    import inspect
-
     import torch
 
-    from parlightning.module import PPOModule
+    from parlightning.evaluate import build_env, env_spec, greedy_action, load_policy
 
-    config = yaml.safe_load((logs / "config.yaml").read_text())
-    env_cfg = config["data"]["env"]
-    module_name, cls_name = env_cfg["class_path"].rsplit(".", 1)
-    env_cls = getattr(importlib.import_module(module_name), cls_name)
-    init = dict(env_cfg.get("init_args") or {}, num_envs=1)
-    if "split" in inspect.signature(env_cls).parameters:
-        init["split"] = split
-    env = env_cls(**init)
-    ckpt = torch.load(logs / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
-    accepted = inspect.signature(PPOModule).parameters
-    module = PPOModule(**{k: v for k, v in ckpt["hyper_parameters"].items() if k in accepted})
-    net = module.build_policy(env.observation_shape, env.action_spec)
-    net.load_state_dict({k[len("policy."):]: v for k, v in ckpt["state_dict"].items() if k.startswith("policy.")})
-    net.eval()
-    nvec = list(env.action_spec.nvec)
+    cls, init_args = env_spec([str(logs / "config.yaml")])
+    env = build_env(cls, init_args, 1, 0, split, "cpu")
+    policy = load_policy(str(logs / "checkpoints" / "last.ckpt"), env)
 
     def greedy(obs: Any) -> Any:
-        return torch.stack([part.argmax(-1) for part in net.actor(obs.flatten(1)).split(nvec, -1)], -1)
+        with torch.no_grad():
+            return greedy_action(policy, obs)
 
-    W, S = env.max_width, env.n_skills
-
-    def oracle(obs: Any) -> Any:  # SwarmEnv v1: delegate every pending slot with its skill's instruction
-        slots = obs[:, : W * (S + 2)].reshape(-1, W, S + 2)
-        act = (slots[:, :, 1:1 + S].argmax(-1) + 1) * (slots[:, :, 0] > 0)
-        return torch.cat([act, torch.zeros(obs.shape[0], 1, dtype=torch.long)], 1)
-
-    return env, greedy, oracle
+    return env, greedy, lambda obs: env.scripted_action("oracle", obs)
 
 
 # ---------------------------------------------------------------------------------------------- the loop
@@ -517,9 +517,41 @@ def table(summary: dict) -> str:
     return "\n".join(lines)
 
 
+HEATMAP_PANELS = [("b-a/success_rate", "(b)-(a) held-out success"), ("b-c/success_rate", "(b)-(c) held-out success"),
+                  ("b-a/speedup_vs_serial", "(b)-(a) speed-up vs serial"), ("b-c/speedup_vs_serial", "(b)-(c) speed-up vs serial"),
+                  ("serial/success_rate", "bound: serial success"), ("oracle/success_rate", "bound: oracle success"),
+                  ("oracle/speedup_vs_serial", "bound: oracle speed-up")]
+
+
+def heatmap_grid(summary: dict, key: str) -> tuple[list, list, list[list[float]], list[list[str]]]:
+    """(row values, column values, values, cell notes) of one panel over the first two axes
+    (further axes: the cells are averaged over them, and the table has them one by one)."""
+    axes = list(summary["axes"].items())
+    (rk, rows), (ck, cols) = (axes + [("", [None])] * 2)[:2]
+    head, metric = key.split("/")
+    values = [[math.nan] * len(cols) for _ in rows]
+    notes = [[""] * len(cols) for _ in rows]
+    for i, rv in enumerate(rows):
+        for j, cv in enumerate(cols):
+            found = [c for c in summary["cells"] if (not rk or c["overrides"].get(rk) == rv)
+                     and (not ck or c["overrides"].get(ck) == cv)]
+            if head in ("b-a", "b-c"):
+                ds = [c["diffs"][key] for c in found if key in c["diffs"]]
+                if ds:
+                    values[i][j] = sum(d["diff"] for d in ds) / len(ds)
+                    ns = sum(not d["significant"] for d in ds)
+                    notes[i][j] = f"{values[i][j]:+.2f}" + (f"\nns" if ns == len(ds) else (f"\n{ns} ns" if ns else ""))
+            else:
+                vs = [c["bounds"][head][metric] for c in found if c["bounds"].get(head, {}).get(metric) is not None]
+                if vs:
+                    values[i][j] = sum(vs) / len(vs)
+                    notes[i][j] = f"{values[i][j]:.2f}"
+    return rows, cols, values, notes
+
+
 def heatmaps(summary: dict, path: Path) -> Optional[str]:
-    """Grid of the first two axes (others: one figure row per slice is not drawn; they stay in the table):
-    (b)-(a) and (b)-(c) on success and speed-up, next to the serial and oracle bounds; 'ns' = not significant."""
+    """The differences (b)-(a) and (b)-(c) on held-out success and speed-up over the grid, next to the
+    serial and oracle bounds; 'ns' marks a difference whose 95% CI covers 0."""
     try:
         import matplotlib
 
@@ -527,47 +559,34 @@ def heatmaps(summary: dict, path: Path) -> Optional[str]:
         import matplotlib.pyplot as plt
     except ImportError:
         return "matplotlib is not installed: no heatmaps (pip install matplotlib)"
-    axes = list(summary["axes"].items())
-    rows_key, rows = axes[0] if axes else ("", [None])
-    cols_key, cols = axes[1] if len(axes) > 1 else ("", [None])
-    by_cell = {tuple(c["overrides"].get(k) for k in (rows_key, cols_key)): c for c in summary["cells"]}
-    panels = [("b-a/success_rate", "(b)-(a) success"), ("b-c/success_rate", "(b)-(c) success"),
-              ("b-a/speedup_vs_serial", "(b)-(a) speed-up"), ("b-c/speedup_vs_serial", "(b)-(c) speed-up"),
-              ("serial/success_rate", "serial success"), ("oracle/speedup_vs_serial", "oracle speed-up")]
-    fig, grid = plt.subplots(1, len(panels), figsize=(3.3 * len(panels), 0.9 * len(rows) + 2.2), squeeze=False)
-    for ax, (key, title) in zip(grid[0], panels):
-        values = [[math.nan] * len(cols) for _ in rows]
-        notes = [[""] * len(cols) for _ in rows]
-        for i, rv in enumerate(rows):
-            for j, cv in enumerate(cols):
-                cell = by_cell.get((rv if rows_key else None, cv if cols_key else None))
-                if cell is None:
-                    continue
-                head, metric = key.split("/")
-                if head in ("b-a", "b-c"):
-                    d = cell["diffs"].get(key)
-                    if d:
-                        values[i][j] = d["diff"]
-                        notes[i][j] = f"{d['diff']:+.2f}" + ("" if d["significant"] else "\nns")
-                elif cell["bounds"].get(head, {}).get(metric) is not None:
-                    values[i][j] = cell["bounds"][head][metric]
-                    notes[i][j] = f"{values[i][j]:.2f}"
-        diff = "-" in key.split("/")[0]
-        finite = [abs(v) for row in values for v in row if not math.isnan(v)] or [1.0]
-        lim = max(finite) or 1.0
-        im = ax.imshow(values, cmap="RdBu" if diff else "viridis", vmin=-lim if diff else None, vmax=lim if diff else None,
-                       aspect="auto")
+    names = [k.rsplit(".", 1)[-1] for k in summary["axes"]] + ["", ""]
+    grids = {key: heatmap_grid(summary, key) for key, _ in HEATMAP_PANELS}
+    rows, cols = grids[HEATMAP_PANELS[0][0]][:2]
+    fig, axes = plt.subplots(1, len(HEATMAP_PANELS), figsize=(2.6 * len(HEATMAP_PANELS), 0.8 * len(rows) + 2.4),
+                             squeeze=False)
+    for ax, (key, title) in zip(axes[0], HEATMAP_PANELS):
+        _, _, values, notes = grids[key]
+        metric = key.split("/")[1]
+        if key.startswith("b-"):  # one symmetric colour scale per metric, shared by (b)-(a) and (b)-(c)
+            same = [v for k, (_, _, vs, _) in grids.items() if k.startswith("b-") and k.endswith(metric)
+                    for row in vs for v in row if not math.isnan(v)]
+            lim = max([abs(v) for v in same] + [1e-6])
+            im = ax.imshow(values, cmap="RdBu", vmin=-lim, vmax=lim, aspect="auto")
+        else:
+            im = ax.imshow(values, cmap="viridis", aspect="auto")
         for i in range(len(rows)):
             for j in range(len(cols)):
-                ax.text(j, i, notes[i][j], ha="center", va="center", fontsize=8)
-        ax.set_xticks(range(len(cols)), [str(c) for c in cols])
+                ax.text(j, i, notes[i][j], ha="center", va="center", fontsize=8,
+                        bbox={"facecolor": "white", "alpha": 0.6, "linewidth": 0, "pad": 1})
+        ax.set_xticks(range(len(cols)), [str(c) for c in cols] if names[1] else [""] * len(cols))
         ax.set_yticks(range(len(rows)), [str(r) for r in rows])
-        ax.set_xlabel(cols_key.rsplit(".", 1)[-1])
-        ax.set_ylabel(rows_key.rsplit(".", 1)[-1])
-        ax.set_title(title, fontsize=9)
+        ax.set_xlabel(names[1])
+        ax.set_ylabel(names[0])
+        ax.set_title(title, fontsize=8)
         fig.colorbar(im, ax=ax, fraction=0.046)
     b = summary["budget"]
-    fig.suptitle(f"held-out, {b['seeds']} seeds, {b['env_steps']:,} env steps per run; ns = 95% CI covers 0", fontsize=9)
+    fig.suptitle(f"PARL study, held-out tasks: {b['seeds']} seeds per arm and cell, {b['env_steps']:,} env steps per run; "
+                 "ns = 95% bootstrap CI covers 0", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -588,9 +607,9 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--num-steps", dest="num_steps", type=int, default=None, help="rollout length (default: the config's)")
     p.add_argument("--anneal-frac", dest="anneal_frac", type=float, default=0.6,
                    help="annealed arms reach λ = 0 at this fraction of the budget (default 0.6)")
-    p.add_argument("--episodes", type=int, default=None, help="held-out evaluation episodes (default: evaluate's)")
+    p.add_argument("--episodes", type=int, default=None, help="held-out evaluation episodes per task (default: evaluate's; --quick 1)")
     p.add_argument("--blame-episodes", dest="blame_episodes", type=int, default=None,
-                   help="held-out episodes per run replayed stage by stage with PipelineChain (default 8; --quick 1)")
+                   help="held-out episodes per run replayed stage by stage with PipelineChain (default 8; --quick 2)")
     p.add_argument("--jobs", type=int, default=1, help="runs in parallel processes (one CPU thread each)")
     p.add_argument("--out", type=Path, default=None, help="output folder (default: a fresh runs/parl_study/<time>); "
                    "an existing study folder is resumed")
@@ -616,8 +635,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     args.epochs = pick(args.epochs, 2, int(config["trainer"]["max_epochs"]))
     args.num_envs = pick(args.num_envs, 16, int(config["data"]["num_envs"]))
     args.num_steps = pick(args.num_steps, 8, int(config["data"]["num_steps"]))
-    args.episodes = pick(args.episodes, 16, None)
-    args.blame_episodes = args.blame_episodes if args.blame_episodes is not None else (1 if q else 8)
+    args.episodes = pick(args.episodes, 1, None)
+    args.blame_episodes = pick(args.blame_episodes, 2, 8)
     args.launch = args.launch or ("fork" if q and sys.platform.startswith("linux") else "exec")
     args.arms = [a for a in args.arms.split(",") if a]
     for arm in args.arms:

@@ -16,6 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "parl_study.py"
 ARMS = ("perf_only", "parl_annealed", "parl_constant")
+CELLS = ("merge_cost=0.05", "merge_cost=0.5")  # --quick: one axis, two values
 
 
 def study(*args, env=None):
@@ -84,7 +85,7 @@ def test_quick_study_runs_end_to_end_and_resumes_after_a_kill(tmp_path):
     assert len(runs) == 16  # 2 cells x (3 arms x 2 seeds + serial and oracle bounds)
     trained = [r for r in runs if r["kind"] == "run"]
     assert sorted({(r["cell"], r["arm"]) for r in trained}) == sorted(
-        (c, a) for c in ("n_skills=2", "n_skills=8") for a in ARMS)
+        (c, a) for c in CELLS for a in ARMS)
     for r in trained:
         assert r["split"] == "heldout" and 0.0 <= r["eval"]["success_rate"] <= 1.0
         assert r["eval"]["speedup_vs_serial"] > 0 and r["env_steps"] == 2 * 16 * 8
@@ -105,7 +106,7 @@ def test_quick_study_runs_end_to_end_and_resumes_after_a_kill(tmp_path):
             assert d["label"].endswith("not significant") == (not d["significant"])
         assert set(cell["bounds"]) == {"serial", "oracle"}
     table = (out / "table.md").read_text()
-    for text in ("## n_skills=2", "## n_skills=8", "(a) r_perf only", "(b) PARL annealed", "(c) PARL constant",
+    for text in ("## merge_cost=0.05", "## merge_cost=0.5", "(a) r_perf only", "(b) PARL annealed", "(c) PARL constant",
                  "scripted oracle", "scripted serial", "(b)-(a) held-out success", "(b)-(c) speed-up vs serial",
                  "2 seeds per arm and cell; 256 env steps per run"):
         assert text in table
@@ -115,7 +116,7 @@ def test_quick_study_runs_end_to_end_and_resumes_after_a_kill(tmp_path):
 def test_bad_arguments_get_one_error_line_before_anything_is_written(tmp_path):
     out = tmp_path / "s"
     for args, message in (
-        (["--axis", "n_skills"], "error: --axis 'n_skills': write KEY=v1,v2"),
+        (["--axis", "merge_cost"], "error: --axis 'merge_cost': write KEY=v1,v2"),
         (["--arms", "nope"], "error: --arms: no arm config"),
         (["--seeds", "0"], "error: --seeds: must be positive"),
     ):

@@ -127,19 +127,26 @@ def test_replay_on_swarm_env_reproduces_a_stochastic_episode_exactly():
     from parlightning.envs.swarm import SwarmEnv  # only through its public protocol: no dynamics pinned
     from parlightning.policies import ActorCritic
 
-    env = SwarmEnv(num_envs=1, seed=0)
+    env = SwarmEnv(num_envs=1, seed=0, split="heldout", tasks_per_family=4, subagent_reliability=0.7)
     torch.manual_seed(0)
     net = ActorCritic(env.observation_shape, env.action_spec, (16,), "relu")
     nvec = list(env.action_spec.nvec)
 
-    def greedy(obs):
-        return torch.stack([p.argmax(-1) for p in net.actor(obs).split(nvec, -1)], -1)
+    def greedy(obs):  # a fixed random policy: deterministic in the observation, delegates some work
+        return torch.stack([p.argmax(-1) for p in net.actor(obs.flatten(1)).split(nvec, -1)], -1)
 
-    chain = PipelineChain(env, greedy, reference=lambda obs: torch.zeros(1, len(nvec), dtype=torch.long))
-    for task in range(0, len(env.task_ids), 5):
-        episode = chain.record(task, seed=task)
-        assert chain.replay(episode).same_as(episode.result)
-        assert all(math.isfinite(p.time_lost) for p in chain.blame(episode))
+    oracle = lambda obs: env.scripted_action("oracle", obs)  # noqa: E731
+    serial = lambda obs: env.scripted_action("serial", obs)  # noqa: E731
+    changed = 0
+    for task in range(len(env.task_ids)):
+        episode = PipelineChain(env, greedy, reference=oracle).record(task, seed=task)
+        chain = PipelineChain(env, greedy, reference=oracle)
+        assert chain.replay(episode).same_as(episode.result)  # snapshots carry the world's RNG
+        assert all(p.counterfactual.same_as(p.original) for p in PipelineChain(env, greedy, greedy).blame(episode))
+        serial_episode = PipelineChain(env, serial, reference=oracle).record(task, seed=task)
+        pairs = PipelineChain(env, serial, reference=oracle).blame(serial_episode)
+        changed += sum(p.critical_steps_changed for p in pairs)
+    assert changed > 0  # the oracle's decisions on some stage differ from doing it all yourself
 
 
 def test_pipeline_chain_refuses_a_batched_env():
