@@ -183,8 +183,9 @@ def test_time_limit_terminates_the_round_cap_truncates_and_outcomes_are_paid():
     assert res.reward.item() == pytest.approx(late.late_credit)
 
 
-def test_subagent_cap_makes_delegations_wait_unassigned():
-    env = SwarmEnv(num_envs=1, seed=0, tasks_per_family=2, max_subagents=3, subagent_reliability=1.0)
+@pytest.mark.parametrize("cap", [{"max_subagents": 3}, {"subagent_budget": 3}], ids=["per_round", "per_episode"])
+def test_subagent_caps_make_delegations_wait_unassigned(cap):
+    env = SwarmEnv(num_envs=1, seed=0, tasks_per_family=2, subagent_reliability=1.0, **cap)
     k = 2
     env.reset(task_index=torch.tensor([k]))
     res = env.step(torch.full((1, env.max_width), 4))  # briefed, one shard each: only 3 fit

@@ -18,8 +18,9 @@ unreliable while doing it yourself always works (slowly: wide stages miss their 
 Spurious parallelism: splitting a subtask into more shards than it has steps makes empty
 shards, and delegating LOCAL work makes subagents that cannot finish; both raise n_subagents
 (r_parallel) while they are assigned and never completed (r_finish sees them) and lengthen the
-round by their merge cost. `max_subagents` caps the subagents of an episode: delegations past
-it wait (not assigned) for a later round.
+round by their merge cost. `max_subagents` caps the subagents running at once (one round), and
+`subagent_budget` (optional) those of a whole episode: delegations past either cap (in slot order)
+wait, unassigned, for a later round.
 
 Outcome (r_perf, paid at the end): 1 when done within the task's budget of critical steps,
 `late_credit` when done within `late_window` x budget, 0 when the elapsed time passes
@@ -85,6 +86,7 @@ class SwarmEnv(BatchedEnv):
         max_cost: int = 10,
         splits: Sequence[int] = (1, 2, 4),
         max_subagents: int = 128,
+        subagent_budget: Optional[int] = None,
         spawn_steps: float = 1.0,
         merge_cost: float = 0.05,
         brief_cost: float = 0.5,
@@ -98,6 +100,10 @@ class SwarmEnv(BatchedEnv):
                      "max_episode_steps"):
             _check_int(name, locals()[name])
         _check_int("bank_seed", bank_seed, 0)
+        if subagent_budget is not None:
+            _check_int("subagent_budget", subagent_budget)
+        self.subagent_budget = subagent_budget
+        self._budget = float(subagent_budget) if subagent_budget is not None else float("inf")
         splits = tuple(splits)
         if not splits or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in splits) \
                 or list(splits) != sorted(set(splits)):
@@ -176,7 +182,7 @@ class SwarmEnv(BatchedEnv):
             (self.late_window * budget - elapsed) / scale,
             elapsed / scale,
             (self.bank.n_levels.index_select(0, task) - level).float() / self.max_levels,
-            (self.max_subagents - self.n_subagents).clamp(min=0) / self.max_subagents,
+            (1.0 - self.n_subagents / self._budget).clamp(min=0),  # share of the episode's subagent budget left
             work / (self.max_width * self.max_cost),
         ])  # [F, N]
         obs.select(1, W).copy_(context.t())
@@ -214,10 +220,11 @@ class SwarmEnv(BatchedEnv):
         pend = self.pending
         act = action.t()
         choice = (act - 1).clamp(min=0)
-        # shards per delegated subtask (0 elsewhere); the episode's subagent cap: delegations past it
-        # (in slot order) wait, unassigned, for a later round
+        # shards per delegated subtask (0 elsewhere); the caps (per round, per episode): delegations past
+        # them (in slot order) wait, unassigned, for a later round
         k = self._split_of_choice.index_select(0, choice.reshape(-1)).view(choice.shape) * (pend & (act > 0))
-        k = k * (k.cumsum(0) <= self.max_subagents - self.n_subagents)
+        spawned = k.cumsum(0)
+        k = k * ((spawned <= self.max_subagents) & (spawned <= self._budget - self.n_subagents))
         deleg = k > 0
         own = pend & (act == 0)
         briefed = deleg & (choice >= S)
@@ -280,7 +287,7 @@ class SwarmEnv(BatchedEnv):
         """The world's baselines, reading only `obs` ([N, W+1, F]) and acting in the action space:
         `serial` does everything itself; `oracle` delegates every non-LOCAL subtask in the largest
         split that leaves no shard empty, briefed exactly when HARD, and does LOCAL work itself
-        (and what no longer fits under the subagent cap); `random` draws every slot uniformly."""
+        (one shard each when the fine split does not fit under the caps); `random` draws every slot uniformly."""
         W, S = self.max_width, len(self.splits)
         slots = obs[:, :W]
         if name == "serial":
@@ -292,10 +299,15 @@ class SwarmEnv(BatchedEnv):
         pending = slots[..., 0] > 0.5
         size = torch.round(slots[..., 1] * self.max_cost)
         kind = slots[..., 2:5].argmax(-1)
-        j = oracle_split_index(size, self._splits.to(obs.device))
+        splits = self._splits.to(obs.device)
+        j = oracle_split_index(size, splits)
         deleg = pending & (kind != LOCAL)
-        left = torch.round(obs[:, W, 4] * self.max_subagents)
-        deleg = deleg & ((self._splits.to(obs.device)[j] * deleg).cumsum(1) <= left.unsqueeze(1))
+        free = torch.full_like(size[:, 0], float(self.max_subagents))
+        if self.subagent_budget is not None:  # the episode's budget left, as the observation shows it
+            free = torch.minimum(free, torch.round(obs[:, W, 4] * self.subagent_budget))
+        # the fine split when it fits this round, else one shard each (what does not fit waits)
+        fits = (splits[j] * deleg).sum(1) <= free
+        j = j * fits.unsqueeze(1)
         return torch.where(deleg, 1 + j + S * (kind == HARD), torch.zeros_like(j))
 
     # ------------------------------------------------------------------ checkpoints
