@@ -15,9 +15,9 @@ them, so a killed study loses only the runs in progress (their processes die wit
 Outputs: runs.jsonl, runs.csv, table.md (per cell: mean ± std per arm, 95% bootstrap CIs of
 (b)-(a) and (b)-(c) on held-out success and speed-up vs serial), heatmaps.png, summary.json.
 
-    python scripts/parl_study.py --quick                 # 3 arms x 2 cells x 2 seeds, tiny budget: ~1 min
+    python scripts/parl_study.py --quick                 # 3 arms x 2 cells x 2 seeds, tiny budget: minutes
     python scripts/parl_study.py --jobs 2                # the full study (default axes, 5 seeds): hours
-    python scripts/parl_study.py --axis data.env.init_args.spawn_steps=0,1,2 --seeds 3 --epochs 30
+    python scripts/parl_study.py --axis data.env.init_args.spawn_steps=1.0,4.0 --seeds 3 --epochs 30
     python scripts/parl_study.py --out runs/parl_study/<name>   # the same --out again resumes it
 """
 
@@ -462,12 +462,18 @@ def summarize(results: list[dict], plan: dict, seed: int, flat_tol: float) -> di
             acc = blame.setdefault(r["arm"], {}).setdefault(kind, {"stages": 0, "time_lost_total": 0.0, "outcome_changed": 0})
             for key in acc:
                 acc[key] += row[key]
-    for kinds in blame.values():
+    families: dict[str, dict[str, dict[str, float]]] = {}  # arm -> task family -> the same
+    for r in results:
+        for fam, row in ((r.get("blame") or {}).get("by_family") or {}).items():
+            acc = families.setdefault(r["arm"], {}).setdefault(fam, {"stages": 0, "time_lost_total": 0.0})
+            acc["stages"] += row["stages"]
+            acc["time_lost_total"] += row["time_lost_mean"] * row["stages"]
+    for kinds in (*blame.values(), *families.values()):
         for row in kinds.values():
             row["time_lost_mean"] = row["time_lost_total"] / max(row["stages"], 1)
     budget = {k: plan[k] for k in ("env_steps", "epochs", "num_envs", "num_steps", "seeds", "anneal_frac", "episodes")}
     return {"budget": budget, "axes": plan["axes"], "arms": plan["arms"], "bootstrap": {"seed": seed, "n_boot": 10000,
-            "level": 0.95}, "flat_tol": flat_tol, "cells": cells, "blame": blame,
+            "level": 0.95}, "flat_tol": flat_tol, "cells": cells, "blame": blame, "blame_by_family": families,
             "blame_worst_kind": {arm: worst_kind(k) for arm, k in blame.items()}}
 
 
@@ -506,13 +512,21 @@ def table(summary: dict) -> str:
             lines.append(f"- ({pair[0]})-({pair[2]}) {DIFF_NAMES[metric]}: {d['label']}")
         lines.append("")
     if summary["blame"]:
-        lines += ["## Blame: critical steps lost per stage vs the oracle's decisions (all cells, held-out episodes)", "",
+        lines += ["## Blame: mean critical steps lost per stage to the arm's decisions vs the oracle's "
+                  "(counterfactual replay; all cells, held-out episodes; stages replayed in brackets)", "",
                   "| arm | " + " | ".join(sorted({k for v in summary["blame"].values() for k in v})) + " | worst |", ""]
         kinds = sorted({k for v in summary["blame"].values() for k in v})
         lines[-1] = "|---" * (len(kinds) + 2) + "|"
         for arm, rows in summary["blame"].items():
             cells = [f"{rows[k]['time_lost_mean']:+.2f} ({rows[k]['stages']})" if k in rows else "—" for k in kinds]
             lines.append(f"| {ARM_LABELS.get(arm, arm)} | " + " | ".join(cells) + f" | {summary['blame_worst_kind'][arm]} |")
+        lines.append("")
+        fams = sorted({f for v in summary["blame_by_family"].values() for f in v})
+        lines += ["Per task family (mean critical steps lost per stage, stages replayed):", "",
+                  "| arm | " + " | ".join(fams) + " |", "|---" * (len(fams) + 1) + "|"]
+        for arm, rows in summary["blame_by_family"].items():
+            cells = [f"{rows[f]['time_lost_mean']:+.2f} ({rows[f]['stages']})" if f in rows else "—" for f in fams]
+            lines.append(f"| {ARM_LABELS.get(arm, arm)} | " + " | ".join(cells) + " |")
         lines.append("")
     return "\n".join(lines)
 
@@ -658,9 +672,9 @@ def main(argv: Optional[list[str]] = None) -> Optional[dict]:
     out = args.out or ROOT / "runs" / "parl_study" / datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     saved = out / "study.json"
     if saved.is_file():
-        previous = json.loads(saved.read_text())
-        if previous != json.loads(json.dumps(plan)):
-            changed = sorted(k for k in plan if previous.get(k) != json.loads(json.dumps(plan[k])))
+        previous, current = json.loads(saved.read_text()), json.loads(json.dumps(plan))
+        changed = sorted(k for k in set(plan) | set(previous) if k != "launch" and previous.get(k) != current.get(k))
+        if changed:  # how runs are launched does not change their results; everything else does
             raise SystemExit(f"error: --out {out} holds a study with other settings ({', '.join(changed)}); "
                              "rerun with the same arguments to resume, or pass a fresh --out")
         print(f"resuming the study in {out}")
