@@ -1,0 +1,84 @@
+"""`SwarmEnv.step` alone: actor-steps per second (wall and process CPU) on the default config and
+slot-steps per second (actor-steps x width) on the wide one, random actions, RoundRobin picks.
+
+    python scripts/bench_world.py                  # default N=4096, wide N=1024, CPU, 1 thread
+    python scripts/bench_world.py --device cuda    # the same code on a GPU
+    python scripts/bench_world.py --quick
+Prints one line per config (median of blocks [min-max]); writes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+from parlightning.evaluate import build_env, env_spec  # noqa: E402
+from parlightning.sampling import RoundRobin  # noqa: E402
+
+
+def bench(configs: list[str], n: int, device: str, blocks: int, steps: int) -> dict:
+    cls, init_args = env_spec(configs)
+    env = build_env(cls, init_args, n, 0, "train", device)
+    sampler = RoundRobin()
+    sampler.bind(env.task_ids, env.device)
+    shard = torch.arange(len(env.task_ids), device=env.device)
+    g = torch.Generator(device=env.device).manual_seed(0)
+    obs = env.reset(seed=0)
+    actions = [env.scripted_action("random", obs, g) for _ in range(steps)]
+    pick = lambda mask: sampler.pick_batch(shard, 0, mask, g)  # noqa: E731
+    sync = torch.cuda.synchronize if env.device.type == "cuda" else (lambda: None)
+    wall, cpu = [], []
+    for b in range(blocks + 1):
+        sync()
+        w0, c0 = time.perf_counter(), time.process_time()
+        for act in actions:
+            env.step(act, pick)
+        sync()
+        if b:  # the first block warms up
+            wall.append(steps * n / (time.perf_counter() - w0))
+            cpu.append(steps * n / max(time.process_time() - c0, 1e-9))
+    peak = None
+    if env.device.type == "cuda":
+        peak = torch.cuda.max_memory_allocated(env.device) / 2**20
+    return {"n": n, "width": env.max_width, "wall": wall, "cpu": cpu, "peak_mib": peak}
+
+
+def line(name: str, r: dict) -> str:
+    def fmt(xs, scale=1.0):
+        return f"{statistics.median(xs) * scale / 1e6:.2f}M [{min(xs) * scale / 1e6:.2f}-{max(xs) * scale / 1e6:.2f}]"
+
+    text = (f"{name}: N={r['n']} width={r['width']}: actor-steps/s wall {fmt(r['wall'])}, per CPU-second {fmt(r['cpu'])}; "
+            f"slot-steps/s wall {fmt(r['wall'], r['width'])}, per CPU-second {fmt(r['cpu'], r['width'])}")
+    return text + (f"; peak GPU memory {r['peak_mib']:.0f} MiB" if r["peak_mib"] is not None else "")
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--n", type=int, default=4096, help="actors on the default config")
+    p.add_argument("--wide-n", type=int, default=1024, help="actors on the wide config")
+    p.add_argument("--blocks", type=int, default=5)
+    p.add_argument("--steps", type=int, default=32, help="env steps per block")
+    p.add_argument("--quick", action="store_true", help="2 blocks of 8 steps")
+    a = p.parse_args(argv)
+    if a.quick:
+        a.blocks, a.steps = 2, 8
+    torch.set_num_threads(a.threads)
+    cfg = ROOT / "configs"
+    print(f"torch {torch.__version__}, device {a.device}, {a.threads} thread(s), {a.blocks} blocks x {a.steps} steps")
+    print(line("default", bench([str(cfg / "swarm.yaml")], a.n, a.device, a.blocks, a.steps)))
+    print(line("wide", bench([str(cfg / "swarm.yaml"), str(cfg / "swarm_wide.yaml")], a.wide_n, a.device, a.blocks,
+                             a.steps)))
+
+
+if __name__ == "__main__":
+    main()

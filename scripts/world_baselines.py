@@ -1,0 +1,96 @@
+"""SwarmEnv's scripted baselines on held-out tasks: serial, oracle and random, per family.
+
+Every policy plays the same tasks from the same seeds (actor i on task i mod K), so speed-ups
+are against the serial policy on the same tasks and draws. Seeds vary the world's draws (and the
+random policy); the table gives mean ± std over seeds and a 95% t-interval of the speed-up.
+
+    python scripts/world_baselines.py                    # default config, 5 seeds x 4 episodes per task
+    python scripts/world_baselines.py --wide             # configs/swarm_wide.yaml
+    python scripts/world_baselines.py --quick            # 2 seeds x 1 episode
+Writes nothing unless --json is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from parlightning.evaluate import build_env, by_family, env_spec, run_episodes, summarise  # noqa: E402
+
+T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26}
+
+
+def mean_ci(xs: list[float]) -> tuple[float, float, float]:
+    m = statistics.fmean(xs)
+    if len(xs) < 2:
+        return m, 0.0, 0.0
+    s = statistics.stdev(xs)
+    return m, s, T95.get(len(xs) - 1, 1.96) * s / len(xs) ** 0.5
+
+
+def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--wide", action="store_true", help="configs/swarm_wide.yaml instead of configs/swarm.yaml")
+    p.add_argument("--seeds", type=int, default=5)
+    p.add_argument("--episodes", type=int, default=4, help="episodes per task per seed")
+    p.add_argument("--split", default="heldout")
+    p.add_argument("--quick", action="store_true", help="2 seeds x 1 episode per task")
+    p.add_argument("--json", help="also write the results here")
+    a = p.parse_args(argv)
+    if a.quick:
+        a.seeds, a.episodes = 2, 1
+    configs = [str(ROOT / "configs" / "swarm.yaml")] + ([str(ROOT / "configs" / "swarm_wide.yaml")] if a.wide else [])
+    cls, init_args = env_spec(configs)
+    probe = build_env(cls, init_args, 1, 0, a.split, "cpu")
+    n = len(probe.task_ids) * a.episodes
+    rows: dict[str, list[dict]] = {"serial": [], "oracle": [], "random": []}
+    fams: dict[str, list[dict]] = {k: [] for k in rows}
+    for seed in range(a.seeds):
+        episodes = {}
+        for name in rows:
+            env = build_env(cls, init_args, n, seed, a.split, "cpu")
+            import torch
+
+            g = torch.Generator().manual_seed(seed + 1)
+            episodes[name] = run_episodes(env, lambda o, env=env, name=name: env.scripted_action(name, o, g), seed)
+        for name in rows:
+            rows[name].append(summarise(episodes[name], episodes["serial"], env.solved_threshold))
+            fams[name].append(by_family(episodes[name], episodes["serial"], probe.task_ids, env.solved_threshold))
+    print(f"SwarmEnv {'wide' if a.wide else 'default'} config, {a.split} tasks ({len(probe.task_ids)}), "
+          f"{a.seeds} seeds x {a.episodes} episodes per task; mean ± std over seeds")
+    keys = ("success_rate", "critical_steps", "speedup_vs_serial", "subagents_per_episode", "finish_rate",
+            "rounds_per_episode")
+    print(f"{'policy':<8}" + "".join(f"{k:>26}" for k in keys) + f"{'speed-up 95% CI':>22}")
+    out: dict = {"config": "wide" if a.wide else "default", "split": a.split, "seeds": a.seeds, "policies": {}}
+    for name, rs in rows.items():
+        cells, res = [], {}
+        for k in keys:
+            m, s, _ = mean_ci([r[k] for r in rs])
+            cells.append(f"{m:>17.3f} ± {s:<6.3f}")
+            res[k] = {"mean": m, "std": s}
+        m, s, h = mean_ci([r["speedup_vs_serial"] for r in rs])
+        print(f"{name:<8}" + "".join(cells) + f"{f'[{m - h:.2f}, {m + h:.2f}]':>22}")
+        res["families"] = {f: {k: statistics.fmean(fr[f][k] for fr in fams[name]) for k in keys}
+                           for f in fams[name][0]}
+        out["policies"][name] = res
+    print("\nper family (mean over seeds): success / critical steps / speed-up vs serial")
+    families = list(out["policies"]["serial"]["families"])
+    print(f"{'policy':<8}" + "".join(f"{f:>24}" for f in families))
+    for name in rows:
+        fr = out["policies"][name]["families"]
+        print(f"{name:<8}" + "".join(
+            f"{fr[f]['success_rate']:>9.2f} /{fr[f]['critical_steps']:>7.1f} /{fr[f]['speedup_vs_serial']:>5.2f}"
+            for f in families))
+    if a.json:
+        Path(a.json).write_text(json.dumps(out, indent=2))
+    return out
+
+
+if __name__ == "__main__":
+    main()
