@@ -1,0 +1,701 @@
+"""The PARL study: when does annealed shaping help? Arms x a grid of world parameters x seeds,
+every run trained through `python -m parlightning.fit` and evaluated on held-out tasks.
+
+Arms (configs/arms/*.yaml on top of --config): (a) perf_only: r_perf only; (b) parl_annealed:
+λ1, λ2 annealed to 0 (horizon = --anneal-frac of the run's budget); (c) parl_constant: λ held
+constant; add others with --arms. Each cell of the grid (the product of the --axis values, dotted
+overrides of the world's constructor) trains every arm for --seeds seeds with the same explicit
+budget, evaluates the final checkpoint with `python -m parlightning.evaluate --split heldout
+--json`, reads its learning curves back from TensorBoard (with how much they still moved over the
+last 20% of training), and replays a few held-out episodes with `PipelineChain` to find which
+kind of stage loses the most time. The scripted serial and oracle policies give each cell's bounds.
+
+Every finished run writes its result JSON atomically under OUT/results/; a restarted study skips
+them, so a killed study loses only the runs in progress (their processes die with it).
+Outputs: runs.jsonl, runs.csv, table.md (per cell: mean ± std per arm, 95% bootstrap CIs of
+(b)-(a) and (b)-(c) on held-out success and speed-up vs serial), heatmaps.png, summary.json.
+
+    python scripts/parl_study.py --quick                 # 3 arms x 2 cells x 2 seeds, tiny budget: minutes
+    python scripts/parl_study.py --jobs 2                # the full study (default axes, 5 seeds): hours
+    python scripts/parl_study.py --axis data.env.init_args.spawn_steps=1.0,4.0 --seeds 3 --epochs 30
+    python scripts/parl_study.py --out runs/parl_study/<name>   # the same --out again resumes it
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import ctypes
+import itertools
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run from a checkout without installing
+
+ARM_LABELS = {"perf_only": "(a) r_perf only", "parl_annealed": "(b) PARL annealed", "parl_constant": "(c) PARL constant"}
+A, B, C = "perf_only", "parl_annealed", "parl_constant"
+# World parameters whose values set how hard delegation is to discover and how costly over-splitting is.
+# spawn_steps: a subagent's start-up cost (the higher, the less an untrained delegation pays: harder to discover);
+# merge_cost: the main agent's cost per delegated shard (the higher, the more over-splitting costs).
+DEFAULT_AXES = ["data.env.init_args.spawn_steps=1.0,2.0,4.0", "data.env.init_args.merge_cost=0.05,0.2,0.5"]
+QUICK_AXES = ["data.env.init_args.merge_cost=0.05,0.5"]
+METRICS = ("success_rate", "speedup_vs_serial", "critical_steps", "serial_critical_steps", "subagents_per_episode",
+           "finish_rate")
+CURVE_TAGS = {  # curve name -> TensorBoard tags to try, first found wins
+    "success_rate": ("rollout/success_rate", "charts/success_rate"),
+    "speedup": ("critical_steps/speedup",),
+    "subagents": ("rollout/subagents_per_episode",),
+    "episodic_return": ("charts/episodic_return", "rollout/episodic_return"),
+}
+
+
+# ---------------------------------------------------------------------------------------------- planning
+def parse_axis(text: str) -> tuple[str, list[Any]]:
+    """`data.env.init_args.NAME=v1,v2,v3` -> (key, [v1, v2, v3]) with YAML-typed values."""
+    key, sep, values = text.partition("=")
+    if not sep or not key or not values:
+        raise SystemExit(f"error: --axis {text!r}: write KEY=v1,v2,... (e.g. data.env.init_args.merge_cost=0.05,0.2,0.5)")
+    if not key.startswith(("data.", "model.", "trainer.")):
+        raise SystemExit(f"error: --axis {text!r}: KEY must be a dotted config key such as data.env.init_args.NAME")
+    parsed = [yaml.safe_load(v) for v in values.split(",")]
+    if len(set(map(str, parsed))) != len(parsed):
+        raise SystemExit(f"error: --axis {text!r}: repeated values")
+    return key, parsed
+
+
+def cell_name(cell: dict[str, Any]) -> str:
+    return "_".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in cell.items()) or "default"
+
+
+def arm_config(arm: str) -> Path:
+    path = Path(arm) if arm.endswith((".yaml", ".yml")) else ROOT / "configs" / "arms" / f"{arm}.yaml"
+    if not path.is_file():
+        raise SystemExit(f"error: --arms: no arm config {path}; name a file in configs/arms/ or pass a .yaml path")
+    return path
+
+
+def annealed_lambdas(arm: str) -> list[str]:
+    """The λ names whose schedule in the arm's config has a horizon (it scales with the budget)."""
+    reward = (yaml.safe_load(arm_config(arm).read_text()).get("data") or {}).get("reward") or {}
+    init = reward.get("init_args") or {}
+    return [lam for lam in ("lambda1", "lambda2") if "horizon" in ((init.get(lam) or {}).get("init_args") or {})]
+
+
+def make_plan(args: argparse.Namespace) -> dict[str, Any]:
+    axes = dict(parse_axis(a) for a in args.axis)
+    cells = [dict(zip(axes, values)) for values in itertools.product(*axes.values())] or [{}]
+    return {
+        "config": str(args.config), "arms": args.arms, "axes": axes, "seeds": args.seeds,
+        "epochs": args.epochs, "num_envs": args.num_envs, "num_steps": args.num_steps,
+        "env_steps": args.epochs * args.num_envs * args.num_steps, "anneal_frac": args.anneal_frac,
+        "episodes": args.episodes, "blame_episodes": args.blame_episodes, "eval_seed": 0,
+        "launch": args.launch, "cells": [{"name": cell_name(c), "overrides": c} for c in cells],
+    }
+
+
+def jobs_of(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every unit of work: the serial and oracle bounds per cell, then (cell, arm, seed) runs, seeds outermost
+    so that a half-finished study already has every arm in every cell."""
+    jobs = [{"kind": "bound", "cell": c, "policy": p, "id": f"{c['name']}/bound_{p}"}
+            for c in plan["cells"] for p in ("serial", "oracle")]
+    for seed in range(plan["seeds"]):
+        for c in plan["cells"]:
+            for arm in plan["arms"]:
+                jobs.append({"kind": "run", "cell": c, "arm": arm, "seed": seed,
+                             "id": f"{c['name']}/{Path(arm).stem}/seed{seed}"})
+    return jobs
+
+
+# ---------------------------------------------------------------------------------------------- processes
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child
+    """Linux: the child gets SIGKILL when the study dies, so a killed study leaves no orphans behind."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def _child_env() -> dict[str, str]:
+    return dict(os.environ, PYTHONWARNINGS="ignore", PYTHONPATH=os.pathsep.join(
+        [str(ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])))
+
+
+def _run_module(module: str, argv: list[str], log: str) -> None:  # pragma: no cover - runs in the child
+    """In a child forked from the preloaded server: `python -m module *argv` (or `python script.py *argv`
+    when `module` ends in .py) without re-importing what the server has imported."""
+    import runpy
+    import warnings
+
+    _die_with_parent()
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.chdir(ROOT)
+    warnings.simplefilter("ignore")
+    sys.argv = [module, *argv]
+    if module.endswith(".py"):
+        runpy.run_path(module, run_name="__main__")
+    else:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+
+
+PRELOAD = ["parlightning.fit", "parlightning.evaluate", "parlightning.pipeline", "torch.utils.tensorboard",
+           "lightning.pytorch.loggers.tensorboard", "tensorboard.compat.tensorflow_stub", "attrs", "fsspec"]
+
+
+class Forked:
+    """A `python -m` run in a child of a fork server that has imported the CLIs once (Popen-like poll)."""
+
+    _context = None
+
+    def __init__(self, cmd: list[str], log: Path) -> None:
+        import multiprocessing as mp
+
+        if Forked._context is None:
+            os.environ.update(_child_env())
+            Forked._context = mp.get_context("forkserver")
+            Forked._context.set_forkserver_preload(PRELOAD)
+        module, argv = (cmd[2], cmd[3:]) if cmd[1] == "-m" else (cmd[1], cmd[2:])
+        self.process = Forked._context.Process(target=_run_module, args=(module, argv, str(log)), daemon=True)
+        self.process.start()
+
+    def poll(self) -> Optional[int]:
+        return None if self.process.is_alive() else self.process.exitcode
+
+    @property
+    def returncode(self) -> Optional[int]:
+        return self.process.exitcode
+
+
+def spawn(cmd: list[str], log: Path, launch: str) -> Any:
+    """Start `python -m ...` as a fresh interpreter (`exec`) or as a child of the preloaded fork server (`fork`)."""
+    (log.parent / "command.txt").open("a").write(" ".join(cmd) + "\n")  # the equivalent command line, to rerun by hand
+    if launch == "fork":
+        return Forked(cmd, log)
+    preexec = _die_with_parent if sys.platform.startswith("linux") else None
+    with open(log, "w") as out:
+        return subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=_child_env(), preexec_fn=preexec)
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def overrides(cell: dict[str, Any]) -> list[str]:
+    return [f"--{k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in cell["overrides"].items()]
+
+
+def nested(flat: dict[str, Any]) -> dict[str, Any]:
+    """{"data.env.init_args.x": 1} -> {"data": {"env": {"init_args": {"x": 1}}}}."""
+    out: dict[str, Any] = {}
+    for key, value in flat.items():
+        node = out
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return out
+
+
+def eval_cmd(plan: dict, out_json: Path, *, config: list[Path], extra: list[str]) -> list[str]:
+    cmd = [sys.executable, "-m", "parlightning.evaluate"]
+    for c in config:
+        cmd += ["--config", str(c)]
+    cmd += ["--split", "heldout", "--json", str(out_json), "--seed", str(plan["eval_seed"])]
+    if plan["episodes"]:
+        cmd += ["--episodes", str(plan["episodes"])]
+    return cmd + extra
+
+
+def fit_cmd(plan: dict, job: dict, root: Path) -> list[str]:
+    budget = plan["env_steps"]
+    cmd = [sys.executable, "-m", "parlightning.fit", "--config", plan["config"], "--config", str(arm_config(job["arm"])),
+           f"--seed_everything={job['seed']}", f"--data.seed={job['seed']}", f"--trainer.default_root_dir={root}",
+           f"--trainer.max_epochs={plan['epochs']}", f"--data.num_envs={plan['num_envs']}",
+           f"--data.num_steps={plan['num_steps']}", "--trainer.enable_progress_bar=false",
+           "--trainer.enable_model_summary=false", "--torch_threads=1"]
+    for lam in annealed_lambdas(job["arm"]):
+        cmd.append(f"--data.reward.init_args.{lam}.init_args.horizon={max(1, round(plan['anneal_frac'] * budget))}")
+    return cmd + overrides(job["cell"])
+
+
+class Job:
+    """One unit of work as a small state machine of subprocesses: (fit ->) evaluate -> result JSON."""
+
+    def __init__(self, job: dict, plan: dict, out: Path) -> None:
+        self.job, self.plan, self.out = job, plan, out
+        self.work = out / "work" / job["id"]
+        self.result = out / "results" / f"{job['id']}.json"
+        shutil.rmtree(self.work, ignore_errors=True)  # leftovers of a run killed in progress
+        self.work.mkdir(parents=True)
+        self.start = time.perf_counter()
+        if job["kind"] == "bound":
+            self.phase = "evaluate"
+            cell_yaml = self.work / "cell.yaml"  # the cell's overrides as a config layered on the base one
+            cell_yaml.write_text(yaml.safe_dump(nested(job["cell"]["overrides"])))
+            cmd = eval_cmd(plan, self.work / "eval.json", config=[Path(plan["config"]), cell_yaml],
+                           extra=["--policy", job["policy"]])
+            self.proc = spawn(cmd, self.work / "evaluate.log", self.plan["launch"])
+        else:
+            self.phase = "fit"
+            self.proc = spawn(fit_cmd(plan, job, self.work), self.work / "fit.log", plan["launch"])
+
+    def log_dir(self) -> Path:
+        versions = sorted((self.work / "lightning_logs").glob("version_*"), key=lambda p: int(p.name.split("_")[1]))
+        if not versions:
+            raise RuntimeError(f"no lightning_logs/version_* under {self.work}")
+        return versions[-1]
+
+    def poll(self) -> Optional[str]:
+        """None while running; 'done' once the result JSON is written; raises with the log tail on failure."""
+        if self.proc.poll() is None:
+            return None
+        log = self.work / f"{self.phase}.log"
+        if self.proc.returncode != 0:
+            tail = "\n".join(log.read_text(errors="replace").splitlines()[-12:])
+            raise RuntimeError(f"{self.job['id']}: {self.phase} failed (exit {self.proc.returncode}); log {log}:\n{tail}")
+        if self.phase == "fit":
+            self.phase = "evaluate"
+            logs = self.log_dir()
+            cmd = eval_cmd(self.plan, self.work / "eval.json", config=[logs / "config.yaml"],
+                           extra=["--ckpt_path", str(logs / "checkpoints" / "last.ckpt")])
+            self.proc = spawn(cmd, self.work / "evaluate.log", self.plan["launch"])
+            return None
+        if self.phase == "evaluate" and self.job["kind"] == "run" and self.plan["blame_episodes"]:
+            self.phase = "blame"
+            cmd = [sys.executable, str(Path(__file__).resolve()), "--blame-run", str(self.log_dir()),
+                   "--blame-json", str(self.work / "blame.json"), "--blame-episodes", str(self.plan["blame_episodes"]),
+                   "--blame-seed", str(self.plan["eval_seed"])]
+            self.proc = spawn(cmd, self.work / "blame.log", self.plan["launch"])
+            return None
+        write_json_atomic(self.result, self.finish())
+        return "done"
+
+    def finish(self) -> dict[str, Any]:
+        job, plan = self.job, self.plan
+        evaluation = json.loads((self.work / "eval.json").read_text())
+        record = {"id": job["id"], "kind": job["kind"], "cell": job["cell"]["name"], "overrides": job["cell"]["overrides"],
+                  "eval": evaluation, "eval_seed": plan["eval_seed"], "split": "heldout"}
+        if job["kind"] == "bound":
+            record["policy"] = job["policy"]
+        else:
+            logs = self.log_dir()
+            curves = read_curves(logs)
+            record.update(arm=Path(job["arm"]).stem, seed=job["seed"], env_steps=plan["env_steps"], epochs=plan["epochs"],
+                          num_envs=plan["num_envs"], num_steps=plan["num_steps"], curves=curves,
+                          tail_share={name: tail_of(points) for name, points in curves.items()},
+                          blame=json.loads((self.work / "blame.json").read_text()) if plan["blame_episodes"] else {},
+                          log_dir=str(logs.relative_to(self.out)))
+        record["wall_s"] = round(time.perf_counter() - self.start, 1)
+        return record
+
+
+# ---------------------------------------------------------------------------------------------- per run
+def read_curves(logs: Path) -> dict[str, list[list[float]]]:
+    from parlightning.logs import read_scalars
+
+    scalars = read_scalars(logs)
+    out = {}
+    for name, tags in CURVE_TAGS.items():
+        for tag in tags:
+            if tag in scalars:
+                out[name] = [[float(s), float(v)] for s, v in scalars[tag]]
+                break
+    return out
+
+
+def tail_of(points: list[list[float]]) -> Optional[float]:
+    from parlightning.stats import tail_share
+
+    if len(points) < 5:  # too few iterations to say whether a curve flattened
+        return None
+    return tail_share([p[0] for p in points], [p[1] for p in points], frac=0.2)
+
+
+def run_blame(logs: Path, episodes: int, seed: int) -> dict[str, Any]:
+    """Replay `episodes` held-out episodes of the trained (greedy) policy with PipelineChain, each
+    stage's decisions replaced in turn by the oracle's: critical steps lost per kind of stage."""
+    from parlightning.pipeline import PipelineChain, blame_by_kind
+
+    env, policy, oracle = load_for_blame(logs, split="heldout")
+    chain = PipelineChain(env, policy, reference=oracle, kind_of=stage_kind)
+    pairs, by_family = [], {}
+    n_tasks = len(env.task_ids)
+    for i in range(episodes):  # spread over the bank: families are contiguous blocks of task indices
+        task = (i * n_tasks) // episodes if episodes <= n_tasks else i % n_tasks
+        found = chain.blame(chain.record(task, seed=seed + i))
+        pairs += found
+        by_family.setdefault(env.task_ids[task].rsplit("-", 1)[0], []).extend(found)
+    return {"episodes": episodes, "reference": "oracle", "stage_kinds": "skewed | wide | narrow (see stage_kind)",
+            "by_kind": blame_by_kind(pairs),
+            "by_family": {f: {"stages": len(ps), "time_lost_mean": sum(p.time_lost for p in ps) / len(ps)}
+                          for f, ps in by_family.items()}}
+
+
+def stage_kind(env: Any, obs: Any) -> str:
+    """The shape of the stage the one actor starts, read off what it shows (SwarmEnv's slot rows:
+    pending, size / max_cost, ...): `skewed` (one subtask at least twice the mean of the others:
+    split it or wait), `wide` (at least half the slots pending) or `narrow`."""
+    sizes = obs[0, : env.max_width]  # [W, F]
+    size = sizes[:, 1][sizes[:, 0] > 0.5]
+    if size.numel() >= 2:
+        top = float(size.max())
+        rest = (float(size.sum()) - top) / (size.numel() - 1)
+        if top >= 2.0 * rest:
+            return "skewed"
+    return "wide" if 2 * size.numel() >= env.max_width else "narrow"
+
+
+def load_for_blame(logs: Path, split: str) -> tuple[Any, Any, Any]:
+    """A one-actor env of the run's world on `split`, the run's greedy policy and the world's oracle."""
+    import torch
+
+    from parlightning.evaluate import build_env, env_spec, greedy_action, load_policy
+
+    cls, init_args = env_spec([str(logs / "config.yaml")])
+    env = build_env(cls, init_args, 1, 0, split, "cpu")
+    policy = load_policy(str(logs / "checkpoints" / "last.ckpt"), env)
+
+    def greedy(obs: Any) -> Any:
+        with torch.no_grad():
+            return greedy_action(policy, obs)
+
+    return env, greedy, lambda obs: env.scripted_action("oracle", obs)
+
+
+# ---------------------------------------------------------------------------------------------- the loop
+def run_study(plan: dict, out: Path, jobs: int) -> None:
+    queue = [j for j in jobs_of(plan) if not (out / "results" / f"{j['id']}.json").is_file()]
+    done = len(jobs_of(plan)) - len(queue)
+    print(f"{len(jobs_of(plan))} jobs, {done} already finished (skipped), {len(queue)} to run, {jobs} at a time", flush=True)
+    running: list[Job] = []
+    failure: Optional[str] = None
+    while (queue and failure is None) or running:
+        while queue and failure is None and len(running) < jobs:
+            running.append(Job(queue.pop(0), plan, out))
+        time.sleep(0.2)
+        for job in list(running):
+            try:
+                state = job.poll()
+            except Exception as err:  # a failed run: let the others finish, then stop
+                running.remove(job)
+                failure = failure or str(err)
+                continue
+            if state == "done":
+                running.remove(job)
+                done += 1
+                print(f"  [{done}/{len(jobs_of(plan))}] {job.job['id']}  {time.perf_counter() - job.start:5.1f} s", flush=True)
+    if failure is not None:
+        raise SystemExit(f"error: {failure}")
+
+
+# ---------------------------------------------------------------------------------------------- outputs
+def load_results(out: Path, plan: dict) -> list[dict]:
+    return [json.loads((out / "results" / f"{j['id']}.json").read_text()) for j in jobs_of(plan)]
+
+
+def write_runs(results: list[dict], out: Path) -> None:
+    with open(out / "runs.jsonl", "w") as f:
+        for r in results:
+            f.write(json.dumps(r, sort_keys=True) + "\n")
+    cols = ["id", "kind", "cell", "arm", "policy", "seed", "env_steps", *METRICS, "tail_share_success", "blame_worst_kind",
+            "wall_s"]
+    with open(out / "runs.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(cols)
+        for r in results:
+            row = {**r, **{m: r["eval"].get(m) for m in METRICS}}
+            row["tail_share_success"] = (r.get("tail_share") or {}).get("success_rate")
+            row["blame_worst_kind"] = worst_kind((r.get("blame") or {}).get("by_kind") or {})
+            w.writerow([row.get(c, "") if row.get(c) is not None else "" for c in cols])
+
+
+def worst_kind(by_kind: dict[str, dict[str, float]]) -> Optional[str]:
+    return max(by_kind, key=lambda k: by_kind[k]["time_lost_mean"]) if by_kind else None
+
+
+def summarize(results: list[dict], plan: dict, seed: int, flat_tol: float) -> dict[str, Any]:
+    from parlightning.stats import bootstrap_diff_ci, mean_std
+
+    cells = []
+    for cell in plan["cells"]:
+        rs = [r for r in results if r["cell"] == cell["name"]]
+        bounds = {r["policy"]: {m: r["eval"].get(m) for m in METRICS} for r in rs if r["kind"] == "bound"}
+        arms: dict[str, Any] = {}
+        for arm in (Path(a).stem for a in plan["arms"]):
+            runs = [r for r in rs if r["kind"] == "run" and r["arm"] == arm]
+            stats = {m: dict(zip(("mean", "std"), mean_std([r["eval"][m] for r in runs])))
+                     for m in METRICS if all(r["eval"].get(m) is not None for r in runs)}
+            shares = [(r.get("tail_share") or {}).get("success_rate") for r in runs]
+            stats["flattened"] = sum(1 for s in shares if s is not None and s <= flat_tol)
+            stats["flat_measured"] = sum(1 for s in shares if s is not None)
+            stats["seeds"] = len(runs)
+            stats["values"] = {m: [r["eval"].get(m) for r in runs] for m in ("success_rate", "speedup_vs_serial")}
+            arms[arm] = stats
+        diffs = {}
+        for other in (A, C):
+            if B in arms and other in arms:
+                for m in ("success_rate", "speedup_vs_serial"):
+                    ci = bootstrap_diff_ci(arms[B]["values"][m], arms[other]["values"][m], seed=seed)
+                    diffs[f"b-{'a' if other == A else 'c'}/{m}"] = ci.as_dict() | {"label": ci.label()}
+        cells.append({"name": cell["name"], "overrides": cell["overrides"], "bounds": bounds, "arms": arms, "diffs": diffs})
+    blame: dict[str, dict[str, dict[str, float]]] = {}  # arm -> kind -> totals over every run of every cell
+    for r in results:
+        for kind, row in ((r.get("blame") or {}).get("by_kind") or {}).items():
+            acc = blame.setdefault(r["arm"], {}).setdefault(kind, {"stages": 0, "time_lost_total": 0.0, "outcome_changed": 0})
+            for key in acc:
+                acc[key] += row[key]
+    families: dict[str, dict[str, dict[str, float]]] = {}  # arm -> task family -> the same
+    for r in results:
+        for fam, row in ((r.get("blame") or {}).get("by_family") or {}).items():
+            acc = families.setdefault(r["arm"], {}).setdefault(fam, {"stages": 0, "time_lost_total": 0.0})
+            acc["stages"] += row["stages"]
+            acc["time_lost_total"] += row["time_lost_mean"] * row["stages"]
+    for kinds in (*blame.values(), *families.values()):
+        for row in kinds.values():
+            row["time_lost_mean"] = row["time_lost_total"] / max(row["stages"], 1)
+    budget = {k: plan[k] for k in ("env_steps", "epochs", "num_envs", "num_steps", "seeds", "anneal_frac", "episodes")}
+    return {"budget": budget, "axes": plan["axes"], "arms": plan["arms"], "bootstrap": {"seed": seed, "n_boot": 10000,
+            "level": 0.95}, "flat_tol": flat_tol, "cells": cells, "blame": blame, "blame_by_family": families,
+            "blame_worst_kind": {arm: worst_kind(k) for arm, k in blame.items()}}
+
+
+def fmt(stat: Optional[dict], digits: int = 2) -> str:
+    return "n/a" if not stat else f"{stat['mean']:.{digits}f} ± {stat['std']:.{digits}f}"
+
+
+def flat_text(s: dict) -> str:
+    """`3/5`: curves of 3 of the 5 seeds flattened; `n/a` when the runs were too short to tell."""
+    return f"{s['flattened']}/{s['flat_measured']}" if s["flat_measured"] else "n/a (< 5 iterations)"
+
+
+DIFF_NAMES = {"success_rate": "held-out success", "speedup_vs_serial": "speed-up vs serial"}
+
+
+def table(summary: dict) -> str:
+    b = summary["budget"]
+    lines = [f"# PARL study: held-out evaluation ({b['seeds']} seeds per arm and cell; {b['env_steps']:,} env steps per run "
+             f"= {b['epochs']} iterations of {b['num_envs']} x {b['num_steps']}; mean ± std over seeds; "
+             f"95% bootstrap CI, seed {summary['bootstrap']['seed']})", ""]
+    for cell in summary["cells"]:
+        lines += [f"## {cell['name']}", "",
+                  "| arm | success | speed-up vs serial | critical steps | subagents / ep | finish rate | curves flat (success) |",
+                  "|---|---|---|---|---|---|---|"]
+        for arm, s in cell["arms"].items():
+            lines.append(f"| {ARM_LABELS.get(arm, arm)} | {fmt(s.get('success_rate'))} | {fmt(s.get('speedup_vs_serial'))} | "
+                         f"{fmt(s.get('critical_steps'), 1)} | {fmt(s.get('subagents_per_episode'), 1)} | "
+                         f"{fmt(s.get('finish_rate'))} | {flat_text(s)} |")
+        for policy, e in sorted(cell["bounds"].items()):
+            su, sp = e.get("success_rate"), e.get("speedup_vs_serial")
+            lines.append(f"| scripted {policy} | {su:.2f} | {sp:.2f} | {e.get('critical_steps', float('nan')):.1f} | "
+                         f"{e.get('subagents_per_episode') or 0:.1f} | {e.get('finish_rate') or 0:.2f} | — |")
+        lines.append("")
+        for key, d in cell["diffs"].items():
+            pair, metric = key.split("/")
+            lines.append(f"- ({pair[0]})-({pair[2]}) {DIFF_NAMES[metric]}: {d['label']}")
+        lines.append("")
+    if summary["blame"]:
+        lines += ["## Blame: mean critical steps lost per stage to the arm's decisions vs the oracle's "
+                  "(counterfactual replay; all cells, held-out episodes; stages replayed in brackets)", "",
+                  "| arm | " + " | ".join(sorted({k for v in summary["blame"].values() for k in v})) + " | worst |", ""]
+        kinds = sorted({k for v in summary["blame"].values() for k in v})
+        lines[-1] = "|---" * (len(kinds) + 2) + "|"
+        for arm, rows in summary["blame"].items():
+            cells = [f"{rows[k]['time_lost_mean']:+.2f} ({rows[k]['stages']})" if k in rows else "—" for k in kinds]
+            lines.append(f"| {ARM_LABELS.get(arm, arm)} | " + " | ".join(cells) + f" | {summary['blame_worst_kind'][arm]} |")
+        lines.append("")
+        fams = sorted({f for v in summary["blame_by_family"].values() for f in v})
+        lines += ["Per task family (mean critical steps lost per stage, stages replayed):", "",
+                  "| arm | " + " | ".join(fams) + " |", "|---" * (len(fams) + 1) + "|"]
+        for arm, rows in summary["blame_by_family"].items():
+            cells = [f"{rows[f]['time_lost_mean']:+.2f} ({rows[f]['stages']})" if f in rows else "—" for f in fams]
+            lines.append(f"| {ARM_LABELS.get(arm, arm)} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+HEATMAP_PANELS = [("b-a/success_rate", "(b)-(a) held-out success"), ("b-c/success_rate", "(b)-(c) held-out success"),
+                  ("b-a/speedup_vs_serial", "(b)-(a) speed-up vs serial"), ("b-c/speedup_vs_serial", "(b)-(c) speed-up vs serial"),
+                  ("serial/success_rate", "bound: serial success"), ("oracle/success_rate", "bound: oracle success"),
+                  ("oracle/speedup_vs_serial", "bound: oracle speed-up")]
+
+
+def heatmap_grid(summary: dict, key: str) -> tuple[list, list, list[list[float]], list[list[str]]]:
+    """(row values, column values, values, cell notes) of one panel over the first two axes
+    (further axes: the cells are averaged over them, and the table has them one by one)."""
+    axes = list(summary["axes"].items())
+    (rk, rows), (ck, cols) = (axes + [("", [None])] * 2)[:2]
+    head, metric = key.split("/")
+    values = [[math.nan] * len(cols) for _ in rows]
+    notes = [[""] * len(cols) for _ in rows]
+    for i, rv in enumerate(rows):
+        for j, cv in enumerate(cols):
+            found = [c for c in summary["cells"] if (not rk or c["overrides"].get(rk) == rv)
+                     and (not ck or c["overrides"].get(ck) == cv)]
+            if head in ("b-a", "b-c"):
+                ds = [c["diffs"][key] for c in found if key in c["diffs"]]
+                if ds:
+                    values[i][j] = sum(d["diff"] for d in ds) / len(ds)
+                    ns = sum(not d["significant"] for d in ds)
+                    notes[i][j] = f"{values[i][j]:+.2f}" + (f"\nns" if ns == len(ds) else (f"\n{ns} ns" if ns else ""))
+            else:
+                vs = [c["bounds"][head][metric] for c in found if c["bounds"].get(head, {}).get(metric) is not None]
+                if vs:
+                    values[i][j] = sum(vs) / len(vs)
+                    notes[i][j] = f"{values[i][j]:.2f}"
+    return rows, cols, values, notes
+
+
+def heatmaps(summary: dict, path: Path) -> Optional[str]:
+    """The differences (b)-(a) and (b)-(c) on held-out success and speed-up over the grid, next to the
+    serial and oracle bounds; 'ns' marks a difference whose 95% CI covers 0."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed: no heatmaps (pip install matplotlib)"
+    names = [k.rsplit(".", 1)[-1] for k in summary["axes"]] + ["", ""]
+    grids = {key: heatmap_grid(summary, key) for key, _ in HEATMAP_PANELS}
+    rows, cols = grids[HEATMAP_PANELS[0][0]][:2]
+    fig, axes = plt.subplots(1, len(HEATMAP_PANELS), figsize=(2.6 * len(HEATMAP_PANELS), 0.8 * len(rows) + 2.4),
+                             squeeze=False)
+    for ax, (key, title) in zip(axes[0], HEATMAP_PANELS):
+        _, _, values, notes = grids[key]
+        metric = key.split("/")[1]
+        if key.startswith("b-"):  # one symmetric colour scale per metric, shared by (b)-(a) and (b)-(c)
+            same = [v for k, (_, _, vs, _) in grids.items() if k.startswith("b-") and k.endswith(metric)
+                    for row in vs for v in row if not math.isnan(v)]
+            lim = max([abs(v) for v in same] + [1e-6])
+            im = ax.imshow(values, cmap="RdBu", vmin=-lim, vmax=lim, aspect="auto")
+        else:
+            im = ax.imshow(values, cmap="viridis", aspect="auto")
+        for i in range(len(rows)):
+            for j in range(len(cols)):
+                ax.text(j, i, notes[i][j], ha="center", va="center", fontsize=8,
+                        bbox={"facecolor": "white", "alpha": 0.6, "linewidth": 0, "pad": 1})
+        ax.set_xticks(range(len(cols)), [str(c) for c in cols] if names[1] else [""] * len(cols))
+        ax.set_yticks(range(len(rows)), [str(r) for r in rows])
+        ax.set_xlabel(names[1])
+        ax.set_ylabel(names[0])
+        ax.set_title(title, fontsize=8)
+        fig.colorbar(im, ax=ax, fraction=0.046)
+    b = summary["budget"]
+    fig.suptitle(f"PARL study, held-out tasks: {b['seeds']} seeds per arm and cell, {b['env_steps']:,} env steps per run; "
+                 "ns = 95% bootstrap CI covers 0", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return None
+
+
+# ---------------------------------------------------------------------------------------------- main
+def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", type=Path, default=ROOT / "configs" / "swarm.yaml", help="base config (default configs/swarm.yaml)")
+    p.add_argument("--arms", default=f"{A},{B},{C}", help="comma-separated configs/arms/ names or .yaml paths")
+    p.add_argument("--axis", action="append", default=None,
+                   help=f"KEY=v1,v2,... (repeatable); default {' '.join(DEFAULT_AXES)}")
+    p.add_argument("--seeds", type=int, default=None, help="seeds per arm and cell (default 5; --quick 2)")
+    p.add_argument("--epochs", type=int, default=None, help="PPO iterations per run (default: the config's)")
+    p.add_argument("--num-envs", dest="num_envs", type=int, default=None, help="actors per run (default: the config's)")
+    p.add_argument("--num-steps", dest="num_steps", type=int, default=None, help="rollout length (default: the config's)")
+    p.add_argument("--anneal-frac", dest="anneal_frac", type=float, default=0.6,
+                   help="annealed arms reach λ = 0 at this fraction of the budget (default 0.6)")
+    p.add_argument("--episodes", type=int, default=None, help="held-out evaluation episodes per task (default: evaluate's; --quick 1)")
+    p.add_argument("--blame-episodes", dest="blame_episodes", type=int, default=None,
+                   help="held-out episodes per run replayed stage by stage with PipelineChain (default 8; --quick 2)")
+    p.add_argument("--jobs", type=int, default=1, help="runs in parallel processes (one CPU thread each)")
+    p.add_argument("--out", type=Path, default=None, help="output folder (default: a fresh runs/parl_study/<time>); "
+                   "an existing study folder is resumed")
+    p.add_argument("--bootstrap-seed", dest="bootstrap_seed", type=int, default=0, help="seed of the bootstrap CIs")
+    p.add_argument("--flat-tol", dest="flat_tol", type=float, default=0.1,
+                   help="a curve counts as flat when its last 20%% moved at most this share of its range")
+    p.add_argument("--launch", choices=("exec", "fork"), default=None,
+                   help="exec: every run a fresh `python -m parlightning.fit` / `evaluate` interpreter (default); fork: the same "
+                   "CLI modules run as __main__ in children of a fork server that imported them once (saves ~6 s of "
+                   "imports per process: default with --quick)")
+    p.add_argument("--blame-run", dest="blame_run", type=Path, default=None, help=argparse.SUPPRESS)  # internal phase
+    p.add_argument("--blame-json", dest="blame_json", type=Path, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--blame-seed", dest="blame_seed", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--quick", action="store_true", help="smoke run: 2 cells, 2 seeds, 2 iterations of 16 x 8")
+    args = p.parse_args(argv)
+    config = yaml.safe_load(args.config.read_text()) if args.config.is_file() else None
+    if config is None:
+        raise SystemExit(f"error: --config: no config file at {args.config}")
+    q = args.quick
+    args.axis = args.axis if args.axis is not None else (QUICK_AXES if q else DEFAULT_AXES)
+    pick = lambda value, quick, full: value if value is not None else (quick if q else full)  # noqa: E731
+    args.seeds = pick(args.seeds, 2, 5)
+    args.epochs = pick(args.epochs, 2, int(config["trainer"]["max_epochs"]))
+    args.num_envs = pick(args.num_envs, 16, int(config["data"]["num_envs"]))
+    args.num_steps = pick(args.num_steps, 8, int(config["data"]["num_steps"]))
+    args.episodes = pick(args.episodes, 1, None)
+    args.blame_episodes = pick(args.blame_episodes, 2, 8)
+    args.launch = args.launch or ("fork" if q and sys.platform.startswith("linux") else "exec")
+    args.arms = [a for a in args.arms.split(",") if a]
+    for arm in args.arms:
+        arm_config(arm)
+    for name in ("seeds", "epochs", "num_envs", "num_steps", "jobs"):
+        if getattr(args, name) <= 0:
+            raise SystemExit(f"error: --{name.replace('_', '-')}: must be positive, got {getattr(args, name)}")
+    if not 0.0 < args.anneal_frac <= 1.0:
+        raise SystemExit(f"error: --anneal-frac: must lie in (0, 1], got {args.anneal_frac}")
+    return args
+
+
+def main(argv: Optional[list[str]] = None) -> Optional[dict]:
+    args = parse_args(argv)
+    if args.blame_run is not None:  # one run's blame phase (a child of the study)
+        write_json_atomic(args.blame_json, run_blame(args.blame_run, args.blame_episodes, args.blame_seed))
+        return None
+    plan = make_plan(args)
+    out = args.out or ROOT / "runs" / "parl_study" / datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    saved = out / "study.json"
+    if saved.is_file():
+        previous, current = json.loads(saved.read_text()), json.loads(json.dumps(plan))
+        changed = sorted(k for k in set(plan) | set(previous) if k != "launch" and previous.get(k) != current.get(k))
+        if changed:  # how runs are launched does not change their results; everything else does
+            raise SystemExit(f"error: --out {out} holds a study with other settings ({', '.join(changed)}); "
+                             "rerun with the same arguments to resume, or pass a fresh --out")
+        print(f"resuming the study in {out}")
+    else:
+        write_json_atomic(saved, plan)
+    print(f"PARL study: {len(plan['arms'])} arms x {len(plan['cells'])} cells x {plan['seeds']} seeds, "
+          f"{plan['env_steps']:,} env steps per run, out {out}", flush=True)
+    start = time.perf_counter()
+    run_study(plan, out, args.jobs)
+    results = load_results(out, plan)
+    write_runs(results, out)
+    summary = summarize(results, plan, args.bootstrap_seed, args.flat_tol)
+    write_json_atomic(out / "summary.json", summary)
+    text = table(summary)
+    (out / "table.md").write_text(text + "\n")
+    problem = heatmaps(summary, out / "heatmaps.png")
+    print("\n" + text)
+    print(problem or f"heatmaps: {out / 'heatmaps.png'}")
+    print(f"outputs: {out}/runs.jsonl, runs.csv, table.md, summary.json   ({time.perf_counter() - start:.0f} s)")
+    return summary
+
+
+if __name__ == "__main__":
+    main()
