@@ -258,6 +258,7 @@ def child_profile(a: argparse.Namespace) -> dict[str, Any]:
     import parlightning.buffer
     import parlightning.data
     import parlightning.module
+    from parlightning.collector import SyncCollector
     from parlightning.data import RolloutDataModule
     from parlightning.fit import main
 
@@ -267,8 +268,8 @@ def child_profile(a: argparse.Namespace) -> dict[str, Any]:
         (parlightning.module, "ppo_loss", "update: forward + loss"),
         (parlightning.module.PPOModule, "training_step", "update: forward + loss"),
         (RolloutDataModule, "collect", "rollout: rest of collect (loop, bootstrap, rewards)"),
-        (RolloutDataModule, "_check_finite", "rollout: non-finite check"),
-        (RolloutDataModule, "_stats", "rollout: rollout stats"),
+        (SyncCollector, "_check_finite", "rollout: non-finite check"),
+        (SyncCollector, "_stats", "rollout: rollout stats"),
         (parlightning.buffer.RolloutBuffer, "finished_parts", "rollout: episode read-out"),
         (LightningModule, "log", "lightning: self.log"),
         (LightningModule, "log_dict", "lightning: self.log"),

@@ -10,7 +10,7 @@ that finished in a round on a task outside that round's shard (started under the
 share of all episodes); keys (distinct tasks rolled out / tasks in the bank); final success (last
 rollout, weighted over the ranks' episodes). TP with route must reject nothing.
 
-    python scripts/parallelism.py            # ~3 minutes on 2 loaded cores
+    python scripts/parallelism.py            # ~5 minutes on 2 loaded cores
     python scripts/parallelism.py --quick    # a smoke run
 """
 

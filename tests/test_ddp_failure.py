@@ -19,7 +19,8 @@ TINY = ["--trainer.enable_model_summary", "false", "--data.num_envs", "8",  # th
 
 def _run(tmp_path, fault, timeout):
     """The CLI on 2 DDP ranks with `fault` injected; subprocess.run's timeout is the bound (it raises)."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
+    # the repository first: `python -m parlightning.fit` from tmp_path must run this checkout, not an installed copy
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS), str(TESTS.parent), os.environ.get("PYTHONPATH", "")]))
     env.pop("PL_DISABLE_FORK", None)
     cmd = [sys.executable, "-m", "parlightning.fit", "--config", CONFIG, "--trainer.default_root_dir", str(tmp_path),
            *TINY, *DDP, f"--trainer.callbacks+=reliability_helpers.{fault}"]
