@@ -71,9 +71,11 @@ class PPOModule(pl.LightningModule):
         if clip_coef <= 0:
             raise ConfigError(f"model.clip_coef: must be positive, got {clip_coef!r}")
         if vf_coef < 0:
-            raise ConfigError(f"model.vf_coef: must be >= 0 (a negative weight trains the critic away from the returns), got {vf_coef!r}")
+            raise ConfigError(f"model.vf_coef: must be >= 0 (a negative weight trains the critic away from the "
+                              f"returns), got {vf_coef!r}")
         if max_grad_norm is not None and max_grad_norm <= 0:
-            raise ConfigError(f"model.max_grad_norm: must be positive, got {max_grad_norm!r}; use null to turn clipping off")
+            raise ConfigError(f"model.max_grad_norm: must be positive, got {max_grad_norm!r}; use null to turn "
+                              "clipping off")
         if adam_eps <= 0:
             raise ConfigError(f"model.adam_eps: must be positive (Adam divides by sqrt(v) + eps), got {adam_eps!r}")
         if activation not in ACTIVATIONS:

@@ -236,8 +236,8 @@ def test_the_memory_estimate_is_the_buffer_it_would_allocate_and_refuses_what_do
     assert preflight.rollout_bytes(16, 8, (5,), spec, num_minibatches=4) == allocated + allocated // 4
     monkeypatch.setattr(preflight, "available_memory", lambda device: (3 * 2**30, "available on this machine"))
     preflight.check_memory(2 * 2**30, "N actors x T steps", (5,), torch.device("cpu"))  # fits: no error
-    with pytest.raises(ConfigError, match=r"^data.num_envs: N actors x T steps need about 2.0 GiB per rank x 2 ranks = 4.0 GiB .*"
-                                          r"observation shape \[5\]\), more than the 3.0 GiB available"):
+    with pytest.raises(ConfigError, match=r"^data.num_envs: N actors x T steps need about 2.0 GiB per rank x 2 "
+                                          r"ranks = 4.0 GiB .*observation shape \[5\]\), more than the 3.0 GiB available"):
         preflight.check_memory(2 * 2**30, "N actors x T steps", (5,), torch.device("cpu"), ranks_here=2)
 
 

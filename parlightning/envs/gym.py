@@ -160,8 +160,8 @@ class GymVectorEnv(BatchedEnv):
             )
         except gymnasium.error.Error as err:  # NameNotFound, VersionNotFound, ... for an unknown id
             text = " ".join(str(err).split())
-            raise ConfigError(f"env_id: {text} Pass a registered Gymnasium id such as CartPole-v1 "
-                              "(gymnasium.pprint_registry() lists them; import the package that registers yours)") from None
+            raise ConfigError(f"env_id: {text} Pass a registered Gymnasium id such as CartPole-v1 (gymnasium."
+                              "pprint_registry() lists them; import the package that registers yours)") from None
         obs_space = self.env.single_observation_space
         if not isinstance(obs_space, gymnasium.spaces.Box):
             self.env.close()
