@@ -56,3 +56,21 @@ def test_cheap_quick_modes_run_and_leave_tracked_files_alone(args, tmp_path):
         assert set(os.listdir(tmp_path)) <= {"runs"}  # scratch output only under runs/
     if args[0] == "raw_ppo.py":
         assert proc.stdout.count("iter ") == 2
+
+
+def test_time_to_solve_window_and_speedup_table():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import time_to_solve as tts
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    s = tts.Solved()
+    assert not s.add([500.0] * 99)  # fewer than 100 finished episodes: no verdict
+    assert s.add([500.0])
+    s = tts.Solved()
+    assert not s.add([10.0] * 6 + [500.0] * 94)  # mean (6 x 10 + 94 x 500) / 100 = 470.6
+    assert s.add([500.0])  # the oldest 10 leaves: (5 x 10 + 95 x 500) / 100 = 475.5
+    fast = {0: {"process_s": 10.0, "loop_s": 6.0, "env_steps": 200_000, "cpu_s": 12.0}}
+    slow = {0: {"process_s": 55.0, "loop_s": 50.0, "env_steps": 100_000, "cpu_s": 56.0}}
+    table = tts.markdown({"fast": fast, "sb3": slow})
+    assert "| Stable-Baselines3 PPO, rl-zoo tuned | 1/1 | 55.0 | 50.0 | 100,000 | 5.5x (min 5.5x) |" in table
