@@ -142,8 +142,8 @@ class ExternalBatchedEnv(BatchedEnv):
         switch_interval: the interpreter's GIL switch interval while the env is open (seconds;
             None leaves it). Python's default, 5 ms, lets a computing thread (the learner, under
             `data.max_policy_lag`) hold the GIL for up to 5 ms while a world thread whose wait just
-            ended queues for it; 0.5 ms gave 1.6x -> 1.7x env steps/s at 5 ms latency
-            (scripts/bench_lag.py setting). Only ever lowered, and restored by `close()`.
+            ended queues for it (0.5 ms gave about 1.6x -> 1.7x env steps/s at lag 1 and 5 ms latency in
+            an ad-hoc trial). Only ever lowered, and restored by `close()`.
     """
 
     checkpoint_exact = False  # an external world's internals cannot be saved: episodes restart on resume
