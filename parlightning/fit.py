@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 from argparse import ArgumentError
 from typing import Optional, Union
 

@@ -4,6 +4,7 @@ import glob
 import os
 
 import lightning.pytorch as pl
+import torch
 import pytest
 import yaml
 
