@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import shutil
 import subprocess
 import sys
@@ -49,17 +48,27 @@ def test_readme_multi_device_commands_run_as_written_with_the_progress_bar(tmp_p
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     env.pop("PL_DISABLE_FORK", None)
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")  # `python` = this interpreter
-    for i, command in enumerate(readme_multi_device_cpu_commands()):
+    runs = []
+    for i, command in enumerate(readme_multi_device_cpu_commands()):  # side by side: start-up dominates
         run = tmp_path / f"run{i}"
         run.mkdir()
         (run / "configs").symlink_to(ROOT / "configs")  # the commands' relative paths; outputs stay in run/
         full = f"{command} {TINY}"
         terminal = f"stty cols 120 rows 40; {full}"  # a sized terminal: with 0 columns tqdm draws nothing
-        done = subprocess.run(["script", "-qec", terminal, "/dev/null"], cwd=run, env=env, capture_output=True,
-                              text=True, timeout=400)
-        out = done.stdout + done.stderr
-        assert done.returncode == 0, f"{full}\nrc={done.returncode}\n{out[-3000:]}"
+        log = open(run / "terminal.txt", "w")
+        runs.append((full, run, log, subprocess.Popen(["script", "-qec", terminal, "/dev/null"], cwd=run, env=env,
+                                                      stdout=log, stderr=subprocess.STDOUT)))
+    try:
+        for _, _, log, proc in runs:
+            proc.wait(timeout=400)
+            log.close()
+    finally:
+        for _, _, _, proc in runs:
+            if proc.poll() is None:
+                proc.kill()
+    for full, run, _, proc in runs:
+        out = (run / "terminal.txt").read_text(errors="replace")
+        assert proc.returncode == 0, f"{full}\nrc={proc.returncode}\n{out[-3000:]}"
         assert "collective mismatch" not in out and "Epoch 1" in out, out[-3000:]  # tqdm rendered both epochs
         ckpt = torch.load(next(run.rglob("last.ckpt")), weights_only=True)
         assert ckpt["epoch"] == 1 and len(ckpt["RolloutDataModule"]["ranks"]) == 2
-        assert shlex.split(command)[:3] == ["python", "-m", "parlightning.fit"]
