@@ -183,3 +183,18 @@ def test_each_ddp_rank_runs_its_own_async_collector(tmp_cwd, config):
     lag_max = [v for _, v in scalars["perf/policy_lag_max"]]
     assert lag_max[0] == 0.0 and max(lag_max) == 1.0  # both ranks' means: each rank ran one round ahead
     assert [s for s, _ in scalars["rollout/episodes"]] == [256, 512, 768, 1024]  # 2 ranks x 16 x 8 per round
+
+
+def test_importance_weights_scale_each_samples_clipped_surrogate():
+    from parlightning.loss import ppo_loss
+
+    new_lp = torch.log(torch.tensor([0.5, 0.9, 0.2]))
+    old_lp = torch.log(torch.tensor([0.5, 0.5, 0.4]))  # ratios 1.0, 1.8 (clipped to 1.2), 0.5 (clipped to 0.8)
+    adv = torch.tensor([1.0, 2.0, -1.0])
+    args = (new_lp, torch.zeros(3), torch.zeros(3), old_lp, torch.zeros(3), adv, torch.zeros(3))
+    plain = ppo_loss(*args, norm_adv=False)
+    assert torch.equal(ppo_loss(*args, norm_adv=False, is_weight=torch.ones(3)).loss, plain.loss)
+    weighted = ppo_loss(*args, norm_adv=False, is_weight=torch.tensor([1.0, 0.5, 0.25]))
+    # per sample max(-A r, -A clip(r)): -1.0, -2.4, 0.8; weighted -1.0, -1.2, 0.2
+    torch.testing.assert_close(plain.policy_loss, torch.tensor((-1.0 - 2.4 + 0.8) / 3))
+    torch.testing.assert_close(weighted.policy_loss, torch.tensor((-1.0 - 1.2 + 0.2) / 3))
