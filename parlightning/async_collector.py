@@ -231,7 +231,8 @@ class AsyncCollector(SyncCollector):
         self._behaviour_version = version
 
     def _pick(self, reset_mask: Tensor) -> Tensor:
-        picked = self.sampler.pick_batch(self._round_shard, self._round, reset_mask, self.action_generator)
+        generator = getattr(self, "task_generator", self.action_generator)  # the sampler's own stream where there is one
+        picked = self.sampler.pick_batch(self._round_shard, self._round, reset_mask, generator)
         self.current_task = torch.where(reset_mask, picked, self.current_task)
         return picked
 

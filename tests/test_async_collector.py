@@ -161,3 +161,40 @@ def test_count_world_runs_under_the_async_collector(tmp_cwd):
     episodes = dm.last_rollout.episodes
     assert episodes is not None and episodes.task.numel() > 0
     assert set(episodes.critical_steps.tolist()) <= {1.0, 2.0, 3.0}  # task t-k lasts k + 1 steps
+
+
+@pytest.mark.skipif(os.environ.get("PARL_SLOW_TESTS") != "1", reason="two 2-rank DDP runs: PARL_SLOW_TESTS=1")
+@pytest.mark.parametrize("config", ["swarm.yaml", "external.yaml"])
+def test_each_ddp_rank_runs_its_own_async_collector(tmp_cwd, config):
+    import subprocess
+    import sys
+
+    from parlightning.logs import read_scalars
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    cmd = [sys.executable, "-m", "parlightning.fit", "--config", os.path.join(root, "configs", config),
+           "--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.strategy", "ddp",
+           "--trainer.max_epochs", "4", "--data.num_envs", "16", "--data.num_steps", "8", "--data.max_policy_lag", "1",
+           "--trainer.enable_progress_bar", "false"]
+    env = {**os.environ, "PYTHONPATH": root}
+    done = subprocess.run(cmd, cwd=tmp_cwd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    scalars = read_scalars(tmp_cwd / "lightning_logs" / "version_0")
+    lag_max = [v for _, v in scalars["perf/policy_lag_max"]]
+    assert lag_max[0] == 0.0 and max(lag_max) == 1.0  # both ranks' means: each rank ran one round ahead
+    assert [s for s, _ in scalars["rollout/episodes"]] == [256, 512, 768, 1024]  # 2 ranks x 16 x 8 per round
+
+
+def test_importance_weights_scale_each_samples_clipped_surrogate():
+    from parlightning.loss import ppo_loss
+
+    new_lp = torch.log(torch.tensor([0.5, 0.9, 0.2]))
+    old_lp = torch.log(torch.tensor([0.5, 0.5, 0.4]))  # ratios 1.0, 1.8 (clipped to 1.2), 0.5 (clipped to 0.8)
+    adv = torch.tensor([1.0, 2.0, -1.0])
+    args = (new_lp, torch.zeros(3), torch.zeros(3), old_lp, torch.zeros(3), adv, torch.zeros(3))
+    plain = ppo_loss(*args, norm_adv=False)
+    assert torch.equal(ppo_loss(*args, norm_adv=False, is_weight=torch.ones(3)).loss, plain.loss)
+    weighted = ppo_loss(*args, norm_adv=False, is_weight=torch.tensor([1.0, 0.5, 0.25]))
+    # per sample max(-A r, -A clip(r)): -1.0, -2.4, 0.8; weighted -1.0, -1.2, 0.2
+    torch.testing.assert_close(plain.policy_loss, torch.tensor((-1.0 - 2.4 + 0.8) / 3))
+    torch.testing.assert_close(weighted.policy_loss, torch.tensor((-1.0 - 1.2 + 0.2) / 3))

@@ -130,6 +130,11 @@ def test_bad_world_config_is_one_clear_error():
         ExternalBatchedEnv(2, world="parlightning.subagents:NoSuchWorld")
     with pytest.raises(ConfigError, match="step_timeout"):
         ExternalBatchedEnv(2, world=CountWorld, step_timeout=0)
+    with pytest.raises(ConfigError, match=r"shared.pool: needs class_path .*got keys \['init_args.fn'\]"):
+        ExternalBatchedEnv(2, world=CountWorld, shared={"pool": {"init_args.fn": "x:y"}})  # a dotted CLI override
+    with pytest.raises(ConfigError, match="shared.pool: ProcessPool: fn 'nosuch:fn' is not importable"):
+        ExternalBatchedEnv(2, world=CountWorld, shared={"pool": {"class_path": "parlightning.subagents.ProcessPool",
+                                                                  "init_args": {"fn": "nosuch:fn"}}})
 
 
 def test_simulated_pool_latency_and_instruction_matching():

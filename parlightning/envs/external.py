@@ -79,9 +79,21 @@ def build_shared(specs: Optional[Mapping[str, Any]]) -> dict[str, Any]:
     """Instantiate each `{class_path, init_args}` spec once (e.g. one subagent pool for all worlds)."""
     built: dict[str, Any] = {}
     for name, spec in (specs or {}).items():
-        if isinstance(spec, Mapping) and "class_path" in spec:
-            built[name] = resolve(spec["class_path"], f"data.env.shared.{name}.class_path")(
-                **dict(spec.get("init_args") or {}))
+        if isinstance(spec, Mapping):
+            unknown = sorted(set(spec) - {"class_path", "init_args"})
+            if unknown or "class_path" not in spec:  # e.g. a dotted command-line override lands as a literal key
+                raise ConfigError(
+                    f"data.env.init_args.shared.{name}: needs class_path (and init_args), got keys {sorted(spec)} "
+                    "(dotted overrides do not reach inside `shared`: pass the whole spec as JSON or in YAML)")
+            cls = resolve(spec["class_path"], f"data.env.init_args.shared.{name}.class_path")
+            try:
+                built[name] = cls(**dict(spec.get("init_args") or {}))
+            except (TypeError, ValueError) as err:
+                for resource in built.values():  # the ones already built are not leaked
+                    close = getattr(resource, "close", None)
+                    if callable(close):
+                        close()
+                raise ConfigError(f"data.env.init_args.shared.{name}: {err}") from None
         else:
             built[name] = spec
     return built
@@ -176,8 +188,8 @@ class ExternalBatchedEnv(BatchedEnv):
             self._switch_interval = sys.getswitchinterval()
             sys.setswitchinterval(switch_interval)
         self.shared = build_shared(shared)
-        self._owned = [self.shared[k] for k, spec in (shared or {}).items() if isinstance(spec, Mapping)
-                       and "class_path" in spec]  # built here, so closed here
+        self._owned = [self.shared[k] for k, spec in (shared or {}).items()
+                       if isinstance(spec, Mapping)]  # built here, so closed here
         factory = resolve(world, "data.env.world") if isinstance(world, str) else world
         self.world_name = getattr(factory, "__name__", type(factory).__name__)
         kwargs = {**(world_kwargs or {}), **self.shared}
