@@ -287,6 +287,14 @@ def evaluate(a: argparse.Namespace) -> dict[str, Any]:
     if a.episodes <= 0:
         raise ConfigError(f"--episodes: must be a positive integer, got {a.episodes}")
     cls, init_args = env_spec(a.config)
+    if a.video:  # checked before anything runs or is written
+        if not init_args.get("env_id"):
+            raise ConfigError(f"--video: {cls.__name__} does not render; --video needs a Gymnasium world "
+                              "(data.env.init_args.env_id)")
+        try:
+            import imageio  # noqa: F401
+        except ImportError:
+            raise ConfigError("--video: needs imageio (pip install imageio); drop --video or install it") from None
     import inspect
 
     split = a.split

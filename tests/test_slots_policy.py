@@ -68,3 +68,29 @@ def test_a_world_without_slots_is_refused():
 
     with pytest.raises(ConfigError, match="slots"):
         SlotsActorCritic((4,), ActionSpec("discrete", nvec=(2,)))
+
+
+def test_model_policy_slots_trains_through_the_trainer(tmp_path):
+    import lightning.pytorch as pl
+
+    from parlightning.data import RolloutDataModule
+    from parlightning.module import PPOModule
+
+    pl.seed_everything(0)
+    dm = RolloutDataModule(env=lambda n, d, s: SwarmEnv(num_envs=n, device=d, seed=s, max_width=8), num_envs=16,
+                           num_steps=8, update_epochs=1, num_minibatches=2)
+    module = PPOModule(policy="slots", hidden_sizes=(16, 16), activation="relu", anneal_lr=False)
+    trainer = pl.Trainer(max_epochs=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, default_root_dir=tmp_path)
+    before = None
+
+    class Snap(pl.Callback):
+        def on_train_start(self, trainer, pl_module):
+            nonlocal before
+            before = [p.detach().clone() for p in pl_module.policy.parameters()]
+
+    trainer.callbacks.append(Snap())
+    trainer.fit(module, datamodule=dm)
+    assert isinstance(module.policy, SlotsActorCritic) and trainer.global_step == 4
+    assert any(not torch.equal(a, b) for a, b in zip(before, module.policy.parameters()))  # it learned something
+    assert "rollout/success_rate" in dm.last_rollout.stats

@@ -130,7 +130,11 @@ class SwarmEnv(BatchedEnv):
         self.time_scale = float(max_levels * max_width * max_cost) / 4.0  # a constant: the same on every bank
         dev = self.device
         self._splits = torch.tensor(splits, dtype=torch.float32, device=dev)
-        self._split_of_choice = torch.cat([self._splits, self._splits, self._splits[:1]])  # choice 2S: padding
+        # shards of choice j (0-based split index) as splits[0] + sum of steps past each threshold: a few float
+        # compares instead of a per-element table lookup
+        self._split_steps = [(float(j), float(splits[j] - splits[j - 1])) for j in range(1, S)]
+        # a cap that can never bind is not checked (a host-side decision, made once)
+        self._cap_binds = max_subagents < W * splits[-1] or subagent_budget is not None
         # 1 / log of the per-shard reliability: "successes before the first failure" from one uniform draw
         self._inv_log_rel = 1.0 / float(torch.tensor(min(self.reliability, 1 - 1e-7)).clamp(min=1e-30).log())
         # Slot-major tables [W, K*L] (one column per task stage), gathered with one index_select per
@@ -139,9 +143,10 @@ class SwarmEnv(BatchedEnv):
         size_rows = self.bank.size.reshape(K * L, W)
         kind_rows = self.bank.kind.reshape(K * L, W)
         self._size_cols = size_rows.t().contiguous()
-        self._present_cols = self.bank.present.reshape(K * L, W).t().contiguous()
-        self._plain_cols = (kind_rows == PLAIN).t().contiguous()
-        self._hard_cols = (kind_rows == HARD).t().contiguous()
+        # kind as a float code, N_KINDS where there is no subtask (float gathers are several times faster
+        # than bool ones on CPU): present = code < N_KINDS, plain = code == PLAIN, hard = code == HARD
+        code = torch.where(self.bank.present, self.bank.kind, N_KINDS).float().reshape(K * L, W)
+        self._code_cols = code.t().contiguous()
         self._stage_serial = 1.0 + size_rows.sum(1)  # [K*L]: the serial policy's time on the stage
         # What a slot shows, one table row per (stage, slot, failed flag) and row 0 for an empty slot:
         # the observation's slot part is one gather, no broadcast multiply.
@@ -199,7 +204,7 @@ class SwarmEnv(BatchedEnv):
         self.elapsed, self.serial = self.elapsed * keepf, self.serial * keepf
         self.n_subagents, self.assigned, self.completed = (self.n_subagents * keepf, self.assigned * keepf,
                                                            self.completed * keepf)
-        first = self._present_cols.index_select(1, self.task * self.max_levels)
+        first = self._code_cols.index_select(1, self.task * self.max_levels) < N_KINDS
         self.pending = (first & mask) | (self.pending & keep)
 
     def reset(self, *, seed: Optional[int] = None, task_index: Optional[Tensor] = None) -> Tensor:
@@ -218,17 +223,23 @@ class SwarmEnv(BatchedEnv):
         row = self.task * L + self.level.clamp(max=L - 1)
         size = self._size_cols.index_select(1, row)  # [W, N]
         pend = self.pending
-        act = action.t()
-        choice = (act - 1).clamp(min=0)
+        act = action.t().float()  # [W, N]
+        briefed_choice = act > S
+        j = act - 1.0 - S * briefed_choice  # split index of a delegation (-1 for "do it yourself")
+        k = torch.full_like(act, float(self.splits[0]))
+        for threshold, step in self._split_steps:  # len(splits) - 1 terms
+            k = k + step * (j >= threshold)
         # shards per delegated subtask (0 elsewhere); the caps (per round, per episode): delegations past
         # them (in slot order) wait, unassigned, for a later round
-        k = self._split_of_choice.index_select(0, choice.reshape(-1)).view(choice.shape) * (pend & (act > 0))
-        spawned = k.cumsum(0)
-        k = k * ((spawned <= self.max_subagents) & (spawned <= self._budget - self.n_subagents))
+        k = k * (pend & (act > 0))
+        if self._cap_binds:
+            spawned = k.cumsum(0)
+            k = k * ((spawned <= self.max_subagents) & (spawned <= self._budget - self.n_subagents))
         deleg = k > 0
         own = pend & (act == 0)
-        briefed = deleg & (choice >= S)
-        ok = deleg & (self._plain_cols.index_select(1, row) | (briefed & self._hard_cols.index_select(1, row)))
+        briefed = deleg & briefed_choice
+        code = self._code_cols.index_select(1, row)
+        ok = deleg & ((code == PLAIN) | (briefed & (code == HARD)))
         nonempty = torch.minimum(k, size)  # shards with work; k > size leaves k - size empty shards
         u = torch.rand(pend.shape, generator=self.generator, device=self.device)
         in_a_row = (u.log() * self._inv_log_rel).floor()  # shards that succeed before the first failure
@@ -257,7 +268,7 @@ class SwarmEnv(BatchedEnv):
         self.level = self.level + stage_done.long()
         next_row = self.task * L + self.level.clamp(max=L - 1)
         all_done = self.level >= bank.n_levels.index_select(0, self.task)
-        fresh = self._present_cols.index_select(1, next_row) & (stage_done & ~all_done)
+        fresh = (self._code_cols.index_select(1, next_row) < N_KINDS) & (stage_done & ~all_done)
         self.pending = fresh | (pend & ~stage_done)
         self.failed = deleg & ~success & ~stage_done
 
