@@ -241,30 +241,6 @@ def test_the_memory_estimate_is_the_buffer_it_would_allocate_and_refuses_what_do
         preflight.check_memory(2 * 2**30, "N actors x T steps", (5,), torch.device("cpu"), ranks_here=2)
 
 
-def test_parl_ablation_writes_into_a_fresh_untracked_folder_by_default(tmp_path, monkeypatch):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("parl_ablation", TESTS.parent / "scripts" / "parl_ablation.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    fresh = script.fresh_workdir
-    first, second = fresh(tmp_path / "runs"), fresh(tmp_path / "runs")  # two runs in the same second
-    assert first != second and first.parent == second.parent == tmp_path / "runs"
-    assert first.name.startswith("parl_ablation-") and not list(first.iterdir())
-    root = script.ROOT
-    monkeypatch.setattr(script, "ROOT", tmp_path / "repo")
-    assert fresh().parent == tmp_path / "repo" / "runs"  # the default: the repository's untracked runs/
-    monkeypatch.setattr(script, "ROOT", root)
-    monkeypatch.setattr(script, "fresh_workdir", lambda: fresh(tmp_path / "runs"))
-    monkeypatch.setattr(sys, "argv", ["parl_ablation.py", "--quick"])
-    monkeypatch.setattr(script, "run_all", lambda args, root: pytest.fail(f"plot would go to {args.out}")
-                        if args.out != root / "parl_ablation.png" or root.parent != tmp_path / "runs" else {})
-    monkeypatch.setattr(script, "plot", lambda data, path: None)
-    monkeypatch.setattr(script, "curves", lambda runs: {arm: {tag: [] for tag in script.CURVES} for arm in script.ARMS})
-    script.main()  # no runs: prints empty tables, writes nothing outside runs/
-    assert not (tmp_path / "docs").exists()
-
-
 # ---------------------------------------------------------------------------------- non-finite
 NUM_ENVS, NUM_STEPS = 8, 8
 
