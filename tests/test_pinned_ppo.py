@@ -316,6 +316,16 @@ def test_ppo_loss_equals_cleanrl_for_every_setting(norm_adv, clip_vloss, clip_co
     assert 0.1 < float(out.clip_fraction) < 0.9  # the clip is exercised both ways
 
 
+@pytest.mark.parametrize("norm_adv", [True, False])
+def test_ppo_loss_on_sequence_minibatches_equals_the_flattened_rows(norm_adv):
+    """A recurrent minibatch is [B, L]: advantages are normalised over all of its B*L rows, not per axis."""
+    args = _loss_inputs(7, n=48)
+    seq = ppo_loss(*(a.view(6, 8) for a in args), norm_adv=norm_adv)
+    flat = ppo_loss(*args, norm_adv=norm_adv)
+    for name, a, b in zip(seq._fields, seq, flat):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
+
+
 def test_ppo_loss_gradient_pushes_up_positive_advantage_actions_and_entropy():
     new_lp = torch.zeros(2, requires_grad=True)
     ent = torch.ones(2, requires_grad=True)
