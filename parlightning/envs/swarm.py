@@ -54,7 +54,8 @@ SCRIPTED = ("serial", "oracle", "random")
 
 def _check_int(name: str, value: Any, low: int = 1) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise ConfigError(f"SwarmEnv: `{name}` must be an integer >= {low}, got {value!r}")
+        what = "a positive integer" if low == 1 else f"an integer >= {low}"
+        raise ConfigError(f"SwarmEnv: `{name}` must be {what}, got {value!r}")
 
 
 def _check_float(name: str, value: Any, low: float, high: float, fix: str) -> None:
