@@ -105,7 +105,7 @@ BAD_INPUT = [  # (arguments, the field the message names, a piece of the fix it 
     (["--model.hidden_sizes", "[64, 0]"], "model.hidden_sizes", "positive integer widths"),
     (["--torch_threads", "0"], "--torch_threads", "positive integer"),
     (["--data.env.init_args.max_subagents", "4"], "max_subagents", "set them equal"),
-    (["--data.env.init_args.max_cost", "0"], "max_cost", "integer >= 1"),
+    (["--data.env.init_args.max_cost", "0"], "max_cost", "positive integer"),
     (["--data.sampler", "parlightning.sampling.NoSuchSampler"], "data.sampler", "importable class"),
     (["--data.env.class_path", "parlightning.envs.nowhere.World"], "data.env", "importable class"),
     (["--trainer.callbacks+=parlightning.callbacks.NoSuchMonitor"], "trainer.callbacks", "importable class"),
