@@ -554,7 +554,7 @@ def heatmap_grid(summary: dict, key: str) -> tuple[list, list, list[list[float]]
                 if ds:
                     values[i][j] = sum(d["diff"] for d in ds) / len(ds)
                     ns = sum(not d["significant"] for d in ds)
-                    notes[i][j] = f"{values[i][j]:+.2f}" + (f"\nns" if ns == len(ds) else (f"\n{ns} ns" if ns else ""))
+                    notes[i][j] = f"{values[i][j]:+.2f}" + ("\nns" if ns == len(ds) else (f"\n{ns} ns" if ns else ""))
             else:
                 vs = [c["bounds"][head][metric] for c in found if c["bounds"].get(head, {}).get(metric) is not None]
                 if vs:

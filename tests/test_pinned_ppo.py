@@ -167,7 +167,7 @@ class Reference(RolloutCallback):
                 self.rows[_key(obs[t, n])] = dict(actions=actions[t, n], logprobs=logprob[t, n], values=values[t, n],
                                                   advantages=adv[t, n], returns=ret[t, n], rewards=rewards[t, n])
         episodes = self._episodes(env, T)
-        self.episode_means.append((sum(r for r, _ in episodes) / len(episodes), sum(l for _, l in episodes) / len(episodes)))
+        self.episode_means.append((sum(r for r, _ in episodes) / len(episodes), sum(n for _, n in episodes) / len(episodes)))
         if self.reward is not None:  # the sampler learnt from every finished episode's outcome, per task
             sampler = trainer.datamodule.sampler
             seen = torch.zeros(3), torch.zeros(3)

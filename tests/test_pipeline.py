@@ -1,7 +1,6 @@
 """PipelineChain: counterfactual replays reproduce the episode exactly when nothing is replaced and
 change it, by hand-computed amounts, when a stage's decision is replaced by a different one."""
 
-import math
 
 import pytest
 import torch
