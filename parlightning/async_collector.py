@@ -259,8 +259,7 @@ class AsyncCollector(SyncCollector):
         buf = StampedBuffer(self.num_steps, self.num_envs, tuple(self.env.observation_shape), spec.action_shape,
                             self.device, torch.long if spec.is_discrete else torch.float32)
         self.buffer = buf
-        env, policy, key_row = self.env, self.behaviour, self.dm.key_row
-        ep_return, ep_length = self.episode_return, self.episode_length
+        policy, key_row = self.behaviour, self.dm.key_row
         picker = self._pick if self.sampler is not None else None
         step_versions = []
         for t in range(self.num_steps):
@@ -272,24 +271,8 @@ class AsyncCollector(SyncCollector):
                                    f"{round_j - self.max_lag}")
             step_versions.append(self._behaviour_version)
             with self._lock, torch.inference_mode():
-                obs = self.obs
-                if key_row is None:
-                    action, logprob, value = policy.act(obs, self.action_generator)
-                    buf.write(t, obs, action, logprob, value)
-                else:
-                    key = key_row[self.current_task]
-                    action, logprob, value = policy.act(obs, self.action_generator, key=key)
-                    buf.write(t, obs, action, logprob, value, key)
                 buf.versions[t].fill_(self._behaviour_version)
-                res = env.step(action, picker)
-                ep_return += res.reward
-                ep_length += 1
-                buf.write_outcome(t, res.reward, res.terminated, res.truncated, res.final_obs, ep_return, ep_length,
-                                  res.parts)
-                alive = ~(res.terminated | res.truncated)
-                ep_return *= alive
-                ep_length *= alive
-                self.obs = res.obs
+                self.obs = self._step(t, policy, self.obs, picker)
         with torch.inference_mode():  # bootstrap values from the behaviour policy that acted last
             keyed = key_row is not None
             next_value = _value(policy, self.obs, key_row[self.current_task] if keyed else None)

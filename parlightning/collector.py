@@ -9,7 +9,7 @@ state: env, buffer, observations, generators, episode counters, the task each ac
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import numpy as np
 import torch
@@ -200,28 +200,32 @@ class SyncCollector(Collector):
     def _run_steps(self, policy: torch.nn.Module, obs: Tensor) -> Tensor:
         """The step loop: per step one batched policy call, env step and buffer write for all actors,
         and no host sync (tests/test_hot_path.py counts them). Returns the observation after step T-1."""
-        buf, env = self.buffer, self.env
-        ep_return, ep_length = self.episode_return, self.episode_length
         picker = self.dm._pick if self.sampler is not None else None
-        key_row = self.dm.key_row
         for t in range(self.num_steps):
-            if key_row is None:
-                action, logprob, value = policy.act(obs, self.action_generator)
-                buf.write(t, obs, action, logprob, value)
-            else:  # a keyed policy (TensorParallel): each actor's task's row of the key table
-                key = key_row[self.current_task]
-                action, logprob, value = policy.act(obs, self.action_generator, key=key)
-                buf.write(t, obs, action, logprob, value, key)
-            res = env.step(action, picker)
-            ep_return += res.reward
-            ep_length += 1
-            buf.write_outcome(t, res.reward, res.terminated, res.truncated, res.final_obs, ep_return, ep_length,
-                              res.parts)
-            alive = ~(res.terminated | res.truncated)
-            ep_return *= alive
-            ep_length *= alive
-            obs = res.obs
+            obs = self._step(t, policy, obs, picker)
         return obs
+
+    def _step(self, t: int, policy: torch.nn.Module, obs: Tensor, picker: Optional[Callable]) -> Tensor:
+        """Step t for all actors: act, write the buffer, step the env, count episode return and
+        length (reset where an episode ended). Returns the next observation."""
+        buf, key_row = self.buffer, self.dm.key_row
+        if key_row is None:
+            action, logprob, value = policy.act(obs, self.action_generator)
+            buf.write(t, obs, action, logprob, value)
+        else:  # a keyed policy (TensorParallel): each actor's task's row of the key table
+            key = key_row[self.current_task]
+            action, logprob, value = policy.act(obs, self.action_generator, key=key)
+            buf.write(t, obs, action, logprob, value, key)
+        res = self.env.step(action, picker)
+        ep_return, ep_length = self.episode_return, self.episode_length
+        ep_return += res.reward
+        ep_length += 1
+        buf.write_outcome(t, res.reward, res.terminated, res.truncated, res.final_obs, ep_return, ep_length,
+                          res.parts)
+        alive = ~(res.terminated | res.truncated)
+        ep_return *= alive
+        ep_length *= alive
+        return res.obs
 
     def _elapsed(self, start: float) -> float:
         if self.device.type == "cuda":

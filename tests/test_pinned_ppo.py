@@ -10,6 +10,7 @@ import lightning.pytorch as pl
 import pytest
 import torch
 
+from test_buffer import _reference_gae  # the per-actor textbook recursion (tests/test_buffer.py)
 from parlightning.buffer import compute_gae
 from parlightning.callbacks.base import RolloutCallback
 from parlightning.data import RolloutDataModule
@@ -97,24 +98,6 @@ def _trainer(epochs, callbacks=(), **kw):
 
 def _key(row):
     return tuple(int(round(float(x) * 64)) for x in row)
-
-
-def _reference_gae(rewards, values, term, trunc, trunc_values, next_value, gamma, lam):
-    """Per actor, per step, in Python floats (the textbook recursion)."""
-    T, N = rewards.shape
-    adv = torch.zeros(T, N, dtype=torch.float64)
-    for n in range(N):
-        running = 0.0
-        for t in reversed(range(T)):
-            if term[t, n]:
-                nxt, running = 0.0, 0.0
-            elif trunc[t, n]:
-                nxt, running = float(trunc_values[t, n]), 0.0
-            else:
-                nxt = float(next_value[n]) if t == T - 1 else float(values[t + 1, n])
-            running = float(rewards[t, n]) + gamma * nxt - float(values[t, n]) + gamma * lam * running
-            adv[t, n] = running
-    return adv
 
 
 class Reference(RolloutCallback):
