@@ -151,11 +151,17 @@ class SwarmEnv(BatchedEnv):
         self._stage_serial = 1.0 + size_rows.sum(1)  # [K*L]: the serial policy's time on the stage
         self._stage_work = size_rows.sum(1)  # [K*L]: a fresh stage's pending work
         self._tri = torch.ones(W, W, device=dev).tril()  # cumulative sums over slots as one matmul (exact on counts)
-        # What a slot shows when pending, one table row per stage ([K*L, W*F]; the failed flag comes from the
-        # state): the observation's slot part is one row gather times the pending mask.
+        # What a slot shows, one table row per (stage, slot, failed flag) and row 0 for an empty slot:
+        # the observation's slot part is one gather, no broadcast multiply.
         kinds = torch.eye(N_KINDS, device=dev)[kind_rows]  # [K*L, W, 3]
-        self._slot_rows = torch.cat([torch.ones_like(size_rows).unsqueeze(-1), (size_rows / max_cost).unsqueeze(-1),
-                                     kinds, torch.zeros_like(size_rows).unsqueeze(-1)], -1).reshape(K * L, W * SLOT_FEATURES)
+        shown = torch.cat([torch.ones_like(size_rows).unsqueeze(-1), (size_rows / max_cost).unsqueeze(-1), kinds,
+                           torch.zeros_like(size_rows).unsqueeze(-1)], -1).reshape(K * L * W, SLOT_FEATURES)
+        failed_rows = shown.clone()
+        failed_rows[:, SLOT_FEATURES - 1] = 1.0
+        self._slot_table = torch.cat([torch.zeros(1, SLOT_FEATURES, device=dev), shown, failed_rows])
+        # the slot rows' gather index is computed in float (exact below 2**24 rows, else in double)
+        self._index_dtype = torch.float32 if self._slot_table.shape[0] < 2**24 else torch.float64
+        self._slot_offset = (torch.arange(W, device=dev) + 1).to(self._index_dtype).unsqueeze(1)  # [W, 1]: row of slot w, + 1 for row 0
         self.generator = torch.Generator(device=dev).manual_seed(seed)
         N = num_envs
         z = lambda dtype=torch.float32: torch.zeros(N, dtype=dtype, device=dev)  # noqa: E731
@@ -186,15 +192,17 @@ class SwarmEnv(BatchedEnv):
     # ------------------------------------------------------------------ observation
     def _observe(self, task: Tensor, level: Tensor, pend: Tensor, fail: Tensor, elapsed: Tensor, n_subagents: Tensor,
                  out: Optional[Tensor] = None) -> Tensor:
-        """[N, W+1, F] (into `out` when given): the slot rows (one row gather from `_slot_rows` times the pending mask) and the context row."""
+        """[N, W+1, F] (into `out` when given): the slot rows (one gather from `_slot_table`) and the context row."""
         W, N = pend.shape
         L = self.max_levels
         row = task * L + level.clamp(max=L - 1)
+        index = torch.zeros(N, W + 1, dtype=torch.long, device=self.device)  # the context row gathers row 0
+        half = float(self._slot_table.shape[0] // 2)
+        dt = self._index_dtype
+        index[:, :W].t().copy_((fail.to(dt) * half + (row * W).to(dt) + self._slot_offset) * pend.to(dt))
         if out is None:
             out = torch.empty(N, W + 1, SLOT_FEATURES, device=self.device)
-        slots = self._slot_rows.index_select(0, row).view(N, W, SLOT_FEATURES)
-        torch.mul(slots, pend.t().unsqueeze(-1), out=out[:, :W])
-        torch.mul(fail.t(), pend.t(), out=out[:, :W, SLOT_FEATURES - 1])  # failed last round (shown when pending)
+        torch.index_select(self._slot_table, 0, index.view(-1), out=out.view(N * (W + 1), SLOT_FEATURES))
         budget = self.bank.budget.index_select(0, task)
         work = (self._size_cols.index_select(1, row) * pend).sum(0)
         ctx, scale = out.select(1, W), self.time_scale
