@@ -160,6 +160,7 @@ class SwarmEnv(BatchedEnv):
         failed_rows[:, SLOT_FEATURES - 1] = 1.0
         self._slot_table = torch.cat([torch.zeros(1, SLOT_FEATURES, device=dev), shown, failed_rows])
         # the slot rows' gather index is computed in float (exact below 2**24 rows, else in double)
+        self._index_buffers: dict[int, Tensor] = {}
         self._index_dtype = torch.float32 if self._slot_table.shape[0] < 2**24 else torch.float64
         self._slot_offset = (torch.arange(W, device=dev) + 1).to(self._index_dtype).unsqueeze(1)  # [W, 1]: row of slot w, + 1 for row 0
         self.generator = torch.Generator(device=dev).manual_seed(seed)
@@ -196,10 +197,13 @@ class SwarmEnv(BatchedEnv):
         W, N = pend.shape
         L = self.max_levels
         row = task * L + level.clamp(max=L - 1)
-        index = torch.zeros(N, W + 1, dtype=torch.long, device=self.device)  # the context row gathers row 0
+        index = self._index_buffers.get(N)  # reused: its context column stays 0 (gathers row 0, then is written)
+        if index is None:
+            index = self._index_buffers[N] = torch.zeros(N, W + 1, dtype=torch.long, device=self.device)
         half = float(self._slot_table.shape[0] // 2)
         dt = self._index_dtype
-        index[:, :W].t().copy_((fail.to(dt) * half + (row * W).to(dt) + self._slot_offset) * pend.to(dt))
+        flat = torch.add(self._slot_offset, (row * W).to(dt))  # [W, N]
+        index[:, :W].t().copy_(flat.add_(fail.to(dt), alpha=half).mul_(pend.to(dt)))
         if out is None:
             out = torch.empty(N, W + 1, SLOT_FEATURES, device=self.device)
         torch.index_select(self._slot_table, 0, index.view(-1), out=out.view(N * (W + 1), SLOT_FEATURES))
