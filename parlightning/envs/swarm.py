@@ -268,7 +268,7 @@ class SwarmEnv(BatchedEnv):
             k.mul_((limit - spawned + 1.0).clamp_(0.0, 1.0))
         deleg = k.clamp(max=1.0)
         briefed = deleg * bc
-        ok = deleg * (plain + bc * hard)
+        ok = torch.addcmul(deleg * plain, briefed, hard)  # a suitable instruction: generic on PLAIN, briefed on HARD
         nonempty = torch.minimum(k, size)  # shards with work; k > size leaves k - size empty shards
         u = torch.rand(pend.shape, generator=self.generator, device=self.device)
         in_a_row = u.log_().mul_(self._inv_log_rel).floor_()  # shards that succeed before the first failure
