@@ -160,6 +160,12 @@ class SwarmEnv(BatchedEnv):
         failed_rows[:, SLOT_FEATURES - 1] = 1.0
         self._slot_table = torch.cat([torch.zeros(1, SLOT_FEATURES, device=dev), shown, failed_rows])
         # the slot rows' gather index is computed in float (exact below 2**24 rows, else in double)
+        # per action entry a (row a + 1; row 0: any negative entry): shards, briefed choice, do it yourself
+        table = torch.zeros(3, 2 * S + 2, device=dev)
+        for a in range(1, 2 * S + 1):
+            table[0, a + 1], table[1, a + 1] = float(splits[(a - 1) % S]), float(a > S)
+        table[2, 1] = 1.0
+        self._action_table = table
         self._index_buffers: dict[int, Tensor] = {}
         self._index_dtype = torch.float32 if self._slot_table.shape[0] < 2**24 else torch.float64
         self._slot_offset = (torch.arange(W, device=dev) + 1).to(self._index_dtype).unsqueeze(1)  # [W, 1]: row of slot w, + 1 for row 0
@@ -250,17 +256,11 @@ class SwarmEnv(BatchedEnv):
         row = task * L + level.clamp(max=L - 1)
         cols = self._step_cols.index_select(1, row)  # [3W, N]
         size, plain, hard = cols[:W], cols[W:2 * W], cols[2 * W:]
-        if action.is_floating_point():
-            action = action.long()
-        act = action.t().to(self.device, torch.float32)  # [W, N]
-        bc = (act - S).clamp_(0.0, 1.0)  # briefed choice
-        m = act - S * bc  # 0 = do it yourself, 1.. = 1 + split index (a negative entry does nothing)
-        d0 = m.clamp(0.0, 1.0)  # a delegation
-        # shards per delegated subtask: splits[0] + the steps past each threshold (integer-valued floats)
-        k = d0 * float(self.splits[0]) if self.splits[0] != 1 else d0.clone()
-        for i in range(1, S):  # len(splits) - 1 terms
-            k.add_((m - float(i)).clamp_(0.0, 1.0).mul_(float(self.splits[i] - self.splits[i - 1])))
-        own = (1.0 - m.abs()).clamp_(min=0.0).mul_(pend)
+        # decode every entry with one table gather: shards, briefed, do-it-yourself ([3, W*N]; entries past
+        # 2S act as 2S, negative ones do nothing)
+        index = action.to(self.device, torch.long).t().clamp(-1, 2 * S).contiguous().add_(1)
+        decoded = self._action_table.index_select(1, index.view(-1)).view(3, W, N)
+        k, bc, own = decoded[0], decoded[1], decoded[2].mul_(pend)
         k.mul_(pend)
         if self._cap_binds:  # the caps (per round, per episode): delegations past them (in slot order) wait
             spawned = self._tri @ k
