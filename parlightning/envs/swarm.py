@@ -167,6 +167,7 @@ class SwarmEnv(BatchedEnv):
         table[2, 1] = 1.0
         self._action_table = table
         self._index_buffers: dict[int, Tensor] = {}
+        self._decode_buffers: dict[int, Tensor] = {}
         self._index_dtype = torch.float32 if self._slot_table.shape[0] < 2**24 else torch.float64
         self._slot_offset = (torch.arange(W, device=dev) + 1).to(self._index_dtype).unsqueeze(1)  # [W, 1]: row of slot w, + 1 for row 0
         self.generator = torch.Generator(device=dev).manual_seed(seed)
@@ -258,7 +259,12 @@ class SwarmEnv(BatchedEnv):
         size, plain, hard = cols[:W], cols[W:2 * W], cols[2 * W:]
         # decode every entry with one table gather: shards, briefed, do-it-yourself ([3, W*N]; entries past
         # 2S act as 2S, negative ones do nothing)
-        index = action.to(self.device, torch.long).t().clamp(-1, 2 * S).contiguous().add_(1)
+        index = self._decode_buffers.get(N)  # reused slot-major int32 buffer (consumed right away)
+        if index is None:
+            index = self._decode_buffers[N] = torch.empty(W, N, dtype=torch.int32, device=self.device)
+        if action.is_floating_point():
+            action = action.long()
+        index.copy_(action.clamp(-1, 2 * S).t()).add_(1)
         decoded = self._action_table.index_select(1, index.view(-1)).view(3, W, N)
         k, bc, own = decoded[0], decoded[1], decoded[2].mul_(pend)
         k.mul_(pend)
