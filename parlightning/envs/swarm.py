@@ -341,7 +341,7 @@ class SwarmEnv(BatchedEnv):
         self.elapsed, self.serial = elapsed * keepf, serial * keepf
         self.n_subagents, self.assigned, self.completed = n_subagents * keepf, assigned * keepf, completed * keepf
         self._fail = fail_seen * keepf
-        self._pend = pend_seen * keepf + self._present_cols.index_select(1, new_task * L) * donef
+        self._pend = torch.addcmul(pend_seen * keepf, self._present_cols.index_select(1, new_task * L), donef)
         return StepResult(obs, outcome, terminated, truncated, final_obs, parts)
 
     # ------------------------------------------------------------------ scripted policies
