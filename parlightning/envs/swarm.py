@@ -149,7 +149,6 @@ class SwarmEnv(BatchedEnv):
         self._step_cols = torch.cat([size_rows, (present_rows & (kind_rows == PLAIN)).float(),
                                      (present_rows & (kind_rows == HARD)).float()], 1).t().contiguous()
         self._stage_serial = 1.0 + size_rows.sum(1)  # [K*L]: the serial policy's time on the stage
-        self._stage_work = size_rows.sum(1)  # [K*L]: a fresh stage's pending work
         self._tri = torch.ones(W, W, device=dev).tril()  # cumulative sums over slots as one matmul (exact on counts)
         # What a slot shows, one table row per (stage, slot, failed flag) and row 0 for an empty slot:
         # the observation's slot part is one gather, no broadcast multiply.
@@ -159,7 +158,6 @@ class SwarmEnv(BatchedEnv):
         failed_rows = shown.clone()
         failed_rows[:, SLOT_FEATURES - 1] = 1.0
         self._slot_table = torch.cat([torch.zeros(1, SLOT_FEATURES, device=dev), shown, failed_rows])
-        # the slot rows' gather index is computed in float (exact below 2**24 rows, else in double)
         # per action entry a (row a + 1; row 0: any negative entry): shards, briefed choice, do it yourself
         table = torch.zeros(3, 2 * S + 2, device=dev)
         for a in range(1, 2 * S + 1):
@@ -168,6 +166,7 @@ class SwarmEnv(BatchedEnv):
         self._action_table = table
         self._index_buffers: dict[int, Tensor] = {}
         self._decode_buffers: dict[int, Tensor] = {}
+        # the slot rows' gather index is computed in float (exact below 2**24 rows, else in double)
         self._index_dtype = torch.float32 if self._slot_table.shape[0] < 2**24 else torch.float64
         self._slot_offset = (torch.arange(W, device=dev) + 1).to(self._index_dtype).unsqueeze(1)  # [W, 1]: row of slot w, + 1 for row 0
         self.generator = torch.Generator(device=dev).manual_seed(seed)
