@@ -220,7 +220,10 @@ class SwarmEnv(BatchedEnv):
         torch.div(self.late_window * budget - elapsed, scale, out=ctx[:, 1])
         torch.div(elapsed, scale, out=ctx[:, 2])
         ctx[:, 3].copy_((self.bank.n_levels.index_select(0, task) - level).float() / self.max_levels)
-        torch.clamp(1.0 - n_subagents / self._budget, min=0, out=ctx[:, 4])  # share of the episode's subagent budget left
+        if self.subagent_budget is None:  # share of the episode's subagent budget left (none: always all of it)
+            ctx[:, 4].fill_(1.0)
+        else:
+            torch.clamp(1.0 - n_subagents / self._budget, min=0, out=ctx[:, 4])
         torch.div(work, self.max_width * self.max_cost, out=ctx[:, 5])
         return out
 
