@@ -131,24 +131,25 @@ class SwarmEnv(BatchedEnv):
         self.time_scale = float(max_levels * max_width * max_cost) / 4.0  # a constant: the same on every bank
         dev = self.device
         self._splits = torch.tensor(splits, dtype=torch.float32, device=dev)
-        # shards of choice j (0-based split index) as splits[0] + sum of steps past each threshold: a few float
-        # compares instead of a per-element table lookup
-        self._split_steps = [(float(j), float(splits[j] - splits[j - 1])) for j in range(1, S)]
         # a cap that can never bind is not checked (a host-side decision, made once)
         self._cap_binds = max_subagents < W * splits[-1] or subagent_budget is not None
         # 1 / log of the per-shard reliability: "successes before the first failure" from one uniform draw
         self._inv_log_rel = 1.0 / float(torch.tensor(min(self.reliability, 1 - 1e-7)).clamp(min=1e-30).log())
         # Slot-major tables [W, K*L] (one column per task stage), gathered with one index_select per
-        # field per step into [W, N]: reductions over slots then run over the outer dimension,
-        # vectorised across actors (a last dimension of a few slots is slow to reduce on CPU).
+        # step into [W, N]: reductions over slots then run over the outer dimension, vectorised across
+        # actors (a last dimension of a few slots is slow to reduce on CPU). Masks are float 0/1 and
+        # counts integer-valued floats (exact), so the dynamics are float arithmetic: on CPU a bool
+        # compare or a bool-float product costs several float ops.
         size_rows = self.bank.size.reshape(K * L, W)
         kind_rows = self.bank.kind.reshape(K * L, W)
+        present_rows = self.bank.present.reshape(K * L, W)
         self._size_cols = size_rows.t().contiguous()
-        # kind as a float code, N_KINDS where there is no subtask (float gathers are several times faster
-        # than bool ones on CPU): present = code < N_KINDS, plain = code == PLAIN, hard = code == HARD
-        code = torch.where(self.bank.present, self.bank.kind, N_KINDS).float().reshape(K * L, W)
-        self._code_cols = code.t().contiguous()
+        self._present_cols = present_rows.t().float().contiguous()
+        # size, plain, hard stacked [3W, K*L]: one gather per step
+        self._step_cols = torch.cat([size_rows, (present_rows & (kind_rows == PLAIN)).float(),
+                                     (present_rows & (kind_rows == HARD)).float()], 1).t().contiguous()
         self._stage_serial = 1.0 + size_rows.sum(1)  # [K*L]: the serial policy's time on the stage
+        self._tri = torch.ones(W, W, device=dev).tril()  # cumulative sums over slots as one matmul (exact on counts)
         # What a slot shows, one table row per (stage, slot, failed flag) and row 0 for an empty slot:
         # the observation's slot part is one gather, no broadcast multiply.
         kinds = torch.eye(N_KINDS, device=dev)[kind_rows]  # [K*L, W, 3]
@@ -157,42 +158,74 @@ class SwarmEnv(BatchedEnv):
         failed_rows = shown.clone()
         failed_rows[:, SLOT_FEATURES - 1] = 1.0
         self._slot_table = torch.cat([torch.zeros(1, SLOT_FEATURES, device=dev), shown, failed_rows])
-        self._slot_offset = (torch.arange(W, device=dev) + 1).unsqueeze(1)  # [W, 1]: row of slot w, + 1 for row 0
+        # per action entry a (row a + 1; row 0: any negative entry): shards, briefed choice, do it yourself
+        table = torch.zeros(3, 2 * S + 2, device=dev)
+        for a in range(1, 2 * S + 1):
+            table[0, a + 1], table[1, a + 1] = float(splits[(a - 1) % S]), float(a > S)
+        table[2, 1] = 1.0
+        self._action_table = table
+        self._index_buffers: dict[int, Tensor] = {}
+        self._decode_buffers: dict[int, Tensor] = {}
+        # the slot rows' gather index is computed in float (exact below 2**24 rows, else in double)
+        self._index_dtype = torch.float32 if self._slot_table.shape[0] < 2**24 else torch.float64
+        self._slot_offset = (torch.arange(W, device=dev) + 1).to(self._index_dtype).unsqueeze(1)  # [W, 1]: row of slot w, + 1 for row 0
         self.generator = torch.Generator(device=dev).manual_seed(seed)
         N = num_envs
         z = lambda dtype=torch.float32: torch.zeros(N, dtype=dtype, device=dev)  # noqa: E731
         self.task, self.level, self.attempts = z(torch.long), z(torch.long), z(torch.long)
-        self.pending = torch.zeros(W, N, dtype=torch.bool, device=dev)  # slot-major [W, N]
-        self.failed = torch.zeros(W, N, dtype=torch.bool, device=dev)
+        self._pend = torch.zeros(W, N, device=dev)  # slot-major [W, N] float 0/1 (`pending`, `failed`: bool views)
+        self._fail = torch.zeros(W, N, device=dev)
         self.elapsed, self.serial = z(), z()
         self.n_subagents, self.assigned, self.completed = z(), z(), z()
         self._arange = torch.arange(N, device=dev)
         self.trace, self.trace_actor, self.last_round = False, 0, {}  # evaluate's --gantt: one actor's rounds
-        self._context_index = torch.zeros(1, N, dtype=torch.long, device=dev)
+        # A fresh episode's first observation depends on its task only: one table row per task, so a step
+        # observes once and the actors that reset copy their row ([K, W+1, F]).
+        tasks = torch.arange(K, device=dev)
+        zk = torch.zeros(K, device=dev)
+        self._first_obs = self._observe(tasks, tasks * 0, self._present_cols.index_select(1, tasks * L),
+                                        torch.zeros(W, K, device=dev), zk, zk)
+
+    @property
+    def pending(self) -> Tensor:
+        """[W, N] bool: subtasks of the current stage still to do."""
+        return self._pend > 0
+
+    @property
+    def failed(self) -> Tensor:
+        """[W, N] bool: delegations that failed last round."""
+        return self._fail > 0
 
     # ------------------------------------------------------------------ observation
-    def _observe(self) -> Tensor:
-        """[N, W+1, F]: the slot rows (one gather from `_slot_table`) and the context row."""
-        task, level, pending = self.task, self.level, self.pending
-        W, N = pending.shape
-        row = task * self.max_levels + level.clamp(max=self.max_levels - 1)
-        base = row * W
-        index = (base + self._slot_offset + self.failed * (self._slot_table.shape[0] // 2)) * pending  # [W, N]
-        index = torch.cat([index, self._context_index])  # [W+1, N]: the context row gathers row 0, then is written
-        obs = self._slot_table.index_select(0, index.t().reshape(-1)).view(N, W + 1, SLOT_FEATURES)
+    def _observe(self, task: Tensor, level: Tensor, pend: Tensor, fail: Tensor, elapsed: Tensor, n_subagents: Tensor,
+                 out: Optional[Tensor] = None) -> Tensor:
+        """[N, W+1, F] (into `out` when given): the slot rows (one gather from `_slot_table`) and the context row."""
+        W, N = pend.shape
+        L = self.max_levels
+        row = task * L + level.clamp(max=L - 1)
+        index = self._index_buffers.get(N)  # reused: its context column stays 0 (gathers row 0, then is written)
+        if index is None:
+            index = self._index_buffers[N] = torch.zeros(N, W + 1, dtype=torch.long, device=self.device)
+        half = float(self._slot_table.shape[0] // 2)
+        dt = self._index_dtype
+        flat = torch.add(self._slot_offset, (row * W).to(dt))  # [W, N]
+        index[:, :W].t().copy_(flat.add_(fail.to(dt), alpha=half).mul_(pend.to(dt)))
+        if out is None:
+            out = torch.empty(N, W + 1, SLOT_FEATURES, device=self.device)
+        torch.index_select(self._slot_table, 0, index.view(-1), out=out.view(N * (W + 1), SLOT_FEATURES))
         budget = self.bank.budget.index_select(0, task)
-        work = (self._size_cols.index_select(1, row) * pending).sum(0)
-        elapsed, scale = self.elapsed, self.time_scale
-        context = torch.stack([
-            (budget - elapsed) / scale,
-            (self.late_window * budget - elapsed) / scale,
-            elapsed / scale,
-            (self.bank.n_levels.index_select(0, task) - level).float() / self.max_levels,
-            (1.0 - self.n_subagents / self._budget).clamp(min=0),  # share of the episode's subagent budget left
-            work / (self.max_width * self.max_cost),
-        ])  # [F, N]
-        obs.select(1, W).copy_(context.t())
-        return obs
+        work = (self._size_cols.index_select(1, row) * pend).sum(0)
+        ctx, scale = out.select(1, W), self.time_scale
+        torch.div(budget - elapsed, scale, out=ctx[:, 0])
+        torch.div(self.late_window * budget - elapsed, scale, out=ctx[:, 1])
+        torch.div(elapsed, scale, out=ctx[:, 2])
+        ctx[:, 3].copy_((self.bank.n_levels.index_select(0, task) - level).float() / self.max_levels)
+        if self.subagent_budget is None:  # share of the episode's subagent budget left (none: always all of it)
+            ctx[:, 4].fill_(1.0)
+        else:
+            torch.clamp(1.0 - n_subagents / self._budget, min=0, out=ctx[:, 4])
+        torch.div(work, self.max_width * self.max_cost, out=ctx[:, 5])
+        return out
 
     def _start(self, mask: Tensor, task: Tensor) -> None:
         """Begin a fresh episode on `task` for every actor where `mask` is True (tensor ops only)."""
@@ -200,13 +233,13 @@ class SwarmEnv(BatchedEnv):
         keep = ~mask
         self.level = self.level * keep
         self.attempts = self.attempts * keep
-        self.failed = self.failed & keep
         keepf = keep.float()
+        self._fail = self._fail * keepf
         self.elapsed, self.serial = self.elapsed * keepf, self.serial * keepf
         self.n_subagents, self.assigned, self.completed = (self.n_subagents * keepf, self.assigned * keepf,
                                                            self.completed * keepf)
-        first = self._code_cols.index_select(1, self.task * self.max_levels) < N_KINDS
-        self.pending = (first & mask) | (self.pending & keep)
+        first = self._present_cols.index_select(1, self.task * self.max_levels)
+        self._pend = first * mask.float() + self._pend * keepf
 
     def reset(self, *, seed: Optional[int] = None, task_index: Optional[Tensor] = None) -> Tensor:
         """Start every actor on `task_index` ([N] bank indices; default: actor i on task i mod K)."""
@@ -215,83 +248,102 @@ class SwarmEnv(BatchedEnv):
         if task_index is None:
             task_index = self._arange % len(self.bank)
         self._start(torch.ones(self.num_envs, dtype=torch.bool, device=self.device), task_index.to(self.device, torch.long))
-        return self._observe()
+        return self._observe(self.task, self.level, self._pend, self._fail, self.elapsed, self.n_subagents)
 
     # ------------------------------------------------------------------ dynamics
     def step(self, action: Tensor, next_task: Optional[Tensor | Callable[[Tensor], Tensor]] = None) -> StepResult:
-        bank, L, S, c = self.bank, self.max_levels, len(self.splits), self.costs
-        action = action.to(self.device, torch.long)
-        row = self.task * L + self.level.clamp(max=L - 1)
-        size = self._size_cols.index_select(1, row)  # [W, N]
-        pend = self.pending
-        act = action.t().float()  # [W, N]
-        briefed_choice = act > S
-        j = act - 1.0 - S * briefed_choice  # split index of a delegation (-1 for "do it yourself")
-        k = torch.full_like(act, float(self.splits[0]))
-        for threshold, step in self._split_steps:  # len(splits) - 1 terms
-            k = k + step * (j >= threshold)
-        # shards per delegated subtask (0 elsewhere); the caps (per round, per episode): delegations past
-        # them (in slot order) wait, unassigned, for a later round
-        k = k * (pend & (act > 0))
-        if self._cap_binds:
-            spawned = k.cumsum(0)
-            k = k * ((spawned <= self.max_subagents) & (spawned <= self._budget - self.n_subagents))
-        deleg = k > 0
-        own = pend & (act == 0)
-        briefed = deleg & briefed_choice
-        code = self._code_cols.index_select(1, row)
-        ok = deleg & ((code == PLAIN) | (briefed & (code == HARD)))
+        """One round for every actor; tensors are rebuilt, never written in place, so `parts` needs no copies."""
+        bank, L, S, c, W = self.bank, self.max_levels, len(self.splits), self.costs, self.max_width
+        N = self.num_envs
+        task, level, pend = self.task, self.level, self._pend
+        row = task * L + level.clamp(max=L - 1)
+        cols = self._step_cols.index_select(1, row)  # [3W, N]
+        size, plain, hard = cols[:W], cols[W:2 * W], cols[2 * W:]
+        # decode every entry with one table gather: shards, briefed, do-it-yourself ([3, W*N]; entries past
+        # 2S act as 2S, negative ones do nothing)
+        index = self._decode_buffers.get(N)  # reused slot-major int32 buffer (consumed right away)
+        if index is None:
+            index = self._decode_buffers[N] = torch.empty(W, N, dtype=torch.int32, device=self.device)
+        if action.is_floating_point():
+            action = action.long()
+        index.copy_(action.clamp(-1, 2 * S).t()).add_(1)
+        decoded = self._action_table.index_select(1, index.view(-1)).view(3, W, N)
+        k, bc, own = decoded[0], decoded[1], decoded[2].mul_(pend)
+        k.mul_(pend)
+        if self._cap_binds:  # the caps (per round, per episode): delegations past them (in slot order) wait
+            spawned = self._tri @ k
+            limit = torch.clamp(self._budget - self.n_subagents, max=float(self.max_subagents))
+            k.mul_((limit - spawned + 1.0).clamp_(0.0, 1.0))
+        deleg = k.clamp(max=1.0)
+        briefed = deleg * bc
+        ok = torch.addcmul(deleg * plain, briefed, hard)  # a suitable instruction: generic on PLAIN, briefed on HARD
         nonempty = torch.minimum(k, size)  # shards with work; k > size leaves k - size empty shards
         u = torch.rand(pend.shape, generator=self.generator, device=self.device)
-        in_a_row = (u.log() * self._inv_log_rel).floor()  # shards that succeed before the first failure
-        done_shards = torch.minimum(in_a_row, nonempty) * ok
-        success = ok & (in_a_row >= nonempty)
+        in_a_row = u.log_().mul_(self._inv_log_rel).floor_()  # shards that succeed before the first failure
+        done_raw = torch.minimum(in_a_row, nonempty)
+        done_shards = done_raw * ok
+        success = ok * (1.0 - (nonempty - done_raw)).clamp_(min=0.0)
 
         pieces = k.sum(0)
         main = 1.0 + (size * own).sum(0) + c.merge * pieces + c.brief * briefed.sum(0)
         sub = c.spawn + torch.ceil(size / k.clamp(min=1.0))
-        # the round's critical steps: main + longest subagent (0 when none), stage_critical_steps slot-major
-        self.elapsed = self.elapsed + main + (sub * deleg).amax(0)
-        self.n_subagents = self.n_subagents + pieces
-        self.assigned = self.assigned + pieces
-        self.completed = self.completed + done_shards.sum(0)
-        self.attempts = self.attempts + 1
+        # the round's critical steps: main + longest subagent (0 when none)
+        elapsed = self.elapsed + main + (sub * deleg).amax(0)
+        n_subagents = self.n_subagents + pieces
+        assigned = self.assigned + pieces
+        completed = self.completed + done_shards.sum(0)
+        attempts = self.attempts + 1
         if self.trace:  # evaluation only (a host-side flag, no sync): what actor `trace_actor` ran this round
             i = self.trace_actor
-            self.last_round = {"level": self.level[i].clone(), "main": main[i].clone(), "sub": sub[:, i].clone(),
-                               "delegated": deleg[:, i].clone(), "success": success[:, i].clone(),
-                               "own": own[:, i].clone(), "shards": k[:, i].clone(), "size": size[:, i].clone()}
+            self.last_round = {"level": level[i].clone(), "main": main[i].clone(), "sub": sub[:, i].clone(),
+                               "delegated": deleg[:, i] > 0, "success": success[:, i] > 0,
+                               "own": own[:, i] > 0, "shards": k[:, i].clone(), "size": size[:, i].clone()}
 
         # Advance past finished stages.
-        pend = pend & ~(own | success)
-        stage_done = pend.sum(0) == 0
-        self.serial = self.serial + self._stage_serial.index_select(0, row) * stage_done
-        self.level = self.level + stage_done.long()
-        next_row = self.task * L + self.level.clamp(max=L - 1)
-        all_done = self.level >= bank.n_levels.index_select(0, self.task)
-        fresh = (self._code_cols.index_select(1, next_row) < N_KINDS) & (stage_done & ~all_done)
-        self.pending = fresh | (pend & ~stage_done)
-        self.failed = deleg & ~success & ~stage_done
+        pend = pend - own - success
+        stage_done = 1.0 - pend.amax(0)
+        serial = self.serial + self._stage_serial.index_select(0, row) * stage_done
+        level = level + stage_done.long()
+        next_row = task * L + level.clamp(max=L - 1)
+        all_done = level >= bank.n_levels.index_select(0, task)
+        advance = stage_done * ~all_done
+        fresh = self._present_cols.index_select(1, next_row) * advance
+        pend_seen = pend + fresh
+        fail_seen = (deleg - success) * (1.0 - stage_done)
 
-        budget = bank.budget.index_select(0, self.task)
-        abandoned = self.elapsed > self.late_window * budget
+        budget = bank.budget.index_select(0, task)
+        abandoned = elapsed > self.late_window * budget
         finished = all_done & ~abandoned
         terminated = all_done | abandoned
-        truncated = ~terminated & (self.attempts >= self.max_episode_steps)
+        truncated = ~terminated & (attempts >= self.max_episode_steps)
         done = terminated | truncated
-        outcome = torch.where(self.elapsed <= budget, 1.0, self.late_credit) * finished
-        parts = EpisodeParts(
-            task=self.task.clone(), outcome=outcome, n_subagents=self.n_subagents.clone(),
-            assigned=self.assigned.clone(), completed=self.completed.clone(),
-            critical_steps=self.elapsed.clone(), serial_steps=self.serial.clone(),
-        )
-        final_obs = self._observe()
+        outcome = torch.where(elapsed <= budget, 1.0, self.late_credit) * finished
+        parts = EpisodeParts(task=task, outcome=outcome, n_subagents=n_subagents, assigned=assigned,
+                             completed=completed, critical_steps=elapsed, serial_steps=serial)
+        # the final observation and, below it, the first observation of every task: the actors that reset
+        # then copy their task's row (one row gather), the others their final one
+        K = self._first_obs.shape[0]
+        buf = torch.empty(N + K, W + 1, SLOT_FEATURES, device=self.device)
+        final_obs = buf[:N]
+        self._observe(task, level, pend_seen, fail_seen, elapsed, n_subagents, out=final_obs)
+        buf[N:].copy_(self._first_obs)
         if next_task is None:
-            next_task = self.task
+            next_task = task
         elif callable(next_task):
             next_task = next_task(done)  # the data module's sampler picks for the actors that reset
-        self._start(done, next_task.to(self.device, torch.long))
-        obs = self._observe()  # after the resets: a fresh episode's first observation
+        new_task = torch.where(done, next_task.to(self.device, torch.long), task)
+        obs = buf.index_select(0, torch.where(done, new_task + N, self._arange))
+
+        # the state after the resets
+        keep = ~done
+        keepf = keep.float()
+        donef = done.float()
+        self.task = new_task
+        self.level, self.attempts = level * keep, attempts * keep
+        self.elapsed, self.serial = elapsed * keepf, serial * keepf
+        self.n_subagents, self.assigned, self.completed = n_subagents * keepf, assigned * keepf, completed * keepf
+        self._fail = fail_seen * keepf
+        self._pend = torch.addcmul(pend_seen * keepf, self._present_cols.index_select(1, new_task * L), donef)
         return StepResult(obs, outcome, terminated, truncated, final_obs, parts)
 
     # ------------------------------------------------------------------ scripted policies
@@ -327,7 +379,7 @@ class SwarmEnv(BatchedEnv):
               "completed")
 
     def state_dict(self) -> dict[str, Any]:
-        state: dict[str, Any] = {n: getattr(self, n).clone() for n in self._STATE}
+        state: dict[str, Any] = {n: getattr(self, n).clone() for n in self._STATE}  # pending, failed: bool
         state["generator"] = self.generator.get_state()
         state["split"] = self.split
         return state
@@ -336,5 +388,7 @@ class SwarmEnv(BatchedEnv):
         for name, value in state.items():
             if name == "generator":
                 self.generator.set_state(value)
+            elif name in ("pending", "failed"):
+                getattr(self, "_pend" if name == "pending" else "_fail").copy_(value)
             elif name in self._STATE:
                 getattr(self, name).copy_(value)
