@@ -75,8 +75,8 @@ def run(env, lag: int, seed: int, epochs: int, num_envs: int, num_steps: int, up
     sps = steps / (clock.ends[-1] - clock.ends[0])
     tail = clock.stats[1:]
     collect_share = statistics.mean(  # sync: rollout time / iteration time
-        (num_envs * num_steps / s["perf/rollout_SPS"]) / (num_envs * num_steps / s["perf/SPS"])
-        for s in tail if "perf/SPS" in s)
+        (num_envs * num_steps / s["rollout/SPS"]) / (num_envs * num_steps / s["charts/SPS"])
+        for s in tail if "charts/SPS" in s)
     last = clock.stats[-3:]
     return {
         "sps": sps, "collect_share": collect_share,

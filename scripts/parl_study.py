@@ -57,7 +57,7 @@ CURVE_TAGS = {  # curve name -> TensorBoard tags to try, first found wins
     "success_rate": ("rollout/success_rate", "charts/success_rate"),
     "speedup": ("critical_steps/speedup",),
     "subagents": ("rollout/subagents_per_episode",),
-    "episodic_return": ("charts/episodic_return", "rollout/episodic_return"),
+    "episodic_return": ("charts/episodic_return",),
 }
 
 
