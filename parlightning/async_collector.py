@@ -185,18 +185,8 @@ class AsyncCollector(SyncCollector):
         dm = self.dm
         callbacks = rollout_callbacks(trainer)
         done = buf.done
-        episodes = buf.finished_parts()
-        with self._lock:
-            if episodes is not None and episodes.task.numel():
-                for cb in callbacks:
-                    cb.on_episodes_end(trainer, module, episodes.task, episodes)
-                self.sampler.record_batch(episodes.task, episodes.outcome)
-                if dm.reward is not None:
-                    bonus = dm.reward.bonus(episodes.n_subagents, episodes.assigned, episodes.completed, validate=False)
-                    buf.rewards[done] += bonus
-            sync = getattr(self.sampler, "sync", None)
-            if dm.world_size > 1 and callable(sync):
-                sync(lambda t: trainer.strategy.reduce(t, reduce_op="sum"))
+        with self._lock:  # the collector thread picks tasks from the same sampler
+            episodes = self._finish_episodes(buf, trainer, module, callbacks)
         buf.compute_advantages(next_value, truncated_values, dm.gamma, dm.gae_lambda)
         steps = self.num_envs * self.num_steps * dm.world_size
         dm.env_steps += steps

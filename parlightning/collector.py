@@ -166,17 +166,7 @@ class SyncCollector(Collector):
         self._check_finite(buf)
 
         done = buf.done
-        episodes = buf.finished_parts()
-        if episodes is not None and episodes.task.numel():  # numel of a masked select: known on the host
-            for cb in callbacks:
-                cb.on_episodes_end(trainer, module, episodes.task, episodes)
-            self.sampler.record_batch(episodes.task, episodes.outcome)
-            if dm.reward is not None:
-                bonus = dm.reward.bonus(episodes.n_subagents, episodes.assigned, episodes.completed, validate=False)
-                buf.rewards[done] += bonus
-        sync = getattr(self.sampler, "sync", None)
-        if dm.world_size > 1 and callable(sync):  # every rank, every round: the union of all ranks' episodes
-            sync(lambda t: trainer.strategy.reduce(t, reduce_op="sum"))
+        episodes = self._finish_episodes(buf, trainer, module, callbacks)
         buf.compute_advantages(next_value, truncated_values, dm.gamma, dm.gae_lambda)
 
         steps = self.num_envs * self.num_steps * dm.world_size
@@ -196,6 +186,23 @@ class SyncCollector(Collector):
         dm.last_rollout = rollout
         dm.round_index += 1
         return rollout
+
+    def _finish_episodes(self, buf, trainer, module, callbacks):
+        """The rollout's finished episodes: rollout hooks, sampler records, the PARL bonus added to
+        their last rewards, and the sampler's cross-rank sync. Returns the episodes (or None)."""
+        dm = self.dm
+        episodes = buf.finished_parts()
+        if episodes is not None and episodes.task.numel():  # numel of a masked select: known on the host
+            for cb in callbacks:
+                cb.on_episodes_end(trainer, module, episodes.task, episodes)
+            self.sampler.record_batch(episodes.task, episodes.outcome)
+            if dm.reward is not None:
+                bonus = dm.reward.bonus(episodes.n_subagents, episodes.assigned, episodes.completed, validate=False)
+                buf.rewards[buf.done] += bonus
+        sync = getattr(self.sampler, "sync", None)
+        if dm.world_size > 1 and callable(sync):  # every rank, every round: the union of all ranks' episodes
+            sync(lambda t: trainer.strategy.reduce(t, reduce_op="sum"))
+        return episodes
 
     def _run_steps(self, policy: torch.nn.Module, obs: Tensor) -> Tensor:
         """The step loop: per step one batched policy call, env step and buffer write for all actors,
