@@ -53,6 +53,7 @@ DEFAULT_AXES = ["data.env.init_args.spawn_steps=1.0,2.0,4.0", "data.env.init_arg
 QUICK_AXES = ["data.env.init_args.merge_cost=0.05,0.5"]
 METRICS = ("success_rate", "speedup_vs_serial", "critical_steps", "serial_critical_steps", "subagents_per_episode",
            "finish_rate")
+BEHAVIOUR = ("subagents_per_episode", "finish_rate")  # differences reported beside the outcome ones
 CURVE_TAGS = {  # curve name -> TensorBoard tags to try, first found wins
     "success_rate": ("rollout/success_rate", "charts/success_rate"),
     "speedup": ("critical_steps/speedup",),
@@ -447,7 +448,7 @@ def summarize(results: list[dict], plan: dict, seed: int, flat_tol: float) -> di
             stats["flattened"] = sum(1 for s in shares if s is not None and s <= flat_tol)
             stats["flat_measured"] = sum(1 for s in shares if s is not None)
             stats["seeds"] = len(runs)
-            stats["values"] = {m: [r["eval"].get(m) for r in runs] for m in ("success_rate", "speedup_vs_serial")}
+            stats["values"] = {m: [r["eval"].get(m) for r in runs] for m in ("success_rate", "speedup_vs_serial", *BEHAVIOUR)}
             arms[arm] = stats
         diffs = {}
         for other in (A, C):
@@ -455,7 +456,15 @@ def summarize(results: list[dict], plan: dict, seed: int, flat_tol: float) -> di
                 for m in ("success_rate", "speedup_vs_serial"):
                     ci = bootstrap_diff_ci(arms[B]["values"][m], arms[other]["values"][m], seed=seed)
                     diffs[f"b-{'a' if other == A else 'c'}/{m}"] = ci.as_dict() | {"label": ci.label()}
-        cells.append({"name": cell["name"], "overrides": cell["overrides"], "bounds": bounds, "arms": arms, "diffs": diffs})
+        behaviour = {}  # how the arms act: do the shaping terms make more subagents, and do fewer of them finish?
+        for other in (A, C):
+            if B in arms and other in arms:
+                for m in BEHAVIOUR:
+                    if None not in arms[B]["values"][m] + arms[other]["values"][m]:
+                        ci = bootstrap_diff_ci(arms[B]["values"][m], arms[other]["values"][m], seed=seed)
+                        behaviour[f"b-{'a' if other == A else 'c'}/{m}"] = ci.as_dict() | {"label": ci.label()}
+        cells.append({"name": cell["name"], "overrides": cell["overrides"], "bounds": bounds, "arms": arms, "diffs": diffs,
+                      "behaviour_diffs": behaviour})
     blame: dict[str, dict[str, dict[str, float]]] = {}  # arm -> kind -> totals over every run of every cell
     for r in results:
         for kind, row in ((r.get("blame") or {}).get("by_kind") or {}).items():
@@ -489,11 +498,54 @@ def flat_text(s: dict) -> str:
 DIFF_NAMES = {"success_rate": "held-out success", "speedup_vs_serial": "speed-up vs serial"}
 
 
+def overview(summary: dict) -> str:
+    """The grid in two compact tables, one row per cell: each arm's held-out means (success, speed-up,
+    subagents per episode, finish rate) beside the bounds, then the four CIs (the README quotes these)."""
+    arms = [a for a in (A, B, C) if all(a in c["arms"] for c in summary["cells"])]
+    tag = "/".join(f"({ARM_LABELS[a][1]})" for a in arms)
+    keys = [k.rsplit(".", 1)[-1] for k in (summary["cells"][0]["overrides"] if summary["cells"] else {})]
+    head = " | ".join(keys)
+
+    def per_arm(cell: dict, metric: str, digits: int) -> str:
+        return " / ".join(f"{cell['arms'][a][metric]['mean']:.{digits}f}" if metric in cell["arms"][a] else "n/a"
+                          for a in arms)
+
+    lines = [f"| {head} | success {tag} | speed-up {tag} | subagents / ep {tag} | finish rate {tag} | "
+             "success curves flat (b) | serial success | oracle success / speed-up |",
+             "|---" * (len(keys) + 7) + "|"]
+    for cell in summary["cells"]:
+        vals = " | ".join(str(v) for v in cell["overrides"].values())
+        bo = cell["bounds"]
+        serial = f"{bo['serial']['success_rate']:.2f}" if "serial" in bo else "n/a"
+        oracle = f"{bo['oracle']['success_rate']:.2f} / {bo['oracle']['speedup_vs_serial']:.2f}x" if "oracle" in bo else "n/a"
+        flat = flat_text(cell["arms"][B]) if B in cell["arms"] else "n/a"
+        lines.append(f"| {vals} | {per_arm(cell, 'success_rate', 3)} | {per_arm(cell, 'speedup_vs_serial', 2)} | "
+                     f"{per_arm(cell, 'subagents_per_episode', 1)} | {per_arm(cell, 'finish_rate', 2)} | {flat} | "
+                     f"{serial} | {oracle} |")
+    lines += ["", f"| {head} | (b)-(a) success | (b)-(c) success | (b)-(a) speed-up | (b)-(c) speed-up |",
+              "|---" * (len(keys) + 4) + "|"]
+    for cell in summary["cells"]:
+        vals = " | ".join(str(v) for v in cell["overrides"].values())
+        d = cell["diffs"]
+        ci = [d[k]["label"] if k in d else "n/a" for k in ("b-a/success_rate", "b-c/success_rate",
+                                                             "b-a/speedup_vs_serial", "b-c/speedup_vs_serial")]
+        lines.append(f"| {vals} | " + " | ".join(ci) + " |")
+    lines += ["", f"| {head} | (b)-(a) subagents / ep | (b)-(c) subagents / ep | (b)-(a) finish rate | (b)-(c) finish rate |",
+              "|---" * (len(keys) + 4) + "|"]
+    for cell in summary["cells"]:
+        vals = " | ".join(str(v) for v in cell["overrides"].values())
+        d = cell.get("behaviour_diffs") or {}
+        ci = [d[k]["label"] if k in d else "n/a" for k in ("b-a/subagents_per_episode", "b-c/subagents_per_episode",
+                                                             "b-a/finish_rate", "b-c/finish_rate")]
+        lines.append(f"| {vals} | " + " | ".join(ci) + " |")
+    return "\n".join(lines)
+
+
 def table(summary: dict) -> str:
     b = summary["budget"]
     lines = [f"# PARL study: held-out evaluation ({b['seeds']} seeds per arm and cell; {b['env_steps']:,} env steps per run "
              f"= {b['epochs']} iterations of {b['num_envs']} x {b['num_steps']}; mean ± std over seeds; "
-             f"95% bootstrap CI, seed {summary['bootstrap']['seed']})", ""]
+             f"95% bootstrap CI, seed {summary['bootstrap']['seed']})", "", "## The grid", "", overview(summary), ""]
     for cell in summary["cells"]:
         lines += [f"## {cell['name']}", "",
                   "| arm | success | speed-up vs serial | critical steps | subagents / ep | finish rate | curves flat (success) |",
@@ -563,6 +615,9 @@ def heatmap_grid(summary: dict, key: str) -> tuple[list, list, list[list[float]]
     return rows, cols, values, notes
 
 
+MIN_COLOUR_RANGE = {"success_rate": 0.05, "speedup_vs_serial": 0.25}
+
+
 def heatmaps(summary: dict, path: Path) -> Optional[str]:
     """The differences (b)-(a) and (b)-(c) on held-out success and speed-up over the grid, next to the
     serial and oracle bounds; 'ns' marks a difference whose 95% CI covers 0."""
@@ -584,7 +639,8 @@ def heatmaps(summary: dict, path: Path) -> Optional[str]:
         if key.startswith("b-"):  # one symmetric colour scale per metric, shared by (b)-(a) and (b)-(c)
             same = [v for k, (_, _, vs, _) in grids.items() if k.startswith("b-") and k.endswith(metric)
                     for row in vs for v in row if not math.isnan(v)]
-            lim = max([abs(v) for v in same] + [1e-6])
+            # never narrower than a difference that matters (0.05 success, 0.25x speed-up): noise stays pale
+            lim = max([abs(v) for v in same] + [MIN_COLOUR_RANGE[metric]])
             im = ax.imshow(values, cmap="RdBu", vmin=-lim, vmax=lim, aspect="auto")
         else:
             im = ax.imshow(values, cmap="viridis", aspect="auto")

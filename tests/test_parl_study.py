@@ -111,6 +111,11 @@ def test_quick_study_runs_end_to_end_and_resumes_after_a_kill(tmp_path):
                  "scripted oracle", "scripted serial", "(b)-(a) held-out success", "(b)-(c) speed-up vs serial",
                  "2 seeds per arm and cell; 256 env steps per run"):
         assert text in table
+    grid = table.split("## The grid", 1)[1].split("\n## ", 1)[0]  # one row per cell: the arms' means, then the CIs
+    for cell in summary["cells"]:
+        means = " / ".join(f"{cell['arms'][a]['success_rate']['mean']:.3f}" for a in ARMS)
+        assert f"| {cell['overrides']['data.env.init_args.merge_cost']} | {means} |" in grid
+        assert cell["diffs"]["b-c/speedup_vs_serial"]["label"] + " |" in grid
     assert (out / "heatmaps.png").read_bytes()[:4] == b"\x89PNG"
 
 
