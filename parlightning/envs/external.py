@@ -330,12 +330,21 @@ class ExternalBatchedEnv(BatchedEnv):
         return dict(zip(args, values))
 
     # ------------------------------------------------------------------ BatchedEnv
-    def _obs(self, values: Sequence[Any]) -> Tensor:
+    def _obs_array(self, values: Sequence[Any]) -> np.ndarray:
+        """[len(values), *observation_shape] float32 from the worlds' observations."""
         try:  # one conversion for the batch (flat lists or arrays of the same length: the common case)
-            arr = np.asarray(values, dtype=np.float32).reshape(len(values), *self.observation_shape)
+            return np.asarray(values, dtype=np.float32).reshape(len(values), *self.observation_shape)
         except (ValueError, TypeError):  # ragged or nested differently: each world's value on its own
-            arr = np.asarray([np.asarray(v, dtype=np.float32).reshape(self.observation_shape) for v in values])
-        return torch.from_numpy(arr).to(self.device)
+            return np.asarray([np.asarray(v, dtype=np.float32).reshape(self.observation_shape) for v in values])
+
+    def _tensor(self, array: np.ndarray) -> Tensor:
+        # Built in numpy, one tensor per field: every torch call releases and retakes the GIL, a
+        # thread switch whenever the learner is waiting for it (data.max_policy_lag > 0).
+        t = torch.from_numpy(array)
+        return t if self.device.type == "cpu" else t.to(self.device)
+
+    def _obs(self, values: Sequence[Any]) -> Tensor:
+        return self._tensor(self._obs_array(values))
 
     def reset(self, *, seed: Optional[int] = None, task_index: Optional[Tensor] = None) -> Tensor:
         """Start every world (on `task_index` [N] bank indices where the world has tasks)."""
@@ -350,8 +359,8 @@ class ExternalBatchedEnv(BatchedEnv):
         return bank[self._tasks[i]] if bank is not None else None
 
     def _action_args(self, action: Tensor) -> list[Any]:
-        values = action.detach().cpu()
-        return values.tolist()
+        values = action.detach()
+        return (values if values.device.type == "cpu" else values.cpu()).tolist()
 
     def step(self, action: Tensor, next_task: Optional[Tensor | Callable[[Tensor], Tensor]] = None) -> StepResult:
         """Step every world concurrently; worlds whose episode ended are reset (concurrently) to
@@ -359,8 +368,10 @@ class ExternalBatchedEnv(BatchedEnv):
         N = self.num_envs
         actions = self._action_args(action)
         out = self._run_all("step", {i: (actions[i],) for i in range(N)})
-        obs, reward, terminated, truncated = [], [], [], []
-        parts = np.zeros((N, len(PART_NAMES)), dtype=np.float32)
+        obs, reward = [], []
+        flags = np.zeros((3, N), dtype=np.bool_)  # terminated, truncated, done
+        parts = np.zeros((len(PART_NAMES), N), dtype=np.float32)
+        done_list = []
         for i in range(N):
             try:
                 o, r, term, trunc, p = out[i]
@@ -369,25 +380,21 @@ class ExternalBatchedEnv(BatchedEnv):
                                             "(obs, reward, terminated, truncated, parts)") from None
             obs.append(o)
             reward.append(float(r))
-            terminated.append(bool(term))
-            truncated.append(bool(trunc) and not bool(term))
             if term or trunc:
+                flags[0, i], flags[1, i], flags[2, i] = bool(term), not bool(term), True
+                done_list.append(i)
                 p = dict(p or {})
                 unknown = set(p) - set(PART_NAMES)
                 if unknown:
                     raise self._fail(i, "step", f"returned parts with unknown fields {sorted(unknown)}; "
                                                 f"use {list(PART_NAMES)}")
                 p.setdefault("outcome", min(max(float(r), 0.0), 1.0))
-                parts[i] = [float(p.get(name, 0.0)) for name in PART_NAMES]
-        final_obs = self._obs(obs)
-        dev = self.device
-        flags = torch.from_numpy(np.array([terminated, truncated], dtype=np.bool_)).to(dev)
-        term_t, trunc_t = flags[0], flags[1]
-        done = term_t | trunc_t
-        task_t = torch.tensor(self._tasks, dtype=torch.long, device=dev)
-        done_list = [i for i in range(N) if terminated[i] or truncated[i]]
+                parts[:, i] = [float(p.get(name, 0.0)) for name in PART_NAMES]
+        final = self._obs_array(obs)
+        task_t = self._tensor(np.array(self._tasks, dtype=np.int64))
+        term_t, trunc_t, done = self._tensor(flags).unbind(0)
         has_tasks = getattr(self, "task_ids", None) is not None
-        next_obs = final_obs.clone()
+        next_obs = final.copy()
         if done_list:
             if has_tasks and next_task is not None:
                 picked = next_task(done) if callable(next_task) else next_task
@@ -395,15 +402,14 @@ class ExternalBatchedEnv(BatchedEnv):
                 for i in done_list:
                     self._tasks[i] = int(picked[i])
             fresh = self._run_all("reset", {i: (self._task_arg(i),) for i in done_list})
-            next_obs[torch.tensor(done_list, device=dev)] = self._obs([fresh[i] for i in done_list])
+            next_obs[done_list] = self._obs_array([fresh[i] for i in done_list])
         elif has_tasks and callable(next_task):
             next_task(done)  # the sampler is asked every step, as by a tensor env
         episode = None
         if has_tasks:
-            cols = torch.from_numpy(parts).to(dev).unbind(1)
-            episode = EpisodeParts(task_t, *cols)
-        reward_t = torch.from_numpy(np.array(reward, dtype=np.float32)).to(dev)
-        return StepResult(next_obs, reward_t, term_t, trunc_t, final_obs, episode)
+            episode = EpisodeParts(task_t, *self._tensor(parts).unbind(0))
+        reward_t = self._tensor(np.array(reward, dtype=np.float32))
+        return StepResult(self._tensor(next_obs), reward_t, term_t, trunc_t, self._tensor(final), episode)
 
     # ------------------------------------------------------------------ lifecycle
     def state_dict(self) -> dict[str, Any]:
