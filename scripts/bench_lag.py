@@ -15,11 +15,16 @@ Part 1, balanced (the headline table): the update work is calibrated per latency
 synchronous iteration spends about half its time collecting. How: the minibatch shape stays
 (`--minibatches` per epoch); a short lag-0 probe at `--probe-epochs` update epochs measures the
 collect time C and the update time U of an iteration (iterations 2..`--probe-iters`); a second
-probe at E1 = round(probe_epochs x C / U) fits U(E) = a + b E through the two points, and the
-update runs E = round((C - a) / b) epochs (clamped to 1..`--max-update-epochs`). The table
-prints E and the c the lag-0 run then measured. Lags 0/1/2 run interleaved (0, 1, 2, 0, 1, 2,
-...) `--repeats` times at that E; steps/s is the mean over repeats, the ratio is of those means,
-with the per-repeat ratios' range beside it.
+probe at E1 = round(probe_epochs x C / U) measures again, U(E) = b E is fitted through both
+(least squares through the origin), and the update runs E = round(C / b) epochs (C: the probes'
+mean; clamped to 1..`--max-update-epochs`). The table prints E and the c the lag-0 runs then
+measured (the load moves between probe and run, so c lands near, not at, 0.5; at 1 ms even
+E = 1 is about as long as collecting). Lags 0/1/2 run interleaved (0, 1, 2, 0, 1, 2, ...)
+`--repeats` times at that E; steps/s is the mean over repeats, the ratio is of those means, with
+the per-repeat ratios' range beside it. A second table splits each iteration into the
+collector's round C, the learner's update U (the iteration less its wait for a rollout) and
+the iteration: lag 0 takes C + U, a perfect overlap max(C, U) of lag 0, and the growth of C
+and U under lag is what sharing the cores and the GIL costs.
 
 Part 2, fixed: the same worlds with a fixed update (`--update-epochs` x `--minibatches`) at
 every latency, one run per lag: c then drifts with latency (0.46-0.90 here).
@@ -99,9 +104,12 @@ def run(env, lag: int, seed: int, epochs: int, num_envs: int, num_steps: int, up
     batch = num_envs * num_steps
     collect = statistics.mean(batch / s["rollout/SPS"] for s in tail)  # seconds collecting per iteration
     iteration = statistics.mean(batch / s["charts/SPS"] for s in tail)  # seconds per iteration (sync: C + U)
+    waits = [s["perf/learner_wait_frac"] for s in tail if "perf/learner_wait_frac" in s]
+    # seconds the learner worked per iteration: all of it but the wait for a rollout (sync: iteration - collect)
+    busy = iteration * (1 - statistics.mean(waits)) if waits else iteration - collect
     last = clock.stats[-3:]
     return {
-        "sps": sps, "collect": collect, "iteration": iteration, "collect_share": collect / iteration,
+        "sps": sps, "collect": collect, "iteration": iteration, "collect_share": collect / iteration, "busy": busy,
         "success": statistics.mean(s["rollout/success_rate"] for s in last),
         "lag": statistics.mean(s.get("perf/policy_lag", 0.0) for s in tail),
     }
@@ -120,12 +128,10 @@ def calibrate(env, args) -> tuple[int, list[str]]:
     p1 = run(env, 0, 0, args.probe_iters, update_epochs=e1, **shape)
     u1 = p1["iteration"] - p1["collect"]
     notes.append(f"probe E={e1}: C={p1['collect'] * 1e3:.0f} ms, U={u1 * 1e3:.0f} ms")
-    b = (u1 - u0) / (e1 - e0)
-    if b <= 0:  # noise swamped the slope: keep the proportional guess
-        return e1, notes
-    a = u0 - b * e0
+    # U(E) = b E, least squares through both probes (a secant through two noisy points extrapolates badly)
+    b = (e0 * u0 + e1 * u1) / (e0 ** 2 + e1 ** 2)
     target = statistics.mean([p0["collect"], p1["collect"]])
-    return max(1, min(args.max_update_epochs, round((target - a) / b))), notes
+    return max(1, min(args.max_update_epochs, round(target / max(b, 1e-9)))), notes
 
 
 def overhead(latencies: list[float], num_envs: int, steps: int = 100, repeats: int = 3) -> list[str]:
@@ -224,7 +230,7 @@ def main() -> None:
     parser.add_argument("--latencies", type=float, nargs="+", default=[0.001, 0.005, 0.01, 0.02, 0.05],
                         help="seconds each env step waits")
     parser.add_argument("--lags", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--repeats", type=int, default=2, help="interleaved repeats of each lag (balanced table)")
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved repeats of each lag (balanced table)")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--learn-latency", type=float, default=0.01, help="latency of the learning comparison")
     parser.add_argument("--epochs", type=int, default=10, help="PPO iterations per throughput run")
@@ -273,6 +279,12 @@ def main() -> None:
                 f"steps/s over iterations 2..{args.epochs}, seed 0, lags interleaved x {args.repeats} repeats "
                 "(ratio of means; per-repeat range in brackets)", "", *header("latency / step", "update epochs E")]
         calibration = []
+        split = ["", "Where the time goes (balanced runs, ms per iteration, mean over repeats): the collector's round "
+                 "(C), the learner's update, i.e. the iteration less its wait for a rollout (U), and the iteration; "
+                 "lag 0 iterates in C + U, a perfect overlap in max(C, U) of lag 0; contention shows as C and U "
+                 "growing under lag", "", "| latency / step | " + " | ".join(f"lag {k}: C / U / iteration"
+                                                                        for k in args.lags) + " |",
+                 "|---" * (1 + len(args.lags)) + "|"]
         for latency in latencies:
             E, notes = calibrate(pool_world(latency), args)
             balanced_epochs[latency] = E
@@ -291,14 +303,17 @@ def main() -> None:
                 spread = f" [{min(per):.2f}-{max(per):.2f}]" if len(per) > 1 else ""
                 return f"{mean[k] / mean[args.lags[0]]:.2f}x{spread}"
 
+            ms = lambda k, key: statistics.mean(r[key] for r in res[k]) * 1e3  # noqa: E731
+            split.append(f"| {latency * 1000:g} ms | " + " | ".join(
+                f"{ms(k, 'collect'):.0f} / {ms(k, 'busy'):.0f} / {ms(k, 'iteration'):.0f}" for k in args.lags) + " |")
             body.append(f"| {latency * 1000:g} ms | {E} | {share:.2f} | {1 / max(share, 1 - share):.2f}x | "
                         + " | ".join(f"{mean[k]:.0f}" for k in args.lags) + " | "
                         + " | ".join(ratio(k) for k in nonzero) + " | "
                         + ", ".join(f"{statistics.mean(r['lag'] for r in res[k]):.2f}" for k in nonzero) + " |")
             print(body[-1], flush=True)
         if "balanced" in args.parts:
-            section("", body + ["", "Calibration (lag 0, C = collect and U = update seconds per iteration):",
-                                *calibration])
+            section("", body + split + ["", "Calibration (lag 0, C = collect and U = update time per iteration):",
+                                        *calibration])
         else:
             lines.extend(["", "Calibration for the learning comparison:", *calibration])
 
