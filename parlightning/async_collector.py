@@ -33,12 +33,13 @@ trained), which are collected afresh: a warning says so on load. Recurrent polic
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import queue
 import threading
 import time
 import warnings
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 import torch
 from torch import Tensor
@@ -87,7 +88,11 @@ class AsyncCollector(SyncCollector):
         super().__init__(dm, device, rank)
         self.max_lag = max_lag
         self.behaviour: Optional[torch.nn.Module] = None  # the thread's copy of the policy
-        self._lock = threading.RLock()  # env, sampler, observations and counters: one step at a time
+        # The sampler (and what rollout hooks touch): the thread holds it only while it picks tasks, so
+        # the learner's hooks and sampler records never wait for a slow env step to end.
+        self._lock = threading.RLock()
+        self._step_lock = threading.Lock()  # env, observations and counters: held over each whole env step
+        self._in_hooks = 0  # > 0 while the learner holds `_lock` (rollout hooks, sampler records)
         self._weights_lock = threading.Lock()
         self._published: Optional[dict[str, Tensor]] = None
         self._published_version = -1
@@ -112,11 +117,20 @@ class AsyncCollector(SyncCollector):
         with self._weights_lock:
             self._published, self._published_version = snapshot, version
 
+    @contextlib.contextmanager
+    def _learner_lock(self) -> Iterator[None]:
+        with self._lock:
+            self._in_hooks += 1
+            try:
+                yield
+            finally:
+                self._in_hooks -= 1
+
     def _release(self, trainer: Any, module: Any, upto: int) -> None:
         """Release rounds up to `upto`: their `on_rollout_start` hooks run here, in the learner thread."""
         while self._released <= upto:
             j = self._released
-            with self._lock:
+            with self._learner_lock():
                 for cb in rollout_callbacks(trainer):
                     cb.on_rollout_start(trainer, module, j)
                 shard = self.shard.clone() if self.shard is not None else None
@@ -185,7 +199,7 @@ class AsyncCollector(SyncCollector):
         dm = self.dm
         callbacks = rollout_callbacks(trainer)
         done = buf.done
-        with self._lock:  # the collector thread picks tasks from the same sampler
+        with self._learner_lock():  # the collector thread picks tasks from the same sampler
             episodes = self._finish_episodes(buf, trainer, module, callbacks)
         buf.compute_advantages(next_value, truncated_values, dm.gamma, dm.gae_lambda)
         steps = self.num_envs * self.num_steps * dm.world_size
@@ -222,8 +236,9 @@ class AsyncCollector(SyncCollector):
 
     def _pick(self, reset_mask: Tensor) -> Tensor:
         generator = getattr(self, "task_generator", self.action_generator)  # the sampler's own stream where there is one
-        picked = self.sampler.pick_batch(self._round_shard, self._round, reset_mask, generator)
-        self.current_task = torch.where(reset_mask, picked, self.current_task)
+        with self._lock:  # the learner records episodes into the same sampler
+            picked = self.sampler.pick_batch(self._round_shard, self._round, reset_mask, generator)
+            self.current_task = torch.where(reset_mask, picked, self.current_task)
         return picked
 
     def _loop(self) -> None:
@@ -260,7 +275,7 @@ class AsyncCollector(SyncCollector):
                 raise RuntimeError(f"AsyncCollector: round {round_j} released before weights of version "
                                    f"{round_j - self.max_lag}")
             step_versions.append(self._behaviour_version)
-            with self._lock, torch.inference_mode():
+            with self._step_lock, torch.inference_mode():
                 buf.versions[t].fill_(self._behaviour_version)
                 self.obs = self._step(t, policy, self.obs, picker)
         with torch.inference_mode():  # bootstrap values from the behaviour policy that acted last
@@ -275,7 +290,9 @@ class AsyncCollector(SyncCollector):
 
     # ------------------------------------------------------------------ state and shutdown
     def state_dict(self) -> dict[str, Any]:
-        with self._lock:  # between two env steps of the thread
+        if self._in_hooks:  # written from a rollout hook: the thread may be waiting mid-step for the lock held here
+            return super().state_dict()
+        with self._step_lock:  # between two env steps of the thread (it touches the sampler only inside a step)
             return super().state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

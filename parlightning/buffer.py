@@ -135,7 +135,7 @@ class RolloutBuffer:
         self.episode_length[t].copy_(episode_length)
         if parts is not None:
             self.has_parts = True
-            torch.stack([p.float() for p in parts], -1, out=self.parts[t])
+            torch.stack(tuple(parts), -1, out=self.parts[t])  # promoted and cast to float in one call
 
     def finished_parts(self) -> Optional[EpisodeParts]:
         """EpisodeParts of every episode that ended in this rollout ([E] each); one host sync."""

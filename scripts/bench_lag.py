@@ -1,29 +1,56 @@
 """What the lag budget buys: env steps/s and learning with `data.max_policy_lag` 0 vs 1 vs 2.
 
-Part 1, a world that waits on real latency: `PoolOrchestrationWorld` behind `ExternalBatchedEnv`
-(one thread per actor), on a `SimulatedPool` whose subagents sleep. Every env step waits L
-seconds (the orchestrator's own call, `main_seconds=L`, while its subagents sleep up to
+The world waits on real latency: `PoolOrchestrationWorld` behind `ExternalBatchedEnv` (one
+thread per actor), on a `SimulatedPool` whose subagents sleep. Every env step waits L seconds
+(the orchestrator's own call, `main_seconds=L`, while its subagents sleep up to
 (cost + 1) x L / 4 <= L beside it), for L over `--latencies`. Throughput is env steps per
-second of the whole loop (rollout + update), epochs 2..E, one seed, all lags side by side; the
-sync run's share of time spent collecting, c, says where collection and update are comparable,
-and 1 / max(c, 1 - c) is what a perfect overlap of the two could give.
-Learning: final success rate (mean of the last 3 rollouts, stochastic policy) at equal env
-steps, lags 0/1/2 x `--seeds` seeds at `--learn-latency`, mean ± std and Welch's t-test vs lag 0.
+second of the whole loop (rollout + update) over iterations 2..`--epochs`. c is the share of a
+synchronous (lag 0) iteration spent collecting, and 1 / max(c, 1 - c) is what a perfect overlap
+of collection and update could give: overlap can only pay where c is near 0.5.
 
-Part 2, SwarmEnv (pure tensor ops, CPU): the same throughput and learning comparison.
+Part 0, overhead: ms per batched env step of the 16 actors at zero latency (`ExternalBatchedEnv`
+alone: wall and process CPU, also beside a thread that trains a small MLP as the learner does).
 
-    python scripts/bench_lag.py            # ~10 min on 2 busy cores
-    python scripts/bench_lag.py --quick    # smoke test, ~1 min
-Writes the table to runs/bench_lag-<time>/table.md (a fresh untracked folder) and prints it.
+Part 1, balanced (the headline table): the update work is calibrated per latency so that the
+synchronous iteration spends about half its time collecting. How: the minibatch shape stays
+(`--minibatches` per epoch); a short lag-0 probe at `--probe-epochs` update epochs measures the
+collect time C and the update time U of an iteration (iterations 2..`--probe-iters`); a second
+probe at E1 = round(probe_epochs x C / U) measures again, U(E) = b E is fitted through both
+(least squares through the origin), and the update runs E = round(C / b) epochs (C: the probes'
+mean; clamped to 1..`--max-update-epochs`). The table prints E and the c the lag-0 runs then
+measured (the load moves between probe and run, so c lands near, not at, 0.5; at 1 ms even
+E = 1 is about as long as collecting). Lags 0/1/2 run interleaved (0, 1, 2, 0, 1, 2, ...)
+`--repeats` times at that E; steps/s is the mean over repeats, the ratio is of those means, with
+the per-repeat ratios' range beside it. A second table splits each iteration into the
+collector's round C, the learner's update U (the iteration less its wait for a rollout) and
+the iteration: lag 0 takes C + U, a perfect overlap max(C, U) of lag 0, and the growth of C
+and U under lag is what sharing the cores and the GIL costs.
+
+Part 2, fixed: the same worlds with a fixed update (`--update-epochs` x `--minibatches`) at
+every latency, one run per lag: c then drifts with latency (0.46-0.90 here).
+
+Part 3, learning at equal env steps: final success rate (mean of the last 3 rollouts,
+stochastic policy), lags 0/1/2 x `--seeds` seeds at `--learn-latency` with that latency's
+balanced E (from Part 1 when it is in `--latencies`, else probed), mean ± std and Welch's
+t-test vs lag 0. Then SwarmEnv (pure tensor ops, CPU, fixed 4 x 4): the same comparison.
+
+    python scripts/bench_lag.py            # ~15 min on 2 busy cores (load ~3), ~10 min quiet
+    python scripts/bench_lag.py --quick    # smoke test, ~1.5 min
+Writes the tables to runs/bench_lag-<time>/table.md (a fresh untracked folder) and prints them,
+with the load average (`os.getloadavg`) before and after each part: wall-clock ratios on a
+shared machine are noisy (the other jobs take cores and the GIL competition changes with them).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
@@ -73,17 +100,107 @@ def run(env, lag: int, seed: int, epochs: int, num_envs: int, num_steps: int, up
     trainer.fit(PPOModule(lr=1e-3, activation="relu", anneal_lr=False), datamodule=dm)
     steps = num_envs * num_steps * (epochs - 1)
     sps = steps / (clock.ends[-1] - clock.ends[0])
-    tail = clock.stats[1:]
-    collect_share = statistics.mean(  # sync: rollout time / iteration time
-        (num_envs * num_steps / s["rollout/SPS"]) / (num_envs * num_steps / s["charts/SPS"])
-        for s in tail if "charts/SPS" in s)
+    tail = [s for s in clock.stats[1:] if "charts/SPS" in s]
+    batch = num_envs * num_steps
+    collect = statistics.mean(batch / s["rollout/SPS"] for s in tail)  # seconds collecting per iteration
+    iteration = statistics.mean(batch / s["charts/SPS"] for s in tail)  # seconds per iteration (sync: C + U)
+    waits = [s["perf/learner_wait_frac"] for s in tail if "perf/learner_wait_frac" in s]
+    # seconds the learner worked per iteration: all of it but the wait for a rollout (sync: iteration - collect)
+    busy = iteration * (1 - statistics.mean(waits)) if waits else iteration - collect
     last = clock.stats[-3:]
     return {
-        "sps": sps, "collect_share": collect_share,
+        "sps": sps, "collect": collect, "iteration": iteration, "collect_share": collect / iteration, "busy": busy,
         "success": statistics.mean(s["rollout/success_rate"] for s in last),
         "lag": statistics.mean(s.get("perf/policy_lag", 0.0) for s in tail),
-        "learner_wait": statistics.mean(s.get("perf/learner_wait_frac", 1.0) for s in tail[1:] or tail),
     }
+
+
+def calibrate(env, args) -> tuple[int, list[str]]:
+    """Update epochs E for which a lag-0 iteration collects about half the time (see the docstring)."""
+    shape = dict(num_envs=args.num_envs, num_steps=args.num_steps, minibatches=args.minibatches)
+    e0 = args.probe_epochs
+    p0 = run(env, 0, 0, args.probe_iters, update_epochs=e0, **shape)
+    u0 = p0["iteration"] - p0["collect"]
+    e1 = max(1, min(args.max_update_epochs, round(e0 * p0["collect"] / max(u0, 1e-9))))
+    notes = [f"probe E={e0}: C={p0['collect'] * 1e3:.0f} ms, U={u0 * 1e3:.0f} ms"]
+    if e1 == e0:
+        return e0, notes
+    p1 = run(env, 0, 0, args.probe_iters, update_epochs=e1, **shape)
+    u1 = p1["iteration"] - p1["collect"]
+    notes.append(f"probe E={e1}: C={p1['collect'] * 1e3:.0f} ms, U={u1 * 1e3:.0f} ms")
+    # U(E) = b E, least squares through both probes (a secant through two noisy points extrapolates badly)
+    b = (e0 * u0 + e1 * u1) / (e0 ** 2 + e1 ** 2)
+    target = statistics.mean([p0["collect"], p1["collect"]])
+    return max(1, min(args.max_update_epochs, round(target / max(b, 1e-9)))), notes
+
+
+def overhead(latencies: list[float], num_envs: int, steps: int = 100, repeats: int = 3) -> list[str]:
+    """ms per batched env step of `ExternalBatchedEnv` (N worlds) alone, and beside a learner thread
+    (how much of its own speed that thread keeps while the env steps)."""
+    g = torch.Generator().manual_seed(0)
+    actions = [torch.randint(0, 4, (num_envs, 3), generator=g) for _ in range(steps)]
+
+    def next_task(done):
+        return torch.randint(0, 12, (num_envs,), generator=g)
+
+    def once(latency: Optional[float], learner: bool) -> tuple[float, float, float]:
+        """(wall s, process CPU s) per step and the learner's it/s; latency None: the learner alone for 1 s."""
+        stop, count = threading.Event(), [0]
+
+        def learn() -> None:  # forward/backward/Adam on a small MLP in a loop, as PPO's update does
+            net = torch.nn.Sequential(torch.nn.Linear(20, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64),
+                                      torch.nn.ReLU(), torch.nn.Linear(64, 10))
+            opt, x = torch.optim.Adam(net.parameters()), torch.randn(64, 20)
+            while not stop.is_set():
+                opt.zero_grad()
+                net(x).square().mean().backward()
+                opt.step()
+                count[0] += 1
+
+        thread = threading.Thread(target=learn) if learner else None
+        if thread is not None:
+            thread.start()
+            while count[0] < 3:  # the thread's first backward pass starts slowly
+                time.sleep(0.01)
+        env = None
+        if latency is not None:
+            env = pool_world(latency)(num_envs, "cpu", 0)
+            env.reset(task_index=torch.zeros(num_envs, dtype=torch.long))
+            for a in actions[:10]:
+                env.step(a, next_task)
+        c0, t0, n0 = time.process_time(), time.perf_counter(), count[0]
+        if env is None:
+            time.sleep(1.0)
+        else:
+            for a in actions:
+                env.step(a, next_task)
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        rate = (count[0] - n0) / wall
+        stop.set()
+        if thread is not None:
+            thread.join()
+        if env is not None:
+            env.close()
+        return wall / steps, cpu / steps, rate
+
+    lines = [f"Overhead: ExternalBatchedEnv, N={num_envs} PoolOrchestrationWorld actors (threads), ms per batched "
+             f"env step, median of {repeats} x {steps} steps. CPU: the whole process's (world threads included). "
+             "Beside a learner: a thread trains a 64-64 MLP (forward, backward, Adam) meanwhile; its speed is given "
+             "as a share of its speed alone, measured just before", "",
+             "| latency / step | wall, alone | CPU, alone | wall, beside the learner | learner speed kept |",
+             "|---|---|---|---|---|"]
+    for latency in latencies:
+        alone = [once(latency, False) for _ in range(repeats)]
+        kept, beside = [], []
+        for _ in range(repeats):
+            solo = once(None, True)[2]
+            beside.append(once(latency, True))
+            kept.append(beside[-1][2] / max(solo, 1e-9))
+        med = lambda rows, j: statistics.median(r[j] for r in rows)  # noqa: E731
+        lines.append(f"| {latency * 1000:g} ms | {med(alone, 0) * 1e3:.2f} | {med(alone, 1) * 1e3:.2f} | "
+                     f"{med(beside, 0) * 1e3:.2f} | {statistics.median(kept):.0%} |")
+        print(lines[-1], flush=True)
+    return lines
 
 
 def mean_std(values: list[float]) -> str:
@@ -101,69 +218,150 @@ def welch(a: list[float], b: list[float]) -> str:
     return f"p = {p:.2f}" + ("" if p < 0.05 else " (not significant)")
 
 
+def load() -> str:
+    return "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="smoke test: 2 latencies, 1 seed, few epochs")
+    parser.add_argument("--parts", nargs="+", default=["overhead", "balanced", "fixed", "learn", "swarm"],
+                        choices=["overhead", "balanced", "fixed", "learn", "swarm"])
     parser.add_argument("--latencies", type=float, nargs="+", default=[0.001, 0.005, 0.01, 0.02, 0.05],
                         help="seconds each env step waits")
     parser.add_argument("--lags", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved repeats of each lag (balanced table)")
     parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--learn-latency", type=float, default=0.005, help="latency of the learning comparison")
+    parser.add_argument("--learn-latency", type=float, default=0.01, help="latency of the learning comparison")
     parser.add_argument("--epochs", type=int, default=10, help="PPO iterations per throughput run")
     parser.add_argument("--learn-epochs", type=int, default=40, help="PPO iterations per learning run")
     parser.add_argument("--num-envs", type=int, default=16)
     parser.add_argument("--num-steps", type=int, default=16)
-    parser.add_argument("--update-epochs", type=int, default=4)
+    parser.add_argument("--update-epochs", type=int, default=4, help="the fixed table's update epochs")
     parser.add_argument("--minibatches", type=int, default=4)
+    parser.add_argument("--probe-epochs", type=int, default=4, help="update epochs of the first calibration probe")
+    parser.add_argument("--probe-iters", type=int, default=5, help="PPO iterations per calibration probe")
+    parser.add_argument("--max-update-epochs", type=int, default=200)
     parser.add_argument("--swarm-envs", type=int, default=256)
     parser.add_argument("--swarm-epochs", type=int, default=20)
     parser.add_argument("--out", type=Path, default=None, help="output folder (default runs/bench_lag-<time>)")
     args = parser.parse_args()
     if args.quick:
         args.latencies, args.seeds, args.epochs, args.learn_epochs = [0.001, 0.01], 1, 4, 4
-        args.swarm_envs, args.swarm_epochs = 64, 4
+        args.repeats, args.probe_iters, args.swarm_envs, args.swarm_epochs = 1, 3, 64, 4
     torch.set_num_threads(1)
     out = args.out or ROOT / "runs" / f"bench_lag-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=False)
-    shape = dict(num_envs=args.num_envs, num_steps=args.num_steps, update_epochs=args.update_epochs,
-                 minibatches=args.minibatches)
-    lines = [f"PoolOrchestrationWorld, N={args.num_envs} actors (threads), T={args.num_steps}, update "
-             f"{args.update_epochs} epochs x {args.minibatches} minibatches; env steps/s over epochs 2..{args.epochs}, "
-             "seed 0", "",
-             "| latency / step | collecting share (lag 0) | ideal overlap | " + " | ".join(f"lag {k} steps/s" for k in args.lags)
-             + " | " + " | ".join(f"lag {k} / lag 0" for k in args.lags if k) + " | mean lag (" + ", ".join(f"lag {k}" for k in args.lags if k) + ") |",
-             "|---" * (3 + len(args.lags) + sum(1 for k in args.lags if k) + 1) + "|"]
-    for latency in args.latencies:
-        res = {k: run(pool_world(latency), k, 0, args.epochs, **shape) for k in args.lags}
-        base = res[args.lags[0]]["sps"]
-        lags = ", ".join(f"{res[k]['lag']:.2f}" for k in args.lags if k)
-        share = res[args.lags[0]]["collect_share"]
-        lines.append(f"| {latency * 1000:g} ms | {share:.2f} | {1 / max(share, 1 - share):.2f}x | "
-                     + " | ".join(f"{res[k]['sps']:.0f}" for k in args.lags) + " | "
-                     + " | ".join(f"{res[k]['sps'] / base:.2f}x" for k in args.lags if k) + f" | {lags} |")
+    started = time.perf_counter()
+    lines: list[str] = [f"torch {torch.__version__}, {os.cpu_count()} CPUs, 1 intra-op thread; start: {load()}"]
+    print(lines[0], flush=True)
+    nonzero = [k for k in args.lags if k]
+
+    def header(*first: str) -> list[str]:
+        cols = [*first, "c (lag 0)", "ideal overlap", *(f"lag {k} steps/s" for k in args.lags),
+                *(f"lag {k} / lag 0" for k in nonzero), "mean lag (" + ", ".join(f"lag {k}" for k in nonzero) + ")"]
+        return ["| " + " | ".join(cols) + " |", "|---" * len(cols) + "|"]
+
+    def section(title: str, body: list[str]) -> None:
+        lines.extend(["", title, *body, f"({load()})"])
         print(lines[-1], flush=True)
+
+    if "overhead" in args.parts:
+        body = overhead([0.0, 0.001, 0.01], args.num_envs, steps=50 if args.quick else 100, repeats=1 if args.quick else 3)
+        section("", body)
+
+    shape = dict(num_envs=args.num_envs, num_steps=args.num_steps, minibatches=args.minibatches)
+    balanced_epochs: dict[float, int] = {}
+    if "balanced" in args.parts or "learn" in args.parts:
+        latencies = args.latencies if "balanced" in args.parts else [args.learn_latency]
+        body = [f"Balanced: PoolOrchestrationWorld, N={args.num_envs} actors (threads), T={args.num_steps}, "
+                f"update E epochs x {args.minibatches} minibatches with E calibrated per latency (c ~ 0.5); env "
+                f"steps/s over iterations 2..{args.epochs}, seed 0, lags interleaved x {args.repeats} repeats "
+                "(ratio of means; per-repeat range in brackets)", "", *header("latency / step", "update epochs E")]
+        calibration = []
+        split = ["", "Where the time goes (balanced runs, ms per iteration, mean over repeats): the collector's round "
+                 "(C), the learner's update, i.e. the iteration less its wait for a rollout (U), and the iteration; "
+                 "lag 0 iterates in C + U, a perfect overlap in max(C, U) of lag 0; contention shows as C and U "
+                 "growing under lag", "", "| latency / step | " + " | ".join(f"lag {k}: C / U / iteration"
+                                                                        for k in args.lags) + " |",
+                 "|---" * (1 + len(args.lags)) + "|"]
+        for latency in latencies:
+            E, notes = calibrate(pool_world(latency), args)
+            balanced_epochs[latency] = E
+            calibration.append(f"- {latency * 1000:g} ms: " + "; ".join(notes) + f" -> E={E}")
+            if "balanced" not in args.parts:
+                continue
+            res = {k: [] for k in args.lags}
+            for _ in range(args.repeats):
+                for k in args.lags:
+                    res[k].append(run(pool_world(latency), k, 0, args.epochs, update_epochs=E, **shape))
+            mean = {k: statistics.mean(r["sps"] for r in res[k]) for k in args.lags}
+            share = statistics.mean(r["collect_share"] for r in res[args.lags[0]])
+
+            def ratio(k: int) -> str:
+                per = [a["sps"] / b["sps"] for a, b in zip(res[k], res[args.lags[0]])]
+                spread = f" [{min(per):.2f}-{max(per):.2f}]" if len(per) > 1 else ""
+                return f"{mean[k] / mean[args.lags[0]]:.2f}x{spread}"
+
+            ms = lambda k, key: statistics.mean(r[key] for r in res[k]) * 1e3  # noqa: E731
+            split.append(f"| {latency * 1000:g} ms | " + " | ".join(
+                f"{ms(k, 'collect'):.0f} / {ms(k, 'busy'):.0f} / {ms(k, 'iteration'):.0f}" for k in args.lags) + " |")
+            body.append(f"| {latency * 1000:g} ms | {E} | {share:.2f} | {1 / max(share, 1 - share):.2f}x | "
+                        + " | ".join(f"{mean[k]:.0f}" for k in args.lags) + " | "
+                        + " | ".join(ratio(k) for k in nonzero) + " | "
+                        + ", ".join(f"{statistics.mean(r['lag'] for r in res[k]):.2f}" for k in nonzero) + " |")
+            print(body[-1], flush=True)
+        if "balanced" in args.parts:
+            section("", body + split + ["", "Calibration (lag 0, C = collect and U = update time per iteration):",
+                                        *calibration])
+        else:
+            lines.extend(["", "Calibration for the learning comparison:", *calibration])
+
+    if "fixed" in args.parts:
+        body = [f"Fixed update: PoolOrchestrationWorld, N={args.num_envs} actors (threads), T={args.num_steps}, "
+                f"update {args.update_epochs} epochs x {args.minibatches} minibatches at every latency; env steps/s "
+                f"over iterations 2..{args.epochs}, seed 0, one run per lag", "", *header("latency / step")]
+        for latency in args.latencies:
+            res = {k: run(pool_world(latency), k, 0, args.epochs, update_epochs=args.update_epochs, **shape)
+                   for k in args.lags}
+            base = res[args.lags[0]]["sps"]
+            share = res[args.lags[0]]["collect_share"]
+            body.append(f"| {latency * 1000:g} ms | {share:.2f} | {1 / max(share, 1 - share):.2f}x | "
+                        + " | ".join(f"{res[k]['sps']:.0f}" for k in args.lags) + " | "
+                        + " | ".join(f"{res[k]['sps'] / base:.2f}x" for k in nonzero) + " | "
+                        + ", ".join(f"{res[k]['lag']:.2f}" for k in nonzero) + " |")
+            print(body[-1], flush=True)
+        section("", body)
 
     def learning(title: str, env, epochs: int, **kw) -> None:
         finals = {k: [] for k in args.lags}
         speeds = {k: [] for k in args.lags}
         for seed in range(args.seeds):
-            for k in args.lags:
+            for k in args.lags:  # interleaved: seed 0 at every lag, then seed 1, ...
                 r = run(env, k, seed, epochs, **kw)
                 finals[k].append(r["success"])
                 speeds[k].append(r["sps"])
-        lines.extend(["", title, "", "| lag | env steps/s | final success rate | vs lag 0 |", "|---|---|---|---|"])
+        body = ["| lag | env steps/s | final success rate | vs lag 0 |", "|---|---|---|---|"]
         for k in args.lags:
-            lines.append(f"| {k} | {mean_std(speeds[k])} | {mean_std(finals[k])} | "
-                         f"{'—' if k == args.lags[0] else welch(finals[k], finals[args.lags[0]])} |")
-            print(lines[-1], flush=True)
+            body.append(f"| {k} | {mean_std(speeds[k])} | {mean_std(finals[k])} | "
+                        f"{'—' if k == args.lags[0] else welch(finals[k], finals[args.lags[0]])} |")
+            print(body[-1], flush=True)
+        section(title, [""] + body)
 
-    learning(f"Learning at equal env steps, PoolOrchestrationWorld at {args.learn_latency * 1000:g} ms/step: "
-             f"{args.learn_epochs} iterations x {args.num_envs * args.num_steps} env steps, {args.seeds} seeds "
-             "(mean ± std over seeds; Welch's t-test vs lag 0)", pool_world(args.learn_latency), args.learn_epochs,
-             **shape)
-    learning(f"SwarmEnv (tensor ops, CPU): N={args.swarm_envs}, T=32, update 4 x 4; {args.swarm_epochs} iterations, "
-             f"{args.seeds} seeds", swarm, args.swarm_epochs, num_envs=args.swarm_envs, num_steps=32, update_epochs=4,
-             minibatches=4)
+    if "learn" in args.parts:
+        E = balanced_epochs.get(args.learn_latency)
+        if E is None:
+            E, notes = calibrate(pool_world(args.learn_latency), args)
+            lines.extend(["", f"Calibration at {args.learn_latency * 1000:g} ms: " + "; ".join(notes) + f" -> E={E}"])
+        learning(f"Learning at equal env steps, PoolOrchestrationWorld at {args.learn_latency * 1000:g} ms/step, "
+                 f"balanced update ({E} epochs x {args.minibatches} minibatches): {args.learn_epochs} iterations x "
+                 f"{args.num_envs * args.num_steps} env steps, {args.seeds} seeds (mean ± std over seeds; Welch's "
+                 "t-test vs lag 0)", pool_world(args.learn_latency), args.learn_epochs, update_epochs=E, **shape)
+    if "swarm" in args.parts:
+        learning(f"SwarmEnv (tensor ops, CPU): N={args.swarm_envs}, T=32, update 4 x 4; {args.swarm_epochs} "
+                 f"iterations, {args.seeds} seeds", swarm, args.swarm_epochs, num_envs=args.swarm_envs, num_steps=32,
+                 update_epochs=4, minibatches=4)
+    lines.append(f"\nTotal {(time.perf_counter() - started) / 60:.1f} min; end: {load()}")
     table = "\n".join(lines)
     (out / "table.md").write_text(table + "\n")
     print(f"\n{table}\n\nwritten to {out / 'table.md'}")

@@ -163,6 +163,42 @@ def test_count_world_runs_under_the_async_collector(tmp_cwd):
     assert set(episodes.critical_steps.tolist()) <= {1.0, 2.0, 3.0}  # task t-k lasts k + 1 steps
 
 
+def test_rollout_hooks_never_wait_for_a_slow_env_step_and_may_read_the_state(tmp_cwd):
+    """The learner's hooks and sampler records share only the sampler's lock with the thread, which
+    holds it while picking, not over a whole (here 0.2 s) env step; a hook that reads the collection
+    state (as a checkpoint written from a hook would) does not deadlock with a thread waiting to pick."""
+    from parlightning.callbacks.base import RolloutCallback
+
+    class Timed(RolloutCallback):
+        def __init__(self):
+            self.waits, self.states = [], 0
+
+        def on_rollout_start(self, trainer, pl_module, round_index):
+            trainer.datamodule.collector.state_dict()
+            self.states += 1
+
+        def on_episodes_end(self, trainer, pl_module, task_ids, parts):
+            trainer.datamodule.collector.state_dict()
+            self.states += 1
+
+    timed = Timed()
+
+    class Probe(pl.Callback):
+        def on_train_epoch_start(self, trainer, pl_module):
+            import time
+            col = trainer.datamodule.collector
+            start = time.perf_counter()
+            with col._lock:  # what the learner's hooks take
+                timed.waits.append(time.perf_counter() - start)
+
+    dm = RolloutDataModule(env=lambda n, d, s: ExternalBatchedEnv(n, d, s, world=CountWorld,
+                                                                   world_kwargs={"sleep": 0.2}),
+                           num_envs=4, num_steps=3, update_epochs=1, num_minibatches=1, max_policy_lag=1)
+    _fit(dm, 4, [timed, Probe()])
+    assert timed.states >= 4 and dm.round_index == 4
+    assert max(timed.waits) < 0.1  # the thread is mid-step (0.2 s) most of the time, yet the lock is free
+
+
 @pytest.mark.skipif(os.environ.get("PARL_SLOW_TESTS") != "1", reason="two 2-rank DDP runs: PARL_SLOW_TESTS=1")
 @pytest.mark.parametrize("config", ["swarm.yaml", "external.yaml"])
 def test_each_ddp_rank_runs_its_own_async_collector(tmp_cwd, config):

@@ -137,6 +137,28 @@ def test_bad_world_config_is_one_clear_error():
                                                                   "init_args": {"fn": "nosuch:fn"}}})
 
 
+def test_late_answers_to_a_failed_call_never_reach_the_next_one(monkeypatch):
+    """Actor 0 raises at once while the others are still sleeping: their late answers belong to the
+    abandoned call, and the next step sees only its own (each world's obs counts its own steps)."""
+    monkeypatch.setattr(CountWorld, "fail_at", (0, 1))
+    env = ExternalBatchedEnv(4, world=CountWorld, world_kwargs={"sleep": 0.05})
+    try:
+        env.reset(task_index=torch.tensor([2, 2, 2, 2]))
+        with pytest.raises(ExternalWorldError, match="actor 0 on task 't-2': step raised ValueError"):
+            env.step(torch.zeros(4, dtype=torch.long))
+        r = env.step(torch.zeros(4, dtype=torch.long))  # actor 0's second call succeeds (its first raised)
+        assert r.obs[:, 0].tolist() == [1.0, 2.0, 2.0, 2.0]  # the others' first answers were not taken for these
+        monkeypatch.setattr(CountWorld, "fail_at", None)
+        many = ExternalBatchedEnv(32, world=CountWorld, world_kwargs={"sleep": 0.01})
+        many.reset(task_index=torch.zeros(32, dtype=torch.long))  # every episode lasts one step: all reset together
+        for _ in range(5):
+            r = many.step(torch.ones(32, dtype=torch.long))
+            assert r.terminated.all() and r.reward.tolist() == [1.0] * 32 and r.obs[:, 0].tolist() == [0.0] * 32
+        many.close()
+    finally:
+        env.close()
+
+
 def test_simulated_pool_latency_and_instruction_matching():
     pool = SimulatedPool(reliability=1.0, seconds_per_step=0.02)
     assert isinstance(pool, SubagentPool)

@@ -116,25 +116,58 @@ def _accepts(fn: Callable, name: str) -> bool:
     return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
-class _ThreadActor:
-    """One sync world on its own daemon thread: calls arrive in `inbox`, answers go to `outbox`."""
+class _Batch:
+    """One batch of calls in flight: each actor files its answer here, and the caller is woken
+    once, when the last answer is in or as soon as one call raised (a binary semaphore, `wake`),
+    not once per answer: every wake-up is a thread switch and a GIL hand-over the learner pays for
+    under `data.max_policy_lag`. An abandoned batch (timeout, error) takes late answers harmlessly."""
 
-    def __init__(self, index: int, world: Any, outbox: "queue.Queue") -> None:
-        self.index, self.world, self.outbox = index, world, outbox
-        self.inbox: queue.Queue = queue.Queue()
+    __slots__ = ("results", "errors", "pending", "lock", "wake", "signalled")
+
+    def __init__(self, pending: int) -> None:
+        self.results: dict[int, Any] = {}
+        self.errors: list[tuple[int, BaseException]] = []
+        self.pending = pending
+        self.lock = threading.Lock()
+        self.wake = threading.Lock()
+        self.wake.acquire()  # released (once) by the answer that completes the batch, or by an error
+        self.signalled = False
+
+    def answer(self, i: int, ok: bool, value: Any) -> None:
+        with self.lock:
+            if ok:
+                self.results[i] = value
+                self.pending -= 1
+            else:
+                self.errors.append((i, value))
+            if (self.pending == 0 or not ok) and not self.signalled:
+                self.signalled = True
+                self.wake.release()
+
+
+class _ThreadActor:
+    """One sync world on its own daemon thread: calls arrive in `inbox` (a C-level SimpleQueue:
+    no Python-level Condition per call), answers go to the call's `_Batch`."""
+
+    def __init__(self, index: int, world: Any) -> None:
+        self.index, self.world = index, world
+        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
         self.thread = threading.Thread(target=self._loop, name=f"external-world-{index}", daemon=True)
         self.thread.start()
 
     def _loop(self) -> None:
+        get, index, world = self.inbox.get, self.index, self.world
         while True:
-            job = self.inbox.get()
+            job = get()
             if job is None:
                 return
-            call_id, method, args = job
+            batch, method, args = job
             try:
-                self.outbox.put((call_id, self.index, True, getattr(self.world, method)(*args)))
+                value = getattr(world, method)(*args)
             except BaseException as err:  # reported to the caller, never swallowed
-                self.outbox.put((call_id, self.index, False, err))
+                batch.answer(index, False, err)
+            else:
+                batch.answer(index, True, value)
 
 
 class ExternalBatchedEnv(BatchedEnv):
@@ -219,15 +252,13 @@ class ExternalBatchedEnv(BatchedEnv):
                 setattr(self, attr, getattr(first, attr))
         self._tasks = [0] * num_envs  # bank index each actor works on
         self._async = inspect.iscoroutinefunction(first.step)
-        self._calls = 0
-        self._outbox: queue.Queue = queue.Queue()
         if self._async:
             self._loop = asyncio.new_event_loop()
             self._loop_thread = threading.Thread(target=self._loop.run_forever, name="external-worlds-loop",
                                                  daemon=True)
             self._loop_thread.start()
         else:
-            self._actors = [_ThreadActor(i, w, self._outbox) for i, w in enumerate(self.worlds)]
+            self._actors = [_ThreadActor(i, w) for i, w in enumerate(self.worlds)]
 
     # ------------------------------------------------------------------ concurrency
     def _task_name(self, i: int) -> str:
@@ -247,31 +278,31 @@ class ExternalBatchedEnv(BatchedEnv):
             return {}
         if self._async:
             return self._run_async(method, args)
-        results: dict[int, Any] = {}
         attempts = dict.fromkeys(args, 0)
-        self._calls += 1
-        call = self._calls
+        batch = _Batch(len(args))
+        actors = self._actors
         for i, a in args.items():
-            self._actors[i].inbox.put((call, method, a))
+            actors[i].inbox.put((batch, method, a))
         deadline = time.monotonic() + self.step_timeout
-        while len(results) < len(args):
-            try:
-                got_call, i, ok, value = self._outbox.get(timeout=max(deadline - time.monotonic(), 0.0))
-            except queue.Empty:
-                late = min(set(args) - set(results))
-                raise self._fail(late, method, f"did not return within step_timeout={self.step_timeout:g}s "
-                                               "(raise data.env.init_args.step_timeout if it is just slow)") from None
-            if got_call != call:
-                continue  # an answer to an abandoned call
-            if ok:
-                results[i] = value
-            elif attempts[i] < self.retries:
-                attempts[i] += 1
-                self._actors[i].inbox.put((call, method, args[i]))
-            else:
-                raise self._fail(i, method, f"raised {type(value).__name__}: {value}"
-                                            f"{f' (after {self.retries} retries)' if self.retries else ''}") from value
-        return results
+        while True:
+            woke = batch.wake.acquire(timeout=max(deadline - time.monotonic(), 0.0))
+            with batch.lock:
+                errors, batch.errors = batch.errors, []
+                if woke:
+                    batch.signalled = False  # re-armed: the next completion or error releases it again
+                if not errors and batch.pending == 0:
+                    return batch.results
+                if not woke and not errors:
+                    late = min(set(args) - set(batch.results))
+                    raise self._fail(late, method, f"did not return within step_timeout={self.step_timeout:g}s "
+                                                   "(raise data.env.init_args.step_timeout if it is just slow)")
+            for i, value in errors:
+                if attempts[i] < self.retries:
+                    attempts[i] += 1
+                    actors[i].inbox.put((batch, method, args[i]))
+                else:
+                    raise self._fail(i, method, f"raised {type(value).__name__}: {value}"
+                                                f"{f' (after {self.retries} retries)' if self.retries else ''}") from value
 
     def _run_async(self, method: str, args: dict[int, tuple]) -> dict[int, Any]:
         async def one(i: int) -> Any:
@@ -299,9 +330,21 @@ class ExternalBatchedEnv(BatchedEnv):
         return dict(zip(args, values))
 
     # ------------------------------------------------------------------ BatchedEnv
+    def _obs_array(self, values: Sequence[Any]) -> np.ndarray:
+        """[len(values), *observation_shape] float32 from the worlds' observations."""
+        try:  # one conversion for the batch (flat lists or arrays of the same length: the common case)
+            return np.asarray(values, dtype=np.float32).reshape(len(values), *self.observation_shape)
+        except (ValueError, TypeError):  # ragged or nested differently: each world's value on its own
+            return np.asarray([np.asarray(v, dtype=np.float32).reshape(self.observation_shape) for v in values])
+
+    def _tensor(self, array: np.ndarray) -> Tensor:
+        # Built in numpy, one tensor per field: every torch call releases and retakes the GIL, a
+        # thread switch whenever the learner is waiting for it (data.max_policy_lag > 0).
+        t = torch.from_numpy(array)
+        return t if self.device.type == "cpu" else t.to(self.device)
+
     def _obs(self, values: Sequence[Any]) -> Tensor:
-        arr = np.asarray([np.asarray(v, dtype=np.float32).reshape(self.observation_shape) for v in values])
-        return torch.from_numpy(arr).to(self.device)
+        return self._tensor(self._obs_array(values))
 
     def reset(self, *, seed: Optional[int] = None, task_index: Optional[Tensor] = None) -> Tensor:
         """Start every world (on `task_index` [N] bank indices where the world has tasks)."""
@@ -316,8 +359,8 @@ class ExternalBatchedEnv(BatchedEnv):
         return bank[self._tasks[i]] if bank is not None else None
 
     def _action_args(self, action: Tensor) -> list[Any]:
-        values = action.detach().cpu()
-        return values.tolist()
+        values = action.detach()
+        return (values if values.device.type == "cpu" else values.cpu()).tolist()
 
     def step(self, action: Tensor, next_task: Optional[Tensor | Callable[[Tensor], Tensor]] = None) -> StepResult:
         """Step every world concurrently; worlds whose episode ended are reset (concurrently) to
@@ -325,8 +368,10 @@ class ExternalBatchedEnv(BatchedEnv):
         N = self.num_envs
         actions = self._action_args(action)
         out = self._run_all("step", {i: (actions[i],) for i in range(N)})
-        obs, reward, terminated, truncated = [], [], [], []
-        parts = np.zeros((N, len(PART_NAMES)), dtype=np.float32)
+        obs, reward = [], []
+        flags = np.zeros((3, N), dtype=np.bool_)  # terminated, truncated, done
+        parts = np.zeros((len(PART_NAMES), N), dtype=np.float32)
+        done_list = []
         for i in range(N):
             try:
                 o, r, term, trunc, p = out[i]
@@ -335,24 +380,21 @@ class ExternalBatchedEnv(BatchedEnv):
                                             "(obs, reward, terminated, truncated, parts)") from None
             obs.append(o)
             reward.append(float(r))
-            terminated.append(bool(term))
-            truncated.append(bool(trunc) and not bool(term))
             if term or trunc:
+                flags[0, i], flags[1, i], flags[2, i] = bool(term), not bool(term), True
+                done_list.append(i)
                 p = dict(p or {})
                 unknown = set(p) - set(PART_NAMES)
                 if unknown:
                     raise self._fail(i, "step", f"returned parts with unknown fields {sorted(unknown)}; "
                                                 f"use {list(PART_NAMES)}")
                 p.setdefault("outcome", min(max(float(r), 0.0), 1.0))
-                parts[i] = [float(p.get(name, 0.0)) for name in PART_NAMES]
-        final_obs = self._obs(obs)
-        dev = self.device
-        term_t = torch.tensor(terminated, device=dev)
-        trunc_t = torch.tensor(truncated, device=dev)
-        done = term_t | trunc_t
-        task_t = torch.tensor(self._tasks, dtype=torch.long, device=dev)
-        done_list = [i for i in range(N) if terminated[i] or truncated[i]]
+                parts[:, i] = [float(p.get(name, 0.0)) for name in PART_NAMES]
+        final = self._obs_array(obs)
+        task_t = self._tensor(np.array(self._tasks, dtype=np.int64))
+        term_t, trunc_t, done = self._tensor(flags).unbind(0)
         has_tasks = getattr(self, "task_ids", None) is not None
+        next_obs = final.copy()
         if done_list:
             if has_tasks and next_task is not None:
                 picked = next_task(done) if callable(next_task) else next_task
@@ -360,15 +402,14 @@ class ExternalBatchedEnv(BatchedEnv):
                 for i in done_list:
                     self._tasks[i] = int(picked[i])
             fresh = self._run_all("reset", {i: (self._task_arg(i),) for i in done_list})
-            for i in done_list:
-                obs[i] = fresh[i]
+            next_obs[done_list] = self._obs_array([fresh[i] for i in done_list])
         elif has_tasks and callable(next_task):
             next_task(done)  # the sampler is asked every step, as by a tensor env
         episode = None
         if has_tasks:
-            cols = torch.from_numpy(parts).to(dev).unbind(1)
-            episode = EpisodeParts(task_t, *cols)
-        return StepResult(self._obs(obs), torch.tensor(reward, device=dev), term_t, trunc_t, final_obs, episode)
+            episode = EpisodeParts(task_t, *self._tensor(parts).unbind(0))
+        reward_t = self._tensor(np.array(reward, dtype=np.float32))
+        return StepResult(self._tensor(next_obs), reward_t, term_t, trunc_t, self._tensor(final), episode)
 
     # ------------------------------------------------------------------ lifecycle
     def state_dict(self) -> dict[str, Any]:
