@@ -136,25 +136,27 @@ class SwarmEnv(BatchedEnv):
         self._cap_binds = max_subagents < W * splits[-1] or subagent_budget is not None
         # 1 / log of the per-shard reliability: "successes before the first failure" from one uniform draw
         self._inv_log_rel = 1.0 / float(torch.tensor(min(self.reliability, 1 - 1e-7)).clamp(min=1e-30).log())
-        # Slot-major tables [W, K*L] (one column per task stage), gathered with one index_select per
-        # step into [W, N]: reductions over slots then run over the outer dimension, vectorised across
-        # actors (a last dimension of a few slots is slow to reduce on CPU). Masks are float 0/1 and
-        # counts integer-valued floats (exact), so the dynamics are float arithmetic: on CPU a bool
-        # compare or a bool-float product costs several float ops.
-        size_rows = self.bank.size.reshape(K * L, W)  # zero where no subtask
-        kind_rows = self.bank.kind.reshape(K * L, W)
-        present_rows = self.bank.present.reshape(K * L, W)
+        # Slot-major tables [W, K*R] (one column per stage row: task k, stage l at row k*R + l), gathered
+        # with one index_select per step into [W, N]: reductions over slots then run over the outer
+        # dimension, vectorised across actors (a last dimension of a few slots is slow to reduce on CPU).
+        # Masks are float 0/1 and counts integer-valued floats (exact), so the dynamics are float
+        # arithmetic: on CPU a bool compare or a bool-float product costs several float ops. R = L + 1: a
+        # task's last row is an empty stage past its L stages, so "the next stage" is always row + 1 (it
+        # is shown only to an episode that has just finished every stage, as no pending work).
+        R = self._rows_per_task = L + 1
+        pad = lambda t: torch.cat([t, torch.zeros_like(t[:, :1])], 1).reshape(K * R, W)  # noqa: E731
+        size_rows, kind_rows, present_rows = pad(self.bank.size), pad(self.bank.kind), pad(self.bank.present)
         self._present_cols = present_rows.t().float().contiguous()
-        self._stage_work = size_rows.sum(1)  # [K*L]: a stage's work (its sizes' sum)
-        # Everything a step reads per actor from its stage row, stacked [3W + 5, K*L] so that one gather
+        self._stage_work = size_rows.sum(1)  # [K*R]: a stage's work (its sizes' sum)
+        # Everything a step reads per actor from its stage row, stacked [3W + 5, K*R] so that one gather
         # serves the step: size, plain, hard ([W] each), then the task's budget, late_window x budget
         # (the hard limit), a zero row (the three make the context's time features in one op), the
         # task's number of stages and the stage's serial time. Task values repeat on each stage row.
-        budget_rows = self.bank.budget.repeat_interleave(L)
+        budget_rows = self.bank.budget.repeat_interleave(R)
         self._step_cols = torch.cat([
             size_rows, (present_rows & (kind_rows == PLAIN)).float(), (present_rows & (kind_rows == HARD)).float(),
             torch.stack([budget_rows, self.late_window * budget_rows, torch.zeros_like(budget_rows),
-                         self.bank.n_levels.repeat_interleave(L).float(), 1.0 + self._stage_work], 1)], 1).t().contiguous()
+                         self.bank.n_levels.repeat_interleave(R).float(), 1.0 + self._stage_work], 1)], 1).t().contiguous()
         self._ctx_sign = torch.tensor([[-1.0], [-1.0], [1.0]], device=dev)  # budget - t, limit - t, 0 + t
         self._tri = torch.ones(W, W, device=dev).tril()  # cumulative sums over slots as one matmul (exact on counts)
         # What a slot shows, four table rows per (stage, slot), one per slot code: 0 nothing pending
@@ -172,11 +174,11 @@ class SwarmEnv(BatchedEnv):
         ctx_rows = torch.zeros(max(num_envs, K), SLOT_FEATURES, device=dev)
         if subagent_budget is None:
             ctx_rows[:, 4] = 1.0  # no episode budget: all of it always left (never written)
-        self._slot_table = torch.cat([codes.reshape(K * L * W * 4, SLOT_FEATURES), ctx_rows])
-        self._ctx_index = K * L * W * 4
+        self._slot_table = torch.cat([codes.reshape(K * R * W * 4, SLOT_FEATURES), ctx_rows])
+        self._ctx_index = K * R * W * 4
         # shards per decoded entry e (see `step`): none for 0 (nothing to do) and 1 (do it yourself)
         self._shard_table = torch.tensor([0.0, 0.0, *splits, *splits], device=dev)
-        self._index_buffers: dict[int, Tensor] = {}
+        self._index_buffers: dict[int, SimpleNamespace] = {}
         # the slot rows' gather index is computed in float (exact below 2**24 rows, else in double) and
         # gathered with an int32 index (half the bytes of int64)
         self._index_dtype = torch.float32 if self._slot_table.shape[0] < 2**24 else torch.float64
@@ -192,13 +194,14 @@ class SwarmEnv(BatchedEnv):
         self._pend = torch.zeros(W, N, device=dev)  # slot-major [W, N] float 0/1 (`pending`, `failed`: bool views)
         self._fail = torch.zeros(W, N, device=dev)
         self._scratch: dict[Any, Any] = {}  # reused per-step buffers, by size
+        self._row = self._stage_row(self.task, self.level)  # [N]: the stage row of (task, level), kept by step
         self._arange = torch.arange(N, device=dev)
         self.trace, self.trace_actor, self.last_round = False, 0, {}  # evaluate's --gantt: one actor's rounds
         # A fresh episode's first observation depends on its task only: one table row per task, so a step
         # observes once and the actors that reset copy their row ([K, W+1, F]).
         tasks = torch.arange(K, device=dev)
         zk = torch.zeros(K, device=dev)
-        self._first_obs = self._observe_state(tasks, tasks * 0, self._present_cols.index_select(1, tasks * L),
+        self._first_obs = self._observe_state(tasks, tasks * 0, self._present_cols.index_select(1, tasks * R),
                                               torch.zeros(W, K, device=dev), zk, zk)
 
     level = property(lambda self: self._stage[0], doc="[N] long: the current stage")
@@ -220,51 +223,58 @@ class SwarmEnv(BatchedEnv):
         return self._fail > 0
 
     # ------------------------------------------------------------------ observation
-    def _observe(self, row: Tensor, codes: Sequence[Tensor], fresh: Optional[Tensor], cols: Tensor, left: Tensor,
+    def _observe(self, row: Tensor, codes: Sequence[Tensor], fresh: Optional[Tensor], limits: Tensor, left: Tensor,
                  elapsed: Tensor, n_subagents: Tensor, work: Tensor, out: Optional[Tensor] = None,
                  flat: Optional[Tensor] = None) -> Tensor:
         """[N, W+1, F] (into `out` when given): the slot rows (one gather from `_slot_table`) and the context row.
 
         `row` [N]: the stage row shown; `codes`: [W, N] float tensors whose sum is each slot's code (0
         nothing pending, 1 pending, 2 pending and failed last round); `fresh` [N] float 1 where the stage
-        just began (its codes are 0 and every slot shows code 3, the stage's subtasks) or None; `cols` the
-        `_step_cols` gather at `row` (the task's rows); `left` [N] stages left; `work` [N] pending work of the
-        stage; `flat` a [W, N] float buffer for the slot rows' index (default: a new one)."""
+        just began (its codes are 0 and every slot shows code 3, the stage's subtasks) or None; `limits`
+        [3, N] the task's budget, hard limit and 0 (rows of `_step_cols`); `left` [N] stages left; `work` [N]
+        pending work of the stage; `flat` a [W, N] float buffer for the slot rows' index (default: new)."""
         W, N = codes[0].shape
-        index = self._index_buffers.get(N)  # reused: its context column stays (actor n: context row n)
-        if index is None:
-            index = torch.empty(N, W + 1, dtype=torch.int32, device=self.device)
-            index[:, W] = torch.arange(N, device=self.device) + self._ctx_index
-            self._index_buffers[N] = index
+        ob = self._observe_buffers(N)
         base = (row * (4 * W)).to(self._index_dtype)
         if fresh is not None:
             base.add_(fresh, alpha=3.0)  # code 3 (exact: small integers)
         flat = torch.add(self._slot_offset, base, out=flat)
         for code in codes:
             flat.add_(code)
-        index[:, :W].t().copy_(flat)  # [W, N] -> actor-major
-        ctx = self._slot_table[self._ctx_index:self._ctx_index + N]  # [N, F], gathered below
+        ob.slots_t.copy_(flat)  # [W, N] -> the index's actor-major slot columns
         # time left to the budget and to the hard limit, elapsed: (budget - t, limit - t, 0 + t) / scale
-        W3 = 3 * W
-        torch.div(torch.addcmul(cols[W3:W3 + 3], elapsed, self._ctx_sign).t(), self.time_scale, out=ctx[:, :3])
-        torch.div(left, self.max_levels, out=ctx[:, 3])
+        torch.div(torch.addcmul(limits, elapsed, self._ctx_sign).t(), self.time_scale, out=ob.ctx_time)
+        torch.div(left, self.max_levels, out=ob.ctx_left)
         if self.subagent_budget is not None:  # share of the episode's subagent budget left (none: 1, never written)
-            torch.clamp(1.0 - n_subagents / self._budget, min=0, out=ctx[:, 4])
-        torch.div(work, self.max_width * self.max_cost, out=ctx[:, 5])
+            torch.clamp(1.0 - n_subagents / self._budget, min=0, out=ob.ctx_budget)
+        torch.div(work, self.max_width * self.max_cost, out=ob.ctx_work)
         if out is None:
             out = torch.empty(N, W + 1, SLOT_FEATURES, device=self.device)
-        torch.index_select(self._slot_table, 0, index.view(-1), out=out.view(N * (W + 1), SLOT_FEATURES))
+        torch.index_select(self._slot_table, 0, ob.index, out=out.view(N * (W + 1), SLOT_FEATURES))
         return out
+
+    def _observe_buffers(self, N: int) -> SimpleNamespace:
+        """The slot gather's reused int32 index [N, W+1] (flat; its context column stays: actor n reads
+        context row n) with a view of its slot columns [W, N], and views of the N context rows."""
+        ob = self._index_buffers.get(N)
+        if ob is None:
+            W = self.max_width
+            index = torch.empty(N, W + 1, dtype=torch.int32, device=self.device)
+            index[:, W] = torch.arange(N, device=self.device) + self._ctx_index
+            ctx = self._slot_table[self._ctx_index:self._ctx_index + N]  # [N, F], written before each gather
+            ob = self._index_buffers[N] = SimpleNamespace(
+                index=index.view(-1), slots_t=index[:, :W].t(), ctx_time=ctx[:, :3], ctx_left=ctx[:, 3],
+                ctx_budget=ctx[:, 4], ctx_work=ctx[:, 5])
+        return ob
 
     def _observe_state(self, task: Tensor, level: Tensor, pend: Tensor, fail: Tensor, elapsed: Tensor,
                        n_subagents: Tensor) -> Tensor:
         """The observation of a state given in full (reset, the first observations): `_observe`'s inputs from it."""
-        L, W = self.max_levels, self.max_width
-        row = task * L + level.clamp(max=L - 1)
+        W, row = self.max_width, self._stage_row(task, level)
         cols = self._step_cols.index_select(1, row)
         left = cols[3 * W + 3] - level.float()
         work = (cols[:W] * pend).sum(0)
-        return self._observe(row, (pend, fail * pend), None, cols, left, elapsed, n_subagents, work)
+        return self._observe(row, (pend, fail * pend), None, cols[3 * W:3 * W + 3], left, elapsed, n_subagents, work)
 
     def _start(self, mask: Tensor, task: Tensor) -> None:
         """Begin a fresh episode on `task` for every actor where `mask` is True (tensor ops only)."""
@@ -274,8 +284,13 @@ class SwarmEnv(BatchedEnv):
         keepf = keep.float()
         self._fail = self._fail * keepf
         self._counts = self._counts * keepf
-        first = self._present_cols.index_select(1, self.task * self.max_levels)
+        self._row = self._stage_row(self.task, self.level)
+        first = self._present_cols.index_select(1, self.task * self._rows_per_task)
         self._pend = first * mask.float() + self._pend * keepf
+
+    def _stage_row(self, task: Tensor, level: Tensor) -> Tensor:
+        """[N] long: the stage row of (task, level) in the tables (past the last stage: the last stage's)."""
+        return task * self._rows_per_task + level.clamp(max=self.max_levels - 1)
 
     def reset(self, *, seed: Optional[int] = None, task_index: Optional[Tensor] = None) -> Tensor:
         """Start every actor on `task_index` ([N] bank indices; default: actor i on task i mod K)."""
@@ -301,9 +316,12 @@ class SwarmEnv(BatchedEnv):
             W, dev = self.max_width, self.device
             planes = torch.empty(len(self._PLANES), W, N, device=dev)
             increment = torch.ones(2, N, dtype=torch.long, device=dev)  # (level, attempts) per round; row 1 stays 1
-            ws = SimpleNamespace(planes=planes, **dict(zip(self._PLANES, planes.unbind(0))), increment=increment,
+            first = self._PLANES.index("shards")
+            ws = SimpleNamespace(**dict(zip(self._PLANES, planes.unbind(0))), summed=planes[first:first + 4],
+                                 increment=increment, stage_done=increment[0],
                                  cols=torch.empty(self._step_cols.shape[0], N, device=dev),
-                                 entry_index=torch.empty(W, N, dtype=torch.int32, device=dev))
+                                 entry_index=torch.empty(W * N, dtype=torch.int32, device=dev))
+            ws.shards_flat = ws.shards.view(-1)
             self._scratch[N] = ws
         return ws
 
@@ -311,17 +329,16 @@ class SwarmEnv(BatchedEnv):
         """One round for every actor; what it returns is new (never written later), so `parts` needs no copies."""
         L, S, c, W = self.max_levels, len(self.splits), self.costs, self.max_width
         N = self.num_envs
-        task, level, pend, counts = self.task, self.level, self._pend, self._counts
+        task, pend, counts, row = self.task, self._pend, self._counts, self._row
         ws = self._workspace(N)
         # the observations' memory first: a step's only large allocation, it can take the place of the last
         # step's (already freed when the caller dropped them), so the heap need not grow (no page faults)
         K = self._first_obs.shape[0]
         buf = torch.empty(2 * N + K, W + 1, SLOT_FEATURES, device=self.device)
-        task_row = task * L
-        row = task_row + level.clamp(max=L - 1)
         cols = torch.index_select(self._step_cols, 1, row, out=ws.cols)  # [3W + 5, N]
-        size, plain, hard, limits, n_levels, stage_serial = cols.split([W, W, W, 3, 1, 1])
-        budget, limit = limits[0], limits[1]
+        size, plain, hard, limits, stage_rows = cols.split([W, W, W, 3, 2])
+        budget, limit, _ = limits.unbind(0)
+        n_levels, stage_serial = stage_rows.unbind(0)
         # Decode every entry in float, slot-major: e = (clamp(a, -1, 2S) + 1) x pending is 0 (nothing to do:
         # negative entries, no pending subtask), 1 (do it yourself), 2..S+1 (generic) or S+2..2S+1 (briefed)
         # in splits[(e - 2) % S] shards: two float compares and one gather of the shard counts.
@@ -332,9 +349,9 @@ class SwarmEnv(BatchedEnv):
         torch.addcmul(pend, entry.clamp_(-1.0, 2 * S), pend, out=entry)
         bc = torch.ge(entry, S + 2, out=ws.briefed_choice)
         own = torch.eq(entry, 1.0, out=ws.own)
-        ws.entry_index.copy_(entry)
+        ws.entry_index.copy_(entry.view(-1))
         k = ws.shards
-        torch.index_select(self._shard_table, 0, ws.entry_index.view(-1), out=k.view(-1))
+        torch.index_select(self._shard_table, 0, ws.entry_index, out=ws.shards_flat)
         if self._cap_binds:  # the caps (per round, per episode): delegations past them (in slot order) wait
             spawned = self._tri @ k
             cap = torch.clamp(self._budget - counts[2], max=float(self.max_subagents))
@@ -350,32 +367,38 @@ class SwarmEnv(BatchedEnv):
         # done when every shard with work succeeds; a float compare into `in_a_row` (no bool tensor, no copy)
         success = torch.ge(in_a_row, nonempty, out=in_a_row).mul_(ok)
         torch.mul(size, own, out=ws.own_work)
-        pieces, n_briefed, own_work, n_done = ws.planes[self._PLANES.index("shards"):][:4].sum(1)  # exact counts
+        pieces, n_briefed, own_work, n_done = ws.summed.sum(1).unbind(0)  # exact: integer counts
 
         main = 1.0 + own_work + c.merge * pieces + c.brief * n_briefed
-        sub = torch.clamp(k, min=1.0, out=ws.longest)
-        torch.div(size, sub, out=sub).ceil_().add_(c.spawn)  # = spawn + ceil(size / max(k, 1))
+        # A subagent runs spawn + ceil(size / k) steps; the round waits for the longest. Taken as
+        # spawn + ceil(max over delegated slots of size / k): ceil and + spawn are monotone, so this is
+        # the max of the per-slot times, exactly (0 when nothing is delegated).
+        ratio = torch.clamp(k, min=1.0, out=ws.longest)
+        torch.div(size, ratio, out=ratio)
         if self.trace:  # evaluation only (a host-side flag, no sync): what actor `trace_actor` ran this round
             i = self.trace_actor
-            self.last_round = {"level": level[i].clone(), "main": main[i].clone(), "sub": sub[:, i].clone(),
+            self.last_round = {"level": self.level[i].clone(), "main": main[i].clone(),
+                               "sub": c.spawn + torch.ceil(ratio[:, i]),
                                "delegated": deleg[:, i] > 0, "success": success[:, i] > 0,
                                "own": own[:, i] > 0, "shards": k[:, i].clone(), "size": size[:, i].clone()}
-        # the round's critical steps: main + longest subagent (0 when none); counts and stage after the round
+        longest = torch.add(ratio.mul_(deleg).amax(0).ceil_(), pieces.clamp(max=1.0), alpha=c.spawn)
+        # the round's critical steps: main + longest subagent; counts and stage after the round
         new_counts = torch.empty_like(counts)
         elapsed, serial, n_subagents, assigned, completed = new_counts.unbind(0)
-        torch.add(counts[0] + main, sub.mul_(deleg).amax(0), out=elapsed)
-        torch.add(counts[2:4], pieces, out=new_counts[2:4])
-        torch.add(counts[4], n_done, out=completed)
+        was_elapsed, was_serial, _, _, was_completed = counts.unbind(0)
+        torch.add(was_elapsed + main, longest, out=elapsed)
+        torch.add(counts[2:4], pieces, out=new_counts[2:4])  # subagents spawned and assigned
+        torch.add(was_completed, n_done, out=completed)
 
         # Advance past finished stages.
         pend = torch.sub(pend, own, out=ws.left_pending).sub_(success)
         stage_done = 1.0 - pend.amax(0)
-        torch.addcmul(counts[1], stage_serial[0], stage_done, out=serial)
-        ws.increment[0].copy_(stage_done)
+        torch.addcmul(was_serial, stage_serial, stage_done, out=serial)
+        ws.stage_done.copy_(stage_done)
         new_stage = self._stage + ws.increment  # level + stage done, attempts + 1
-        level, attempts = new_stage[0], new_stage[1]
-        next_row = task_row + level.clamp(max=L - 1)
-        left = n_levels[0] - level.float()  # stages left (exact: small integers)
+        level, attempts = new_stage.unbind(0)
+        next_row = row + ws.stage_done  # (a task's last row is empty: see __init__)
+        left = n_levels - level.float()  # stages left (exact: small integers)
         all_done = left <= 0
         advance = stage_done * ~all_done
         # A delegation that failed leaves its subtask pending, so its stage is not done: no mask needed.
@@ -394,18 +417,18 @@ class SwarmEnv(BatchedEnv):
         # the observation after the resets: the actors that reset copy their task's row (one row gather),
         # the others their final one. An actor that began a new stage shows it (slot code 3, its pending
         # work that stage's); the others their current stage.
-        final_obs = buf[:N]
+        final_obs, first_obs, obs = buf.split([N, K, N])
         work = torch.addcmul(torch.mul(size, pend, out=ws.pending_work).sum(0),
                              self._stage_work.index_select(0, next_row), advance)
-        self._observe(next_row, (pend, fail_seen), advance, cols, left, elapsed, n_subagents, work, out=final_obs,
+        self._observe(next_row, (pend, fail_seen), advance, limits, left, elapsed, n_subagents, work, out=final_obs,
                       flat=ws.index)
-        buf[N:N + K].copy_(self._first_obs)
+        first_obs.copy_(self._first_obs)
         if next_task is None:
             next_task = task
         elif callable(next_task):
             next_task = next_task(done)  # the data module's sampler picks for the actors that reset
         new_task = torch.where(done, next_task.to(self.device, torch.long), task)
-        obs = torch.index_select(buf[:N + K], 0, torch.where(done, new_task + N, self._arange), out=buf[N + K:])
+        torch.index_select(buf[:N + K], 0, torch.where(done, new_task + N, self._arange), out=obs)
 
         # the state after the resets (pending and failed in place: private, read only here and by copies)
         keep = ~done
@@ -416,7 +439,7 @@ class SwarmEnv(BatchedEnv):
         torch.mul(fail_seen, keepf, out=self._fail)
         # pending next round: a reset actor's first stage, a new stage's subtasks, else what is left
         # (lerp with a 0/1 weight picks one side exactly)
-        state_row = torch.where(done, new_task * L, next_row)
+        state_row = self._row = torch.where(done, new_task * self._rows_per_task, next_row)  # next round's
         fresh = torch.index_select(self._present_cols, 1, state_row, out=ws.next_pending)
         torch.lerp(pend, fresh, torch.where(done, 1.0, advance), out=self._pend)
         return StepResult(obs, outcome, terminated, truncated, final_obs, parts)
@@ -467,3 +490,4 @@ class SwarmEnv(BatchedEnv):
                 getattr(self, "_pend" if name == "pending" else "_fail").copy_(value)
             elif name in self._STATE:
                 getattr(self, name).copy_(value)
+        self._row = self._stage_row(self.task, self.level)
