@@ -161,11 +161,10 @@ class SwarmEnv(BatchedEnv):
         self._tri = torch.ones(W, W, device=dev).tril()  # cumulative sums over slots as one matmul (exact on counts)
         # What a slot shows, four table rows per (stage, slot), one per slot code: 0 nothing pending
         # (zeros), 1 pending, 2 pending and failed last round, 3 the stage just began (the slot's subtask
-        # if it has one, else zeros). The observation's slot part is one gather, no broadcast multiply;
-        # the last row is what the gather writes into the context row before it is filled in.
-        kinds = torch.eye(N_KINDS, device=dev)[kind_rows]  # [K*L, W, 3]
+        # if it has one, else zeros). The observation's slot part is one gather, no broadcast multiply.
+        kinds = torch.eye(N_KINDS, device=dev)[kind_rows]  # [K*R, W, 3]
         shown = torch.cat([torch.ones_like(size_rows).unsqueeze(-1), (size_rows / max_cost).unsqueeze(-1), kinds,
-                           torch.zeros_like(size_rows).unsqueeze(-1)], -1)  # [K*L, W, F]
+                           torch.zeros_like(size_rows).unsqueeze(-1)], -1)  # [K*R, W, F]
         failed_rows = shown.clone()
         failed_rows[..., SLOT_FEATURES - 1] = 1.0
         codes = torch.stack([torch.zeros_like(shown), shown, failed_rows, shown * present_rows.unsqueeze(-1)], 2)
@@ -303,8 +302,8 @@ class SwarmEnv(BatchedEnv):
 
     # ------------------------------------------------------------------ dynamics
     # The step's per-slot [W, N] values, one plane each of a buffer reused from step to step (nothing in it
-    # outlives a step): fewer allocations (no heap growth and page faults per step) and the same memory
-    # every step. `shards`..`shards_done` are adjacent: one reduction sums them over slots.
+    # outlives a step): fewer allocations and the same memory every step. `shards`..`shards_done` are
+    # adjacent: one reduction sums them over slots.
     _PLANES = ("entry", "briefed_choice", "own", "shards", "briefed", "own_work", "shards_done", "delegated",
                "suitable", "with_work", "draw", "longest", "left_pending", "failed_now", "index", "pending_work",
                "next_pending")
@@ -327,12 +326,12 @@ class SwarmEnv(BatchedEnv):
 
     def step(self, action: Tensor, next_task: Optional[Tensor | Callable[[Tensor], Tensor]] = None) -> StepResult:
         """One round for every actor; what it returns is new (never written later), so `parts` needs no copies."""
-        L, S, c, W = self.max_levels, len(self.splits), self.costs, self.max_width
+        S, c, W = len(self.splits), self.costs, self.max_width
         N = self.num_envs
         task, pend, counts, row = self.task, self._pend, self._counts, self._row
         ws = self._workspace(N)
-        # the observations' memory first: a step's only large allocation, it can take the place of the last
-        # step's (already freed when the caller dropped them), so the heap need not grow (no page faults)
+        # the observations' memory first: the step's only large allocation, made before any small one so
+        # that it can reuse the last step's block when the caller has dropped it (fewer page faults)
         K = self._first_obs.shape[0]
         buf = torch.empty(2 * N + K, W + 1, SLOT_FEATURES, device=self.device)
         cols = torch.index_select(self._step_cols, 1, row, out=ws.cols)  # [3W + 5, N]
