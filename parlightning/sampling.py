@@ -104,11 +104,12 @@ class RoundRobin:
         if self._batch_cursor is None or self.picks is None:
             raise RuntimeError("RoundRobin.pick_batch: call bind(task_ids, device) first")
         _check_shard("RoundRobin", shard)
+        count = reset_mask.long()
         with self._lock:  # read and advance the cursor together: threads never hand out the same turn
-            order = torch.cumsum(reset_mask.long(), 0) - 1 + self._batch_cursor
-            chosen = shard[order.remainder(shard.numel())]
-            self._batch_cursor += reset_mask.sum()
-            self.picks.index_add_(0, chosen, reset_mask.long())
+            order = torch.cumsum(count, 0).add_(self._batch_cursor - 1).remainder_(shard.numel())
+            chosen = shard.index_select(0, order)  # (a 1-D gather: cheaper than advanced indexing)
+            self._batch_cursor += count.sum()
+            self.picks.index_add_(0, chosen, count)
         return chosen
 
     def record_batch(self, task_index: Tensor, score: Tensor, mask: Optional[Tensor] = None) -> None:

@@ -486,12 +486,14 @@ def report(a: argparse.Namespace, runs: dict[tuple[str, int], list[dict[str, Any
                          f"(KiB per actor: {per})")
         lines.append("")
     if env.get("wall"):
-        w, c = med_range(env["wall"]), med_range(env["cpu"])
-        lines.append(
-            f"SwarmEnv.step alone at N={a.env_n}: {w[0] / 1e6:.2f}M actor-steps/s wall [{w[1] / 1e6:.2f}-{w[2] / 1e6:.2f}], "
-            f"{c[0] / 1e6:.2f}M per CPU-second [{c[1] / 1e6:.2f}-{c[2] / 1e6:.2f}] (blocks of 64 steps)"
-        )
+        lines.append(env_line(a, env))
     return "\n".join(lines)
+
+
+def env_line(a: argparse.Namespace, env: dict[str, list[float]]) -> str:
+    w, c = med_range(env["wall"]), med_range(env["cpu"])
+    return (f"SwarmEnv.step alone at N={a.env_n}: {w[0] / 1e6:.2f}M actor-steps/s wall [{w[1] / 1e6:.2f}-{w[2] / 1e6:.2f}], "
+            f"{c[0] / 1e6:.2f}M per CPU-second [{c[1] / 1e6:.2f}-{c[2] / 1e6:.2f}] (blocks of 64 steps)")
 
 
 def parse(argv: Optional[list[str]] = None) -> argparse.Namespace:
@@ -507,6 +509,8 @@ def parse(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads per process")
     p.add_argument("--env-n", type=int, default=4096, help="actors for the SwarmEnv.step measurement")
     p.add_argument("--skip-env", action="store_true", help="do not measure SwarmEnv.step alone")
+    p.add_argument("--env-only", action="store_true",
+                   help="measure only SwarmEnv.step alone (--repeats fresh processes), not the training loops")
     p.add_argument("--quick", action="store_true", help="smoke run: N in {256, 1024}, T=32, one repeat")
     p.add_argument("--profile", action="store_true",
                    help="instead of the table: where the CPU time of (a) and (b) goes, by piece, for each N")
@@ -537,7 +541,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         return
     runs: dict[tuple[str, int], list[dict[str, Any]]] = {}
     started = time.perf_counter()
-    for rep in range(a.repeats):
+    for rep in range(0 if a.env_only else a.repeats):
         for n in a.num_envs:
             order = ("lightning", "raw") if rep % 2 == 0 else ("raw", "lightning")  # alternate who goes first
             for kind in order:
@@ -553,7 +557,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"args": vars(a), "runs": {f"{k}-{n}": v for (k, n), v in runs.items()}, "env": env_rates}, f)
-    print(report(a, runs, env_rates))
+    print(env_line(a, env_rates) if a.env_only else report(a, runs, env_rates))
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ policies, acting on the observation only.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any, Callable, Optional, Sequence
 
 import torch
@@ -135,56 +136,80 @@ class SwarmEnv(BatchedEnv):
         self._cap_binds = max_subagents < W * splits[-1] or subagent_budget is not None
         # 1 / log of the per-shard reliability: "successes before the first failure" from one uniform draw
         self._inv_log_rel = 1.0 / float(torch.tensor(min(self.reliability, 1 - 1e-7)).clamp(min=1e-30).log())
-        # Slot-major tables [W, K*L] (one column per task stage), gathered with one index_select per
-        # step into [W, N]: reductions over slots then run over the outer dimension, vectorised across
-        # actors (a last dimension of a few slots is slow to reduce on CPU). Masks are float 0/1 and
-        # counts integer-valued floats (exact), so the dynamics are float arithmetic: on CPU a bool
-        # compare or a bool-float product costs several float ops.
-        size_rows = self.bank.size.reshape(K * L, W)
-        kind_rows = self.bank.kind.reshape(K * L, W)
-        present_rows = self.bank.present.reshape(K * L, W)
-        self._size_cols = size_rows.t().contiguous()
+        # Slot-major tables [W, K*R] (one column per stage row: task k, stage l at row k*R + l), gathered
+        # with one index_select per step into [W, N]: reductions over slots then run over the outer
+        # dimension, vectorised across actors (a last dimension of a few slots is slow to reduce on CPU).
+        # Masks are float 0/1 and counts integer-valued floats (exact), so the dynamics are float
+        # arithmetic: on CPU a bool compare or a bool-float product costs several float ops. R = L + 1: a
+        # task's last row is an empty stage past its L stages, so "the next stage" is always row + 1 (it
+        # is shown only to an episode that has just finished every stage, as no pending work).
+        R = self._rows_per_task = L + 1
+        pad = lambda t: torch.cat([t, torch.zeros_like(t[:, :1])], 1).reshape(K * R, W)  # noqa: E731
+        size_rows, kind_rows, present_rows = pad(self.bank.size), pad(self.bank.kind), pad(self.bank.present)
         self._present_cols = present_rows.t().float().contiguous()
-        # size, plain, hard stacked [3W, K*L]: one gather per step
-        self._step_cols = torch.cat([size_rows, (present_rows & (kind_rows == PLAIN)).float(),
-                                     (present_rows & (kind_rows == HARD)).float()], 1).t().contiguous()
-        self._stage_serial = 1.0 + size_rows.sum(1)  # [K*L]: the serial policy's time on the stage
+        self._stage_work = size_rows.sum(1)  # [K*R]: a stage's work (its sizes' sum)
+        # Everything a step reads per actor from its stage row, stacked [3W + 5, K*R] so that one gather
+        # serves the step: size, plain, hard ([W] each), then the task's budget, late_window x budget
+        # (the hard limit), a zero row (the three make the context's time features in one op), the
+        # task's number of stages and the stage's serial time. Task values repeat on each stage row.
+        budget_rows = self.bank.budget.repeat_interleave(R)
+        self._step_cols = torch.cat([
+            size_rows, (present_rows & (kind_rows == PLAIN)).float(), (present_rows & (kind_rows == HARD)).float(),
+            torch.stack([budget_rows, self.late_window * budget_rows, torch.zeros_like(budget_rows),
+                         self.bank.n_levels.repeat_interleave(R).float(), 1.0 + self._stage_work], 1)], 1).t().contiguous()
+        self._ctx_sign = torch.tensor([[-1.0], [-1.0], [1.0]], device=dev)  # budget - t, limit - t, 0 + t
         self._tri = torch.ones(W, W, device=dev).tril()  # cumulative sums over slots as one matmul (exact on counts)
-        # What a slot shows, one table row per (stage, slot, failed flag) and row 0 for an empty slot:
-        # the observation's slot part is one gather, no broadcast multiply.
-        kinds = torch.eye(N_KINDS, device=dev)[kind_rows]  # [K*L, W, 3]
+        # What a slot shows, four table rows per (stage, slot), one per slot code: 0 nothing pending
+        # (zeros), 1 pending, 2 pending and failed last round, 3 the stage just began (the slot's subtask
+        # if it has one, else zeros). The observation's slot part is one gather, no broadcast multiply.
+        kinds = torch.eye(N_KINDS, device=dev)[kind_rows]  # [K*R, W, 3]
         shown = torch.cat([torch.ones_like(size_rows).unsqueeze(-1), (size_rows / max_cost).unsqueeze(-1), kinds,
-                           torch.zeros_like(size_rows).unsqueeze(-1)], -1).reshape(K * L * W, SLOT_FEATURES)
+                           torch.zeros_like(size_rows).unsqueeze(-1)], -1)  # [K*R, W, F]
         failed_rows = shown.clone()
-        failed_rows[:, SLOT_FEATURES - 1] = 1.0
-        self._slot_table = torch.cat([torch.zeros(1, SLOT_FEATURES, device=dev), shown, failed_rows])
-        # per action entry a (row a + 1; row 0: any negative entry): shards, briefed choice, do it yourself
-        table = torch.zeros(3, 2 * S + 2, device=dev)
-        for a in range(1, 2 * S + 1):
-            table[0, a + 1], table[1, a + 1] = float(splits[(a - 1) % S]), float(a > S)
-        table[2, 1] = 1.0
-        self._action_table = table
-        self._index_buffers: dict[int, Tensor] = {}
-        self._decode_buffers: dict[int, Tensor] = {}
-        # the slot rows' gather index is computed in float (exact below 2**24 rows, else in double)
+        failed_rows[..., SLOT_FEATURES - 1] = 1.0
+        codes = torch.stack([torch.zeros_like(shown), shown, failed_rows, shown * present_rows.unsqueeze(-1)], 2)
+        # Below the slot rows, one context row per actor, written in place before each gather (a compact
+        # [N, F] block, then copied by the same gather, instead of strided writes into the observation).
+        ctx_rows = torch.zeros(max(num_envs, K), SLOT_FEATURES, device=dev)
+        if subagent_budget is None:
+            ctx_rows[:, 4] = 1.0  # no episode budget: all of it always left (never written)
+        self._slot_table = torch.cat([codes.reshape(K * R * W * 4, SLOT_FEATURES), ctx_rows])
+        self._ctx_index = K * R * W * 4
+        # shards per decoded entry e (see `step`): none for 0 (nothing to do) and 1 (do it yourself)
+        self._shard_table = torch.tensor([0.0, 0.0, *splits, *splits], device=dev)
+        self._index_buffers: dict[int, SimpleNamespace] = {}
+        # the slot rows' gather index is computed in float (exact below 2**24 rows, else in double) and
+        # gathered with an int32 index (half the bytes of int64)
         self._index_dtype = torch.float32 if self._slot_table.shape[0] < 2**24 else torch.float64
-        self._slot_offset = (torch.arange(W, device=dev) + 1).to(self._index_dtype).unsqueeze(1)  # [W, 1]: row of slot w, + 1 for row 0
+        self._slot_offset = (4 * torch.arange(W, device=dev)).to(self._index_dtype).unsqueeze(1)  # [W, 1]: slot w's rows
         self.generator = torch.Generator(device=dev).manual_seed(seed)
         N = num_envs
         z = lambda dtype=torch.float32: torch.zeros(N, dtype=dtype, device=dev)  # noqa: E731
-        self.task, self.level, self.attempts = z(torch.long), z(torch.long), z(torch.long)
+        self.task = z(torch.long)
+        # per-actor counters stacked, so that a reset is one op: [2, N] long (level, attempts) and
+        # [5, N] float (elapsed, serial, n_subagents, assigned, completed); the names are row views
+        self._stage = torch.zeros(2, N, dtype=torch.long, device=dev)
+        self._counts = torch.zeros(5, N, device=dev)
         self._pend = torch.zeros(W, N, device=dev)  # slot-major [W, N] float 0/1 (`pending`, `failed`: bool views)
         self._fail = torch.zeros(W, N, device=dev)
-        self.elapsed, self.serial = z(), z()
-        self.n_subagents, self.assigned, self.completed = z(), z(), z()
+        self._scratch: dict[Any, Any] = {}  # reused per-step buffers, by size
+        self._row = self._stage_row(self.task, self.level)  # [N]: the stage row of (task, level), kept by step
         self._arange = torch.arange(N, device=dev)
         self.trace, self.trace_actor, self.last_round = False, 0, {}  # evaluate's --gantt: one actor's rounds
         # A fresh episode's first observation depends on its task only: one table row per task, so a step
         # observes once and the actors that reset copy their row ([K, W+1, F]).
         tasks = torch.arange(K, device=dev)
         zk = torch.zeros(K, device=dev)
-        self._first_obs = self._observe(tasks, tasks * 0, self._present_cols.index_select(1, tasks * L),
-                                        torch.zeros(W, K, device=dev), zk, zk)
+        self._first_obs = self._observe_state(tasks, tasks * 0, self._present_cols.index_select(1, tasks * R),
+                                              torch.zeros(W, K, device=dev), zk, zk)
+
+    level = property(lambda self: self._stage[0], doc="[N] long: the current stage")
+    attempts = property(lambda self: self._stage[1], doc="[N] long: rounds played in the episode")
+    elapsed = property(lambda self: self._counts[0], doc="[N] float: critical steps so far")
+    serial = property(lambda self: self._counts[1], doc="[N] float: the serial policy's time on the finished stages")
+    n_subagents = property(lambda self: self._counts[2], doc="[N] float: subagents spawned")
+    assigned = property(lambda self: self._counts[3], doc="[N] float: shards assigned to subagents")
+    completed = property(lambda self: self._counts[4], doc="[N] float: assigned shards completed")
 
     @property
     def pending(self) -> Tensor:
@@ -197,49 +222,74 @@ class SwarmEnv(BatchedEnv):
         return self._fail > 0
 
     # ------------------------------------------------------------------ observation
-    def _observe(self, task: Tensor, level: Tensor, pend: Tensor, fail: Tensor, elapsed: Tensor, n_subagents: Tensor,
-                 out: Optional[Tensor] = None) -> Tensor:
-        """[N, W+1, F] (into `out` when given): the slot rows (one gather from `_slot_table`) and the context row."""
-        W, N = pend.shape
-        L = self.max_levels
-        row = task * L + level.clamp(max=L - 1)
-        index = self._index_buffers.get(N)  # reused: its context column stays 0 (gathers row 0, then is written)
-        if index is None:
-            index = self._index_buffers[N] = torch.zeros(N, W + 1, dtype=torch.long, device=self.device)
-        half = float(self._slot_table.shape[0] // 2)
-        dt = self._index_dtype
-        flat = torch.add(self._slot_offset, (row * W).to(dt))  # [W, N]
-        index[:, :W].t().copy_(flat.add_(fail.to(dt), alpha=half).mul_(pend.to(dt)))
+    def _observe(self, row: Tensor, codes: Sequence[Tensor], fresh: Optional[Tensor], limits: Tensor, left: Tensor,
+                 elapsed: Tensor, n_subagents: Tensor, work: Tensor, out: Optional[Tensor] = None,
+                 flat: Optional[Tensor] = None) -> Tensor:
+        """[N, W+1, F] (into `out` when given): the slot rows (one gather from `_slot_table`) and the context row.
+
+        `row` [N]: the stage row shown; `codes`: [W, N] float tensors whose sum is each slot's code (0
+        nothing pending, 1 pending, 2 pending and failed last round); `fresh` [N] float 1 where the stage
+        just began (its codes are 0 and every slot shows code 3, the stage's subtasks) or None; `limits`
+        [3, N] the task's budget, hard limit and 0 (rows of `_step_cols`); `left` [N] stages left; `work` [N]
+        pending work of the stage; `flat` a [W, N] float buffer for the slot rows' index (default: new)."""
+        W, N = codes[0].shape
+        ob = self._observe_buffers(N)
+        base = (row * (4 * W)).to(self._index_dtype)
+        if fresh is not None:
+            base.add_(fresh, alpha=3.0)  # code 3 (exact: small integers)
+        flat = torch.add(self._slot_offset, base, out=flat)
+        for code in codes:
+            flat.add_(code)
+        ob.slots_t.copy_(flat)  # [W, N] -> the index's actor-major slot columns
+        # time left to the budget and to the hard limit, elapsed: (budget - t, limit - t, 0 + t) / scale
+        torch.div(torch.addcmul(limits, elapsed, self._ctx_sign).t(), self.time_scale, out=ob.ctx_time)
+        torch.div(left, self.max_levels, out=ob.ctx_left)
+        if self.subagent_budget is not None:  # share of the episode's subagent budget left (none: 1, never written)
+            torch.clamp(1.0 - n_subagents / self._budget, min=0, out=ob.ctx_budget)
+        torch.div(work, self.max_width * self.max_cost, out=ob.ctx_work)
         if out is None:
             out = torch.empty(N, W + 1, SLOT_FEATURES, device=self.device)
-        torch.index_select(self._slot_table, 0, index.view(-1), out=out.view(N * (W + 1), SLOT_FEATURES))
-        budget = self.bank.budget.index_select(0, task)
-        work = (self._size_cols.index_select(1, row) * pend).sum(0)
-        ctx, scale = out.select(1, W), self.time_scale
-        torch.div(budget - elapsed, scale, out=ctx[:, 0])
-        torch.div(self.late_window * budget - elapsed, scale, out=ctx[:, 1])
-        torch.div(elapsed, scale, out=ctx[:, 2])
-        ctx[:, 3].copy_((self.bank.n_levels.index_select(0, task) - level).float() / self.max_levels)
-        if self.subagent_budget is None:  # share of the episode's subagent budget left (none: always all of it)
-            ctx[:, 4].fill_(1.0)
-        else:
-            torch.clamp(1.0 - n_subagents / self._budget, min=0, out=ctx[:, 4])
-        torch.div(work, self.max_width * self.max_cost, out=ctx[:, 5])
+        torch.index_select(self._slot_table, 0, ob.index, out=out.view(N * (W + 1), SLOT_FEATURES))
         return out
+
+    def _observe_buffers(self, N: int) -> SimpleNamespace:
+        """The slot gather's reused int32 index [N, W+1] (flat; its context column stays: actor n reads
+        context row n) with a view of its slot columns [W, N], and views of the N context rows."""
+        ob = self._index_buffers.get(N)
+        if ob is None:
+            W = self.max_width
+            index = torch.empty(N, W + 1, dtype=torch.int32, device=self.device)
+            index[:, W] = torch.arange(N, device=self.device) + self._ctx_index
+            ctx = self._slot_table[self._ctx_index:self._ctx_index + N]  # [N, F], written before each gather
+            ob = self._index_buffers[N] = SimpleNamespace(
+                index=index.view(-1), slots_t=index[:, :W].t(), ctx_time=ctx[:, :3], ctx_left=ctx[:, 3],
+                ctx_budget=ctx[:, 4], ctx_work=ctx[:, 5])
+        return ob
+
+    def _observe_state(self, task: Tensor, level: Tensor, pend: Tensor, fail: Tensor, elapsed: Tensor,
+                       n_subagents: Tensor) -> Tensor:
+        """The observation of a state given in full (reset, the first observations): `_observe`'s inputs from it."""
+        W, row = self.max_width, self._stage_row(task, level)
+        cols = self._step_cols.index_select(1, row)
+        left = cols[3 * W + 3] - level.float()
+        work = (cols[:W] * pend).sum(0)
+        return self._observe(row, (pend, fail * pend), None, cols[3 * W:3 * W + 3], left, elapsed, n_subagents, work)
 
     def _start(self, mask: Tensor, task: Tensor) -> None:
         """Begin a fresh episode on `task` for every actor where `mask` is True (tensor ops only)."""
         self.task = torch.where(mask, task, self.task)
         keep = ~mask
-        self.level = self.level * keep
-        self.attempts = self.attempts * keep
+        self._stage = self._stage * keep
         keepf = keep.float()
         self._fail = self._fail * keepf
-        self.elapsed, self.serial = self.elapsed * keepf, self.serial * keepf
-        self.n_subagents, self.assigned, self.completed = (self.n_subagents * keepf, self.assigned * keepf,
-                                                           self.completed * keepf)
-        first = self._present_cols.index_select(1, self.task * self.max_levels)
+        self._counts = self._counts * keepf
+        self._row = self._stage_row(self.task, self.level)
+        first = self._present_cols.index_select(1, self.task * self._rows_per_task)
         self._pend = first * mask.float() + self._pend * keepf
+
+    def _stage_row(self, task: Tensor, level: Tensor) -> Tensor:
+        """[N] long: the stage row of (task, level) in the tables (past the last stage: the last stage's)."""
+        return task * self._rows_per_task + level.clamp(max=self.max_levels - 1)
 
     def reset(self, *, seed: Optional[int] = None, task_index: Optional[Tensor] = None) -> Tensor:
         """Start every actor on `task_index` ([N] bank indices; default: actor i on task i mod K)."""
@@ -248,102 +298,149 @@ class SwarmEnv(BatchedEnv):
         if task_index is None:
             task_index = self._arange % len(self.bank)
         self._start(torch.ones(self.num_envs, dtype=torch.bool, device=self.device), task_index.to(self.device, torch.long))
-        return self._observe(self.task, self.level, self._pend, self._fail, self.elapsed, self.n_subagents)
+        return self._observe_state(self.task, self.level, self._pend, self._fail, self.elapsed, self.n_subagents)
 
     # ------------------------------------------------------------------ dynamics
+    # The step's per-slot [W, N] values, one plane each of a buffer reused from step to step (nothing in it
+    # outlives a step): fewer allocations and the same memory every step. `shards`..`shards_done` are
+    # adjacent: one reduction sums them over slots.
+    _PLANES = ("entry", "briefed_choice", "own", "shards", "briefed", "own_work", "shards_done", "delegated",
+               "suitable", "with_work", "draw", "longest", "left_pending", "failed_now", "index", "pending_work",
+               "next_pending")
+
+    def _workspace(self, N: int) -> SimpleNamespace:
+        """The reused step buffers for N actors: the `_PLANES`, the stage rows' gather, the int32 decode index."""
+        ws = self._scratch.get(N)
+        if ws is None:
+            W, dev = self.max_width, self.device
+            planes = torch.empty(len(self._PLANES), W, N, device=dev)
+            increment = torch.ones(2, N, dtype=torch.long, device=dev)  # (level, attempts) per round; row 1 stays 1
+            first = self._PLANES.index("shards")
+            ws = SimpleNamespace(**dict(zip(self._PLANES, planes.unbind(0))), summed=planes[first:first + 4],
+                                 increment=increment, stage_done=increment[0],
+                                 cols=torch.empty(self._step_cols.shape[0], N, device=dev),
+                                 entry_index=torch.empty(W * N, dtype=torch.int32, device=dev))
+            ws.shards_flat = ws.shards.view(-1)
+            self._scratch[N] = ws
+        return ws
+
     def step(self, action: Tensor, next_task: Optional[Tensor | Callable[[Tensor], Tensor]] = None) -> StepResult:
-        """One round for every actor; tensors are rebuilt, never written in place, so `parts` needs no copies."""
-        bank, L, S, c, W = self.bank, self.max_levels, len(self.splits), self.costs, self.max_width
+        """One round for every actor; what it returns is new (never written later), so `parts` needs no copies."""
+        S, c, W = len(self.splits), self.costs, self.max_width
         N = self.num_envs
-        task, level, pend = self.task, self.level, self._pend
-        row = task * L + level.clamp(max=L - 1)
-        cols = self._step_cols.index_select(1, row)  # [3W, N]
-        size, plain, hard = cols[:W], cols[W:2 * W], cols[2 * W:]
-        # decode every entry with one table gather: shards, briefed, do-it-yourself ([3, W*N]; entries past
-        # 2S act as 2S, negative ones do nothing)
-        index = self._decode_buffers.get(N)  # reused slot-major int32 buffer (consumed right away)
-        if index is None:
-            index = self._decode_buffers[N] = torch.empty(W, N, dtype=torch.int32, device=self.device)
+        task, pend, counts, row = self.task, self._pend, self._counts, self._row
+        ws = self._workspace(N)
+        # the observations' memory first: the step's only large allocation, made before any small one so
+        # that it can reuse the last step's block when the caller has dropped it (fewer page faults)
+        K = self._first_obs.shape[0]
+        buf = torch.empty(2 * N + K, W + 1, SLOT_FEATURES, device=self.device)
+        cols = torch.index_select(self._step_cols, 1, row, out=ws.cols)  # [3W + 5, N]
+        size, plain, hard, limits, stage_rows = cols.split([W, W, W, 3, 2])
+        budget, limit, _ = limits.unbind(0)
+        n_levels, stage_serial = stage_rows.unbind(0)
+        # Decode every entry in float, slot-major: e = (clamp(a, -1, 2S) + 1) x pending is 0 (nothing to do:
+        # negative entries, no pending subtask), 1 (do it yourself), 2..S+1 (generic) or S+2..2S+1 (briefed)
+        # in splits[(e - 2) % S] shards: two float compares and one gather of the shard counts.
         if action.is_floating_point():
             action = action.long()
-        index.copy_(action.clamp(-1, 2 * S).t()).add_(1)
-        decoded = self._action_table.index_select(1, index.view(-1)).view(3, W, N)
-        k, bc, own = decoded[0], decoded[1], decoded[2].mul_(pend)
-        k.mul_(pend)
+        entry = ws.entry
+        entry.copy_(action.t())  # exact on [-1, 2S]; the entries outside stay outside, so clamp after
+        torch.addcmul(pend, entry.clamp_(-1.0, 2 * S), pend, out=entry)
+        bc = torch.ge(entry, S + 2, out=ws.briefed_choice)
+        own = torch.eq(entry, 1.0, out=ws.own)
+        ws.entry_index.copy_(entry.view(-1))
+        k = ws.shards
+        torch.index_select(self._shard_table, 0, ws.entry_index, out=ws.shards_flat)
         if self._cap_binds:  # the caps (per round, per episode): delegations past them (in slot order) wait
             spawned = self._tri @ k
-            limit = torch.clamp(self._budget - self.n_subagents, max=float(self.max_subagents))
-            k.mul_((limit - spawned + 1.0).clamp_(0.0, 1.0))
-        deleg = k.clamp(max=1.0)
-        briefed = deleg * bc
-        ok = torch.addcmul(deleg * plain, briefed, hard)  # a suitable instruction: generic on PLAIN, briefed on HARD
-        nonempty = torch.minimum(k, size)  # shards with work; k > size leaves k - size empty shards
-        u = torch.rand(pend.shape, generator=self.generator, device=self.device)
-        in_a_row = u.log_().mul_(self._inv_log_rel).floor_()  # shards that succeed before the first failure
-        done_raw = torch.minimum(in_a_row, nonempty)
-        done_shards = done_raw * ok
-        success = ok * (1.0 - (nonempty - done_raw)).clamp_(min=0.0)
+            cap = torch.clamp(self._budget - counts[2], max=float(self.max_subagents))
+            k.mul_((cap - spawned + 1.0).clamp_(0.0, 1.0))
+        deleg = torch.clamp(k, max=1.0, out=ws.delegated)
+        briefed = torch.mul(deleg, bc, out=ws.briefed)
+        # a suitable instruction: generic on PLAIN, briefed on HARD
+        ok = torch.mul(deleg, plain, out=ws.suitable).addcmul_(briefed, hard)
+        nonempty = torch.minimum(k, size, out=ws.with_work)  # shards with work; k > size leaves k - size empty shards
+        in_a_row = ws.draw.uniform_(generator=self.generator)  # = torch.rand: the same draws
+        in_a_row.log_().mul_(self._inv_log_rel).floor_()  # shards that succeed before the first failure
+        torch.minimum(in_a_row, nonempty, out=ws.shards_done).mul_(ok)
+        # done when every shard with work succeeds; a float compare into `in_a_row` (no bool tensor, no copy)
+        success = torch.ge(in_a_row, nonempty, out=in_a_row).mul_(ok)
+        torch.mul(size, own, out=ws.own_work)
+        pieces, n_briefed, own_work, n_done = ws.summed.sum(1).unbind(0)  # exact: integer counts
 
-        pieces = k.sum(0)
-        main = 1.0 + (size * own).sum(0) + c.merge * pieces + c.brief * briefed.sum(0)
-        sub = c.spawn + torch.ceil(size / k.clamp(min=1.0))
-        # the round's critical steps: main + longest subagent (0 when none)
-        elapsed = self.elapsed + main + (sub * deleg).amax(0)
-        n_subagents = self.n_subagents + pieces
-        assigned = self.assigned + pieces
-        completed = self.completed + done_shards.sum(0)
-        attempts = self.attempts + 1
+        main = 1.0 + own_work + c.merge * pieces + c.brief * n_briefed
+        # A subagent runs spawn + ceil(size / k) steps; the round waits for the longest. Taken as
+        # spawn + ceil(max over delegated slots of size / k): ceil and + spawn are monotone, so this is
+        # the max of the per-slot times, exactly (0 when nothing is delegated).
+        ratio = torch.clamp(k, min=1.0, out=ws.longest)
+        torch.div(size, ratio, out=ratio)
         if self.trace:  # evaluation only (a host-side flag, no sync): what actor `trace_actor` ran this round
             i = self.trace_actor
-            self.last_round = {"level": level[i].clone(), "main": main[i].clone(), "sub": sub[:, i].clone(),
+            self.last_round = {"level": self.level[i].clone(), "main": main[i].clone(),
+                               "sub": c.spawn + torch.ceil(ratio[:, i]),
                                "delegated": deleg[:, i] > 0, "success": success[:, i] > 0,
                                "own": own[:, i] > 0, "shards": k[:, i].clone(), "size": size[:, i].clone()}
+        longest = torch.add(ratio.mul_(deleg).amax(0).ceil_(), pieces.clamp(max=1.0), alpha=c.spawn)
+        # the round's critical steps: main + longest subagent; counts and stage after the round
+        new_counts = torch.empty_like(counts)
+        elapsed, serial, n_subagents, assigned, completed = new_counts.unbind(0)
+        was_elapsed, was_serial, _, _, was_completed = counts.unbind(0)
+        torch.add(was_elapsed + main, longest, out=elapsed)
+        torch.add(counts[2:4], pieces, out=new_counts[2:4])  # subagents spawned and assigned
+        torch.add(was_completed, n_done, out=completed)
 
         # Advance past finished stages.
-        pend = pend - own - success
+        pend = torch.sub(pend, own, out=ws.left_pending).sub_(success)
         stage_done = 1.0 - pend.amax(0)
-        serial = self.serial + self._stage_serial.index_select(0, row) * stage_done
-        level = level + stage_done.long()
-        next_row = task * L + level.clamp(max=L - 1)
-        all_done = level >= bank.n_levels.index_select(0, task)
+        torch.addcmul(was_serial, stage_serial, stage_done, out=serial)
+        ws.stage_done.copy_(stage_done)
+        new_stage = self._stage + ws.increment  # level + stage done, attempts + 1
+        level, attempts = new_stage.unbind(0)
+        next_row = row + ws.stage_done  # (a task's last row is empty: see __init__)
+        left = n_levels - level.float()  # stages left (exact: small integers)
+        all_done = left <= 0
         advance = stage_done * ~all_done
-        fresh = self._present_cols.index_select(1, next_row) * advance
-        pend_seen = pend + fresh
-        fail_seen = (deleg - success) * (1.0 - stage_done)
+        # A delegation that failed leaves its subtask pending, so its stage is not done: no mask needed.
+        fail_seen = torch.sub(deleg, success, out=ws.failed_now)
 
-        budget = bank.budget.index_select(0, task)
-        abandoned = elapsed > self.late_window * budget
-        finished = all_done & ~abandoned
+        abandoned = elapsed > limit
+        finished = all_done > abandoned  # (bools: a > b is a & ~b)
         terminated = all_done | abandoned
-        truncated = ~terminated & (attempts >= self.max_episode_steps)
-        done = terminated | truncated
+        time_out = attempts >= self.max_episode_steps
+        truncated = time_out > terminated
+        done = terminated | time_out
         outcome = torch.where(elapsed <= budget, 1.0, self.late_credit) * finished
         parts = EpisodeParts(task=task, outcome=outcome, n_subagents=n_subagents, assigned=assigned,
                              completed=completed, critical_steps=elapsed, serial_steps=serial)
-        # the final observation and, below it, the first observation of every task: the actors that reset
-        # then copy their task's row (one row gather), the others their final one
-        K = self._first_obs.shape[0]
-        buf = torch.empty(N + K, W + 1, SLOT_FEATURES, device=self.device)
-        final_obs = buf[:N]
-        self._observe(task, level, pend_seen, fail_seen, elapsed, n_subagents, out=final_obs)
-        buf[N:].copy_(self._first_obs)
+        # One allocation holds the final observation, below it the first observation of every task, then
+        # the observation after the resets: the actors that reset copy their task's row (one row gather),
+        # the others their final one. An actor that began a new stage shows it (slot code 3, its pending
+        # work that stage's); the others their current stage.
+        final_obs, first_obs, obs = buf.split([N, K, N])
+        work = torch.addcmul(torch.mul(size, pend, out=ws.pending_work).sum(0),
+                             self._stage_work.index_select(0, next_row), advance)
+        self._observe(next_row, (pend, fail_seen), advance, limits, left, elapsed, n_subagents, work, out=final_obs,
+                      flat=ws.index)
+        first_obs.copy_(self._first_obs)
         if next_task is None:
             next_task = task
         elif callable(next_task):
             next_task = next_task(done)  # the data module's sampler picks for the actors that reset
         new_task = torch.where(done, next_task.to(self.device, torch.long), task)
-        obs = buf.index_select(0, torch.where(done, new_task + N, self._arange))
+        torch.index_select(buf[:N + K], 0, torch.where(done, new_task + N, self._arange), out=obs)
 
-        # the state after the resets
+        # the state after the resets (pending and failed in place: private, read only here and by copies)
         keep = ~done
         keepf = keep.float()
-        donef = done.float()
         self.task = new_task
-        self.level, self.attempts = level * keep, attempts * keep
-        self.elapsed, self.serial = elapsed * keepf, serial * keepf
-        self.n_subagents, self.assigned, self.completed = n_subagents * keepf, assigned * keepf, completed * keepf
-        self._fail = fail_seen * keepf
-        self._pend = torch.addcmul(pend_seen * keepf, self._present_cols.index_select(1, new_task * L), donef)
+        self._stage = new_stage * keep
+        self._counts = new_counts * keepf
+        torch.mul(fail_seen, keepf, out=self._fail)
+        # pending next round: a reset actor's first stage, a new stage's subtasks, else what is left
+        # (lerp with a 0/1 weight picks one side exactly)
+        state_row = self._row = torch.where(done, new_task * self._rows_per_task, next_row)  # next round's
+        fresh = torch.index_select(self._present_cols, 1, state_row, out=ws.next_pending)
+        torch.lerp(pend, fresh, torch.where(done, 1.0, advance), out=self._pend)
         return StepResult(obs, outcome, terminated, truncated, final_obs, parts)
 
     # ------------------------------------------------------------------ scripted policies
@@ -392,3 +489,4 @@ class SwarmEnv(BatchedEnv):
                 getattr(self, "_pend" if name == "pending" else "_fail").copy_(value)
             elif name in self._STATE:
                 getattr(self, name).copy_(value)
+        self._row = self._stage_row(self.task, self.level)
