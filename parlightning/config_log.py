@@ -9,6 +9,8 @@ from typing import Any
 import yaml
 from lightning.pytorch.cli import SaveConfigCallback
 
+_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's when PyYAML has it: the same result, faster
+
 
 def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
     """{"model": {"lr": 1e-3}} -> {"model.lr": 1e-3}; lists and None become their YAML text."""
@@ -27,7 +29,9 @@ class LoggedConfig(SaveConfigCallback):
     """Writes `config.yaml` to the log dir (as LightningCLI does) and logs the config as hparams (rank 0)."""
 
     def save_config(self, trainer, pl_module, stage: str) -> None:
-        config = yaml.safe_load(self.parser.dump(self.config, skip_none=False))
+        if not trainer.loggers:  # `trainer.logger: false`: nobody to hand it to (config.yaml is still written)
+            return
+        config = yaml.load(self.parser.dump(self.config, skip_none=False), Loader=_SafeLoader)
         params = flatten({k: v for k, v in config.items() if k != "config"})
         for logger in trainer.loggers:
             logger.log_hyperparams(params)

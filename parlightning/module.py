@@ -42,6 +42,10 @@ class PPOModule(pl.LightningModule):
             `tanh` on CPU); for a recurrent policy, its observation encoder.
         policy: `mlp` (default), or `gru` / `lstm` for a `RecurrentActorCritic` with `rnn_hidden`
             units, trained on whole per-actor chunks of `data.bptt_len` steps.
+        fused_adam: use Adam's fused implementation (`torch.optim.Adam(fused=True)`: one kernel per
+            parameter tensor instead of a dozen ops each; torch >= 2.4 on CPU). The same update up
+            to float rounding (~1e-7), about half the optimizer's time for a small policy on CPU;
+            off by default so existing runs keep their exact trajectories.
     """
 
     def __init__(
@@ -60,6 +64,7 @@ class PPOModule(pl.LightningModule):
         activation: str = "tanh",
         policy: str = "mlp",
         rnn_hidden: int = 64,
+        fused_adam: bool = False,
     ) -> None:
         super().__init__()
         if policy not in POLICIES:
@@ -126,7 +131,11 @@ class PPOModule(pl.LightningModule):
             planner.mask_gradients(self.trainer, self.policy)
 
     def configure_optimizers(self) -> Any:
-        optimizer = torch.optim.Adam(self.parameters(), lr=self.hparams.lr, eps=self.hparams.adam_eps)
+        fused = {"fused": True} if self.hparams.get("fused_adam", False) else {}
+        try:
+            optimizer = torch.optim.Adam(self.parameters(), lr=self.hparams.lr, eps=self.hparams.adam_eps, **fused)
+        except RuntimeError as err:  # e.g. torch < 2.4 has no fused Adam on CPU
+            raise ConfigError(f"model.fused_adam: not available here ({err}); set it false") from None
         if not self.hparams.anneal_lr:
             return optimizer
         self._iterations()  # refuse a run without max_epochs before the first rollout

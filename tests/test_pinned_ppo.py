@@ -397,6 +397,20 @@ def test_lr_anneals_linearly_from_full_at_the_first_iteration_and_adam_eps_is_us
     assert set(rec.eps) == {1e-3}
 
 
+def test_fused_adam_is_opt_in_and_trains_like_the_default_up_to_rounding():
+    """model.fused_adam builds torch's fused Adam; off (default) is the plain one. The same seed
+    gives the same weights up to float rounding (the fused kernel sums in another order)."""
+    weights = {}
+    for fused in (False, True):
+        pl.seed_everything(0)
+        module = PPOModule(lr=0.01, hidden_sizes=(16,), fused_adam=fused)
+        _trainer(3).fit(module, datamodule=_tally_dm([]))
+        assert bool(module.trainer.optimizers[0].defaults.get("fused")) is fused
+        weights[fused] = torch.cat([p.detach().flatten() for p in module.policy.parameters()])
+    torch.testing.assert_close(weights[True], weights[False], rtol=1e-4, atol=1e-5)
+    assert PPOModule().hparams.fused_adam is False
+
+
 class StepsPerIteration(pl.Callback):
     def __init__(self):
         self.steps, self._start = [], 0
