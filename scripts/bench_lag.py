@@ -1,17 +1,20 @@
 """What the lag budget buys: env steps/s and learning with `data.max_policy_lag` 0 vs 1 vs 2.
 
 The world waits on real latency: `PoolOrchestrationWorld` behind `ExternalBatchedEnv` (one
-thread per actor), on a `SimulatedPool` whose subagents sleep. Every env step waits L seconds
+thread per actor, in this process or in `--workers` worker processes), on a `SimulatedPool`
+whose subagents sleep. Every env step waits L seconds
 (the orchestrator's own call, `main_seconds=L`, while its subagents sleep up to
 (cost + 1) x L / 4 <= L beside it), for L over `--latencies`. Throughput is env steps per
 second of the whole loop (rollout + update) over iterations 2..`--epochs`. c is the share of a
 synchronous (lag 0) iteration spent collecting, and 1 / max(c, 1 - c) is what a perfect overlap
 of collection and update could give: overlap can only pay where c is near 0.5.
 
-Part 0, overhead: ms per batched env step of the 16 actors at zero latency (`ExternalBatchedEnv`
-alone: wall and process CPU, also beside a thread that trains a small MLP as the learner does).
+Part 0, overhead: ms per batched env step of the 16 actors (`ExternalBatchedEnv` alone: wall and
+CPU, also beside a thread that trains a small MLP as the learner does), worlds on threads and in
+worker processes, including a world that burns 1 ms of Python per step (what threads serialise).
 
-Part 1, balanced (the headline table): the update work is calibrated per latency so that the
+Part 1, balanced (the headline table), per latency and worlds mode (`--workers`: 0 threads, P
+processes): the update work is calibrated per latency so that the
 synchronous iteration spends about half its time collecting. How: the minibatch shape stays
 (`--minibatches` per epoch); a short lag-0 probe at `--probe-epochs` update epochs measures the
 collect time C and the update time U of an iteration (iterations 2..`--probe-iters`); a second
@@ -62,7 +65,7 @@ from parlightning.data import RolloutDataModule  # noqa: E402
 from parlightning.envs.external import ExternalBatchedEnv  # noqa: E402
 from parlightning.envs.swarm import SwarmEnv  # noqa: E402
 from parlightning.module import PPOModule  # noqa: E402
-from parlightning.subagents import PoolOrchestrationWorld, SimulatedPool  # noqa: E402
+from parlightning.subagents import PoolOrchestrationWorld  # noqa: E402
 
 
 class Clock(pl.Callback):
@@ -77,12 +80,20 @@ class Clock(pl.Callback):
         self.stats.append({k: float(v) for k, v in trainer.datamodule.last_rollout.stats.items()})
 
 
-def pool_world(latency: float):
+def pool_world(latency: float, workers: int = 0, cpu: float = 0.0):
+    """The latency world's env factory: worlds on threads here (workers 0) or in `workers` processes
+    (each with its own pool: a pool spec is built in each worker); `cpu`: seconds of Python per step."""
     def factory(num_envs: int, device: str, seed: int) -> ExternalBatchedEnv:
-        pool = SimulatedPool(reliability=0.9, seconds_per_step=latency / 4, seed=seed)
+        pool = {"class_path": "parlightning.subagents.SimulatedPool",
+                "init_args": {"reliability": 0.9, "seconds_per_step": latency / 4, "seed": seed}}
         return ExternalBatchedEnv(num_envs, device, seed, world=PoolOrchestrationWorld,
-                                  world_kwargs={"pool": pool, "main_seconds": latency}, step_timeout=30)
+                                  world_kwargs={"main_seconds": latency, "main_cpu_seconds": cpu},
+                                  shared={"pool": pool}, step_timeout=30, workers=workers)
     return factory
+
+
+def worlds_name(workers: int) -> str:
+    return "threads" if workers == 0 else f"{workers} processes"
 
 
 def swarm(num_envs: int, device: str, seed: int) -> SwarmEnv:
@@ -134,16 +145,18 @@ def calibrate(env, args) -> tuple[int, list[str]]:
     return max(1, min(args.max_update_epochs, round(target / max(b, 1e-9)))), notes
 
 
-def overhead(latencies: list[float], num_envs: int, steps: int = 100, repeats: int = 3) -> list[str]:
+def overhead(cases: list[tuple[float, float]], workers: list[int], num_envs: int, steps: int = 100,
+             repeats: int = 3) -> list[str]:
     """ms per batched env step of `ExternalBatchedEnv` (N worlds) alone, and beside a learner thread
-    (how much of its own speed that thread keeps while the env steps)."""
+    (how much of its own speed that thread keeps while the env steps), per (latency, CPU seconds of
+    Python per world step) case and per worlds mode (threads, worker processes)."""
     g = torch.Generator().manual_seed(0)
     actions = [torch.randint(0, 4, (num_envs, 3), generator=g) for _ in range(steps)]
 
     def next_task(done):
         return torch.randint(0, 12, (num_envs,), generator=g)
 
-    def once(latency: Optional[float], learner: bool) -> tuple[float, float, float]:
+    def once(latency: Optional[float], learner: bool, cpu_s: float = 0.0, w: int = 0) -> tuple[float, float, float]:
         """(wall s, process CPU s) per step and the learner's it/s; latency None: the learner alone for 1 s."""
         stop, count = threading.Event(), [0]
 
@@ -164,17 +177,19 @@ def overhead(latencies: list[float], num_envs: int, steps: int = 100, repeats: i
                 time.sleep(0.01)
         env = None
         if latency is not None:
-            env = pool_world(latency)(num_envs, "cpu", 0)
+            env = pool_world(latency, w, cpu_s)(num_envs, "cpu", 0)
             env.reset(task_index=torch.zeros(num_envs, dtype=torch.long))
+            procs = getattr(env._runner, "pids", [])
             for a in actions[:10]:
                 env.step(a, next_task)
-        c0, t0, n0 = time.process_time(), time.perf_counter(), count[0]
+        c0, t0, n0 = time.process_time() + workers_cpu(procs if env else []), time.perf_counter(), count[0]
         if env is None:
             time.sleep(1.0)
         else:
             for a in actions:
                 env.step(a, next_task)
-        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        wall = time.perf_counter() - t0
+        cpu = time.process_time() + workers_cpu(procs if env else []) - c0
         rate = (count[0] - n0) / wall
         stop.set()
         if thread is not None:
@@ -183,24 +198,39 @@ def overhead(latencies: list[float], num_envs: int, steps: int = 100, repeats: i
             env.close()
         return wall / steps, cpu / steps, rate
 
-    lines = [f"Overhead: ExternalBatchedEnv, N={num_envs} PoolOrchestrationWorld actors (threads), ms per batched "
-             f"env step, median of {repeats} x {steps} steps. CPU: the whole process's (world threads included). "
-             "Beside a learner: a thread trains a 64-64 MLP (forward, backward, Adam) meanwhile; its speed is given "
-             "as a share of its speed alone, measured just before", "",
-             "| latency / step | wall, alone | CPU, alone | wall, beside the learner | learner speed kept |",
-             "|---|---|---|---|---|"]
-    for latency in latencies:
-        alone = [once(latency, False) for _ in range(repeats)]
-        kept, beside = [], []
-        for _ in range(repeats):
-            solo = once(None, True)[2]
-            beside.append(once(latency, True))
-            kept.append(beside[-1][2] / max(solo, 1e-9))
-        med = lambda rows, j: statistics.median(r[j] for r in rows)  # noqa: E731
-        lines.append(f"| {latency * 1000:g} ms | {med(alone, 0) * 1e3:.2f} | {med(alone, 1) * 1e3:.2f} | "
-                     f"{med(beside, 0) * 1e3:.2f} | {statistics.median(kept):.0%} |")
-        print(lines[-1], flush=True)
+    lines = [f"Overhead: ExternalBatchedEnv, N={num_envs} PoolOrchestrationWorld actors, ms per batched env step, "
+             f"median of {repeats} x {steps} steps. Worlds on threads in this process, or in worker processes. "
+             "CPU: this process's and its worker processes' together. Beside a learner: a thread trains a 64-64 MLP "
+             "(forward, backward, Adam) meanwhile; its speed is given as a share of its speed alone, measured just "
+             "before", "",
+             "| latency / step | Python per world step | worlds | wall, alone | CPU, alone | wall, beside the learner "
+             "| learner speed kept |", "|---|---|---|---|---|---|---|"]
+    for latency, cpu_s in cases:
+        for w in workers:
+            alone = [once(latency, False, cpu_s, w) for _ in range(repeats)]
+            kept, beside = [], []
+            for _ in range(repeats):
+                solo = once(None, True)[2]
+                beside.append(once(latency, True, cpu_s, w))
+                kept.append(beside[-1][2] / max(solo, 1e-9))
+            med = lambda rows, j: statistics.median(r[j] for r in rows)  # noqa: E731
+            lines.append(f"| {latency * 1000:g} ms | {cpu_s * 1000:g} ms | {worlds_name(w)} | "
+                         f"{med(alone, 0) * 1e3:.2f} | {med(alone, 1) * 1e3:.2f} | {med(beside, 0) * 1e3:.2f} | "
+                         f"{statistics.median(kept):.0%} |")
+            print(lines[-1], flush=True)
     return lines
+
+
+def workers_cpu(pids: list[int]) -> float:
+    """CPU seconds (user + system) the worker processes `pids` used so far (Linux /proc)."""
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 def mean_std(values: list[float]) -> str:
@@ -235,6 +265,8 @@ def main() -> None:
     parser.add_argument("--learn-latency", type=float, default=0.01, help="latency of the learning comparison")
     parser.add_argument("--epochs", type=int, default=10, help="PPO iterations per throughput run")
     parser.add_argument("--learn-epochs", type=int, default=40, help="PPO iterations per learning run")
+    parser.add_argument("--workers", type=int, nargs="+", default=[0, 2],
+                        help="worlds modes of the overhead and balanced tables: 0 threads, P worker processes")
     parser.add_argument("--num-envs", type=int, default=16)
     parser.add_argument("--num-steps", type=int, default=16)
     parser.add_argument("--update-epochs", type=int, default=4, help="the fixed table's update epochs")
@@ -267,34 +299,38 @@ def main() -> None:
         print(lines[-1], flush=True)
 
     if "overhead" in args.parts:
-        body = overhead([0.0, 0.001, 0.01], args.num_envs, steps=50 if args.quick else 100, repeats=1 if args.quick else 3)
+        cases = [(0.0, 0.0), (0.001, 0.0), (0.01, 0.0), (0.01, 0.001)]  # (latency, Python seconds per world step)
+        body = overhead(cases, args.workers, args.num_envs, steps=50 if args.quick else 100,
+                        repeats=1 if args.quick else 3)
         section("", body)
 
     shape = dict(num_envs=args.num_envs, num_steps=args.num_steps, minibatches=args.minibatches)
     balanced_epochs: dict[float, int] = {}
     if "balanced" in args.parts or "learn" in args.parts:
         latencies = args.latencies if "balanced" in args.parts else [args.learn_latency]
-        body = [f"Balanced: PoolOrchestrationWorld, N={args.num_envs} actors (threads), T={args.num_steps}, "
+        body = [f"Balanced: PoolOrchestrationWorld, N={args.num_envs} actors, T={args.num_steps}, "
                 f"update E epochs x {args.minibatches} minibatches with E calibrated per latency (c ~ 0.5); env "
                 f"steps/s over iterations 2..{args.epochs}, seed 0, lags interleaved x {args.repeats} repeats "
-                "(ratio of means; per-repeat range in brackets)", "", *header("latency / step", "update epochs E")]
+                "(ratio of means; per-repeat range in brackets); worlds on threads or in worker processes", "",
+                *header("latency / step", "worlds", "update epochs E")]
         calibration = []
         split = ["", "Where the time goes (balanced runs, ms per iteration, mean over repeats): the collector's round "
                  "(C), the learner's update, i.e. the iteration less its wait for a rollout (U), and the iteration; "
                  "lag 0 iterates in C + U, a perfect overlap in max(C, U) of lag 0; contention shows as C and U "
-                 "growing under lag", "", "| latency / step | " + " | ".join(f"lag {k}: C / U / iteration"
-                                                                        for k in args.lags) + " |",
-                 "|---" * (1 + len(args.lags)) + "|"]
-        for latency in latencies:
-            E, notes = calibrate(pool_world(latency), args)
-            balanced_epochs[latency] = E
-            calibration.append(f"- {latency * 1000:g} ms: " + "; ".join(notes) + f" -> E={E}")
+                 "growing under lag", "", "| latency / step | worlds | " + " | ".join(f"lag {k}: C / U / iteration"
+                                                                                   for k in args.lags) + " |",
+                 "|---" * (2 + len(args.lags)) + "|"]
+        modes = args.workers if "balanced" in args.parts else args.workers[:1]
+        for latency, w in [(latency, w) for latency in latencies for w in modes]:
+            E, notes = calibrate(pool_world(latency, w), args)
+            balanced_epochs.setdefault(latency, E)  # the learning comparison uses the first mode's
+            calibration.append(f"- {latency * 1000:g} ms, {worlds_name(w)}: " + "; ".join(notes) + f" -> E={E}")
             if "balanced" not in args.parts:
                 continue
             res = {k: [] for k in args.lags}
             for _ in range(args.repeats):
                 for k in args.lags:
-                    res[k].append(run(pool_world(latency), k, 0, args.epochs, update_epochs=E, **shape))
+                    res[k].append(run(pool_world(latency, w), k, 0, args.epochs, update_epochs=E, **shape))
             mean = {k: statistics.mean(r["sps"] for r in res[k]) for k in args.lags}
             share = statistics.mean(r["collect_share"] for r in res[args.lags[0]])
 
@@ -304,9 +340,10 @@ def main() -> None:
                 return f"{mean[k] / mean[args.lags[0]]:.2f}x{spread}"
 
             ms = lambda k, key: statistics.mean(r[key] for r in res[k]) * 1e3  # noqa: E731
-            split.append(f"| {latency * 1000:g} ms | " + " | ".join(
+            split.append(f"| {latency * 1000:g} ms | {worlds_name(w)} | " + " | ".join(
                 f"{ms(k, 'collect'):.0f} / {ms(k, 'busy'):.0f} / {ms(k, 'iteration'):.0f}" for k in args.lags) + " |")
-            body.append(f"| {latency * 1000:g} ms | {E} | {share:.2f} | {1 / max(share, 1 - share):.2f}x | "
+            body.append(f"| {latency * 1000:g} ms | {worlds_name(w)} | {E} | {share:.2f} | "
+                        f"{1 / max(share, 1 - share):.2f}x | "
                         + " | ".join(f"{mean[k]:.0f}" for k in args.lags) + " | "
                         + " | ".join(ratio(k) for k in nonzero) + " | "
                         + ", ".join(f"{statistics.mean(r['lag'] for r in res[k]):.2f}" for k in nonzero) + " |")
@@ -318,7 +355,7 @@ def main() -> None:
             lines.extend(["", "Calibration for the learning comparison:", *calibration])
 
     if "fixed" in args.parts:
-        body = [f"Fixed update: PoolOrchestrationWorld, N={args.num_envs} actors (threads), T={args.num_steps}, "
+        body = [f"Fixed update: PoolOrchestrationWorld, N={args.num_envs} actors on threads, T={args.num_steps}, "
                 f"update {args.update_epochs} epochs x {args.minibatches} minibatches at every latency; env steps/s "
                 f"over iterations 2..{args.epochs}, seed 0, one run per lag", "", *header("latency / step")]
         for latency in args.latencies:

@@ -5,6 +5,9 @@ import asyncio
 import http.server
 import json
 import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -28,8 +31,12 @@ class CountWorld:
     fail_at = None  # (actor, step): raise there
     hang_at = None
 
-    def __init__(self, seed=0, actor=0, sleep=0.0):
+    def __init__(self, seed=0, actor=0, sleep=0.0, fail_at=None, hang_at=None):
         self.actor, self.sleep, self.calls = actor, sleep, 0
+        if fail_at is not None:  # set per instance: worker processes do not see a monkeypatched class
+            self.fail_at = tuple(fail_at)
+        if hang_at is not None:
+            self.hang_at = tuple(hang_at)
 
     def reset(self, task):
         self.length, self.t = int(task.split("-")[1]) + 1, 0
@@ -62,10 +69,13 @@ class AsyncCountWorld(CountWorld):
         return self._step(action)
 
 
-@pytest.mark.parametrize("world", [CountWorld, AsyncCountWorld])
-def test_worlds_step_as_one_batched_env_with_parts_and_auto_reset(world):
-    env = ExternalBatchedEnv(3, world=world)
+@pytest.mark.parametrize("world, workers", [(CountWorld, 0), (AsyncCountWorld, 0), (CountWorld, 2),
+                                            (AsyncCountWorld, 2)])
+def test_worlds_step_as_one_batched_env_with_parts_and_auto_reset(world, workers):
+    env = ExternalBatchedEnv(3, world=world, workers=workers)
     try:
+        if workers:  # actors 0 | 1, 2 live in two other processes
+            assert env._runner.blocks == [[0], [1, 2]] and len(set(env._runner.pids) - {os.getpid()}) == 2
         assert isinstance(env, BatchedEnv) and env.task_ids == ["t-0", "t-1", "t-2"]
         obs = env.reset(task_index=torch.tensor([0, 1, 2]))
         assert obs.tolist() == [[0, 0], [0, 1], [0, 2]]
@@ -157,6 +167,82 @@ def test_late_answers_to_a_failed_call_never_reach_the_next_one(monkeypatch):
         many.close()
     finally:
         env.close()
+
+
+def test_worlds_in_worker_processes_name_the_actor_retry_time_out_and_drop_late_answers():
+    """The thread runner's error contract holds across processes (failures are set per instance:
+    a worker process does not see a monkeypatched class)."""
+    env = ExternalBatchedEnv(4, world=CountWorld, workers=2, world_kwargs={"fail_at": (2, 1), "sleep": 0.05})
+    try:
+        env.reset(task_index=torch.tensor([2, 2, 1, 2]))
+        with pytest.raises(ExternalWorldError, match=r"actor 2 on task 't-1': step raised ValueError: the tool call "
+                                                     r"failed"):
+            env.step(torch.zeros(4, dtype=torch.long))
+        r = env.step(torch.zeros(4, dtype=torch.long))  # actor 2's second call succeeds (its first raised)
+        # the others' answers to the abandoned call (step 1) were dropped, not taken for these (step 2)
+        assert r.obs[:, 0].tolist() == [2.0, 2.0, 1.0, 2.0]
+    finally:
+        env.close()
+    retried = ExternalBatchedEnv(3, world=CountWorld, workers=2, retries=1, world_kwargs={"fail_at": (2, 1)})
+    retried.reset(task_index=torch.tensor([0, 0, 1]))
+    assert retried.step(torch.zeros(3, dtype=torch.long)).obs[2].tolist() == [1, 1]
+    retried.close()
+    hung = ExternalBatchedEnv(2, world=CountWorld, workers=2, step_timeout=0.3, world_kwargs={"hang_at": (1, 1)})
+    pids = hung._runner.pids
+    hung.reset(task_index=torch.tensor([0, 2]))
+    start = time.perf_counter()
+    with pytest.raises(ExternalWorldError, match=r"actor 1 on task 't-2': step did not return within step_timeout"):
+        hung.step(torch.zeros(2, dtype=torch.long))
+    assert time.perf_counter() - start < 2.0
+    hung.close()  # the hung world's process is ended, not waited for
+    assert time.perf_counter() - start < 8.0 and not any(_alive(p) for p in pids)
+
+
+def test_a_worker_process_that_dies_or_is_orphaned_ends_cleanly(tmp_path):
+    env = ExternalBatchedEnv(4, world=CountWorld, workers=2)
+    env.reset(task_index=torch.zeros(4, dtype=torch.long))
+    os.kill(env._runner.pids[1], signal.SIGKILL)
+    with pytest.raises(ExternalWorldError, match=r"actor 2 on task 't-0': step worker process 1 \(actors 2-3\) died"):
+        env.step(torch.zeros(4, dtype=torch.long))
+    env.close()
+    # a trainer killed with SIGKILL cannot close its env: its worker processes notice and exit by themselves
+    script = tmp_path / "owner.py"
+    script.write_text(
+        "import sys, time, torch\n"
+        f"sys.path.insert(0, {os.path.join(ROOT, 'tests')!r})\n"
+        "from test_external_env import CountWorld\n"
+        "from parlightning.envs.external import ExternalBatchedEnv\n"
+        "if __name__ == '__main__':\n"
+        "    env = ExternalBatchedEnv(2, world=CountWorld, workers=2)\n"
+        "    print(*env._runner.pids, flush=True)\n"
+        "    time.sleep(60)\n")
+    owner = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        pids = [int(p) for p in owner.stdout.readline().split()]
+        assert len(pids) == 2 and all(_alive(p) for p in pids)
+    finally:
+        owner.kill()
+        owner.wait()
+    deadline = time.monotonic() + 10
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(p) for p in pids)
+
+
+def test_bad_worker_process_config_is_one_clear_error():
+    with pytest.raises(ConfigError, match=r"workers: must be an integer in \[0, num_envs=2\]"):
+        ExternalBatchedEnv(2, world=CountWorld, workers=3)
+    with pytest.raises(ConfigError, match=r"shared.pool: with workers > 0 .* give it as \{class_path, init_args\}"):
+        ExternalBatchedEnv(2, world=PoolOrchestrationWorld, workers=1, shared={"pool": SimulatedPool()})
+
+    class Local(CountWorld):  # not importable by a worker process
+        pass
+
+    with pytest.raises(ConfigError, match=r"data.env.init_args.world: cannot be sent to worker processes"):
+        ExternalBatchedEnv(2, world=Local, workers=1)
+    with pytest.raises(ConfigError, match=r"data.env.world: CountWorld\(\*\*world_kwargs\) failed for actor 0: "
+                                          r"TypeError"):
+        ExternalBatchedEnv(2, world=CountWorld, workers=2, world_kwargs={"fail_at": 3})  # tuple(3) raises
 
 
 def test_simulated_pool_latency_and_instruction_matching():

@@ -13,30 +13,28 @@ The world contract (sync or `async def`, duck-typed; see `World`):
 episode ended; missing fields are 0, a missing `outcome` is the step's reward clipped to [0, 1]),
 so samplers, the PARL reward and critical steps work unchanged.
 
-Why threads, not processes, for the worlds: an external world spends its step *waiting* (on a
-subagent, a socket, a subprocess), and waiting releases the GIL, so threads overlap N waits for
-the price of none of the pickling, process start-up or copied task data of processes. Sync
-worlds get one daemon thread each (a world is only ever touched by its own thread, so it need
-not be thread-safe); `async def` worlds share one event loop in one daemon thread, which is how
-thousands of concurrent HTTP worlds stay cheap. Work that burns CPU in Python or may hang for
-good belongs in a `ProcessPool` (parlightning.subagents), whose workers can be killed: a hung
-thread cannot. So a world that hangs ends the run with `ExternalWorldError` after
-`step_timeout` seconds naming the actor and its task, and its thread is abandoned (daemon, it
-never blocks interpreter exit); a world that raises is retried `retries` times, then ends the
-run the same way. `close()` closes every world and every `shared` resource (pools), which ends
-their worker processes.
+Threads by default, processes when asked (`workers: P`). An external world spends its step
+*waiting* (on a subagent, a socket, a subprocess), and waiting releases the GIL, so threads
+overlap N waits for the price of none of the pickling, process start-up or copied task data of
+processes: sync worlds get one daemon thread each (a world is only ever touched by its own
+thread, so it need not be thread-safe) and `async def` worlds share one event loop in one daemon
+thread, which is how thousands of concurrent HTTP worlds stay cheap (`WorldRunner`). But the
+worlds' own Python and their wake-ups still take turns on this process's GIL with the learner:
+under `data.max_policy_lag` that slows the update. `workers: P` moves the worlds into P worker
+processes (`WorkerProcesses`, each a `WorldRunner`), leaving this process one message per worker
+per call. Work that burns CPU in Python or may hang for good belongs in a `ProcessPool`
+(parlightning.subagents) or in worker processes, which can be killed: a hung thread cannot. So a
+world that hangs ends the run with `ExternalWorldError` after `step_timeout` seconds naming the
+actor and its task (its thread is abandoned: daemon, it never blocks interpreter exit; a worker
+process is terminated by `close()`); a world that raises is retried `retries` times, then ends
+the run the same way. `close()` closes every world and every `shared` resource (pools), which
+ends their worker processes.
 """
 
 from __future__ import annotations
 
-import asyncio
-import importlib
-import inspect
 import math
-import queue
 import sys
-import threading
-import time
 from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
 
 import numpy as np
@@ -44,7 +42,11 @@ import torch
 from torch import Tensor
 
 from parlightning.envs.base import ActionSpec, BatchedEnv, EpisodeParts, StepResult
+from parlightning.envs.world_processes import WorkerProcesses
+from parlightning.envs.world_runner import WorldCallFailed, WorldRunner, build_shared, close_all, resolve
 from parlightning.errors import ConfigError
+
+__all__ = ["ExternalBatchedEnv", "ExternalWorldError", "World", "build_shared", "resolve"]
 
 PART_NAMES = EpisodeParts._fields[1:]  # everything but `task`, which the adapter knows
 
@@ -64,41 +66,6 @@ class World(Protocol):
     def step(self, action: Any) -> tuple[Any, float, bool, bool, Optional[Mapping[str, float]]]: ...
 
 
-def resolve(path: str, field: str = "import path") -> Any:
-    """The object at an import path, `package.module:attr` or `package.module.attr`."""
-    if not isinstance(path, str) or not path:
-        raise ConfigError(f"{field}: expected 'package.module:name', got {path!r}")
-    module, _, attr = path.partition(":") if ":" in path else path.rpartition(".")
-    try:
-        return getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError, ValueError) as err:
-        raise ConfigError(f"{field}: {path!r} is not importable ({err}); name it as 'package.module:name'") from None
-
-
-def build_shared(specs: Optional[Mapping[str, Any]]) -> dict[str, Any]:
-    """Instantiate each `{class_path, init_args}` spec once (e.g. one subagent pool for all worlds)."""
-    built: dict[str, Any] = {}
-    for name, spec in (specs or {}).items():
-        if isinstance(spec, Mapping):
-            unknown = sorted(set(spec) - {"class_path", "init_args"})
-            if unknown or "class_path" not in spec:  # e.g. a dotted command-line override lands as a literal key
-                raise ConfigError(
-                    f"data.env.init_args.shared.{name}: needs class_path (and init_args), got keys {sorted(spec)} "
-                    "(dotted overrides do not reach inside `shared`: pass the whole spec as JSON or in YAML)")
-            cls = resolve(spec["class_path"], f"data.env.init_args.shared.{name}.class_path")
-            try:
-                built[name] = cls(**dict(spec.get("init_args") or {}))
-            except (TypeError, ValueError) as err:
-                for resource in built.values():  # the ones already built are not leaked
-                    close = getattr(resource, "close", None)
-                    if callable(close):
-                        close()
-                raise ConfigError(f"data.env.init_args.shared.{name}: {err}") from None
-        else:
-            built[name] = spec
-    return built
-
-
 def _action_spec(spec: Any) -> ActionSpec:
     if isinstance(spec, ActionSpec):
         return spec
@@ -106,68 +73,6 @@ def _action_spec(spec: Any) -> ActionSpec:
         return ActionSpec(spec["kind"], nvec=tuple(spec.get("nvec", ())), shape=tuple(spec.get("shape", ())),
                           low=spec.get("low"), high=spec.get("high"))
     raise ConfigError(f"data.env.world: action_spec must be an ActionSpec or a mapping, got {spec!r}")
-
-
-def _accepts(fn: Callable, name: str) -> bool:
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
-    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
-
-
-class _Batch:
-    """One batch of calls in flight: each actor files its answer here, and the caller is woken
-    once, when the last answer is in or as soon as one call raised (a binary semaphore, `wake`),
-    not once per answer: every wake-up is a thread switch and a GIL hand-over the learner pays for
-    under `data.max_policy_lag`. An abandoned batch (timeout, error) takes late answers harmlessly."""
-
-    __slots__ = ("results", "errors", "pending", "lock", "wake", "signalled")
-
-    def __init__(self, pending: int) -> None:
-        self.results: dict[int, Any] = {}
-        self.errors: list[tuple[int, BaseException]] = []
-        self.pending = pending
-        self.lock = threading.Lock()
-        self.wake = threading.Lock()
-        self.wake.acquire()  # released (once) by the answer that completes the batch, or by an error
-        self.signalled = False
-
-    def answer(self, i: int, ok: bool, value: Any) -> None:
-        with self.lock:
-            if ok:
-                self.results[i] = value
-                self.pending -= 1
-            else:
-                self.errors.append((i, value))
-            if (self.pending == 0 or not ok) and not self.signalled:
-                self.signalled = True
-                self.wake.release()
-
-
-class _ThreadActor:
-    """One sync world on its own daemon thread: calls arrive in `inbox` (a C-level SimpleQueue:
-    no Python-level Condition per call), answers go to the call's `_Batch`."""
-
-    def __init__(self, index: int, world: Any) -> None:
-        self.index, self.world = index, world
-        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
-        self.thread = threading.Thread(target=self._loop, name=f"external-world-{index}", daemon=True)
-        self.thread.start()
-
-    def _loop(self) -> None:
-        get, index, world = self.inbox.get, self.index, self.world
-        while True:
-            job = get()
-            if job is None:
-                return
-            batch, method, args = job
-            try:
-                value = getattr(world, method)(*args)
-            except BaseException as err:  # reported to the caller, never swallowed
-                batch.answer(index, False, err)
-            else:
-                batch.answer(index, True, value)
 
 
 class ExternalBatchedEnv(BatchedEnv):
@@ -189,6 +94,13 @@ class ExternalBatchedEnv(BatchedEnv):
             `data.max_policy_lag`) hold the GIL for up to 5 ms while a world thread whose wait just
             ended queues for it (0.5 ms gave about 1.6x -> 1.7x env steps/s at lag 1 and 5 ms latency in
             an ad-hoc trial). Only ever lowered, and restored by `close()`.
+        workers: 0 (default) runs the worlds on threads in this process; P >= 1 spreads them over P
+            worker processes (contiguous blocks of actors, threads within each), so that the worlds'
+            Python and wake-ups do not take this process's GIL from the learner
+            (`data.max_policy_lag`). Then `world` must be an import path or a module-level class,
+            `world_kwargs` must pickle, and `shared` resources are specs built in each worker.
+        start_method: the workers' multiprocessing start method (default `forkserver` where
+            available, else `spawn`).
     """
 
     checkpoint_exact = False  # an external world's internals cannot be saved: episodes restart on resume
@@ -206,6 +118,8 @@ class ExternalBatchedEnv(BatchedEnv):
         step_timeout: float = 60.0,
         retries: int = 0,
         switch_interval: Optional[float] = 0.0005,
+        workers: int = 0,
+        start_method: Optional[str] = None,
     ) -> None:
         if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs <= 0:
             raise ConfigError(f"data.env.num_envs: must be a positive integer, got {num_envs!r}")
@@ -220,45 +134,41 @@ class ExternalBatchedEnv(BatchedEnv):
         if switch_interval is not None and switch_interval < sys.getswitchinterval():
             self._switch_interval = sys.getswitchinterval()
             sys.setswitchinterval(switch_interval)
-        self.shared = build_shared(shared)
-        self._owned = [self.shared[k] for k, spec in (shared or {}).items()
-                       if isinstance(spec, Mapping)]  # built here, so closed here
-        factory = resolve(world, "data.env.world") if isinstance(world, str) else world
-        self.world_name = getattr(factory, "__name__", type(factory).__name__)
-        kwargs = {**(world_kwargs or {}), **self.shared}
-        self.worlds = []
+        if isinstance(workers, bool) or not isinstance(workers, int) or not 0 <= workers <= num_envs:
+            raise ConfigError(f"data.env.init_args.workers: must be an integer in [0, num_envs={num_envs}] "
+                              f"(0: the worlds run on threads here), got {workers!r}")
+        self.workers = workers
+        self.shared: dict[str, Any] = {}
+        self._owned: list[Any] = []
         try:
-            for i in range(num_envs):
-                extra = {k: v for k, v in (("seed", seed + i), ("actor", i)) if _accepts(factory, k)}
-                self.worlds.append(factory(**kwargs, **extra))
+            if workers:  # worker processes build their own worlds and shared resources
+                self._runner: Any = WorkerProcesses(world, world_kwargs or {}, shared, num_envs, workers, seed,
+                                                    self.step_timeout, retries, switch_interval, start_method)
+            else:
+                self.shared = build_shared(shared)
+                self._owned = [self.shared[k] for k, spec in (shared or {}).items()
+                               if isinstance(spec, Mapping)]  # built here, so closed here
+                factory = resolve(world, "data.env.world") if isinstance(world, str) else world
+                self._runner = WorldRunner(factory, {**(world_kwargs or {}), **self.shared}, list(range(num_envs)),
+                                           seed, self.step_timeout, retries)
+            facts = self._runner.facts()
         except ConfigError:
             self.close()
             raise
-        except Exception as err:
-            self.close()
-            raise ConfigError(f"data.env.world: {self.world_name}(**world_kwargs) failed for actor "
-                              f"{len(self.worlds)}: {type(err).__name__}: {err}") from err
-        first = self.worlds[0]
-        for attr in ("observation_shape", "action_spec"):
-            if not hasattr(first, attr):
-                self.close()
-                raise ConfigError(f"data.env.world: {self.world_name} has no `{attr}`; an external world declares it")
-        self.observation_shape = tuple(int(d) for d in first.observation_shape)
-        self.action_spec = _action_spec(first.action_spec)
-        bank = task_ids if task_ids is not None else getattr(first, "tasks", None)
+        self.world_name = facts["world_name"]
+        self.observation_shape = facts["observation_shape"]
+        self.action_spec = _action_spec(facts["action_spec"])
+        bank = task_ids if task_ids is not None else facts["tasks"]
         self.task_ids: Optional[list[str]] = list(bank) if bank is not None else None  # None: no tasks
-        for attr in ("solved_threshold", "max_subagents"):  # optional facts the data module checks
-            if hasattr(first, attr):
-                setattr(self, attr, getattr(first, attr))
+        for attr, value in facts["extras"].items():  # optional facts the data module checks
+            setattr(self, attr, value)
         self._tasks = [0] * num_envs  # bank index each actor works on
-        self._async = inspect.iscoroutinefunction(first.step)
-        if self._async:
-            self._loop = asyncio.new_event_loop()
-            self._loop_thread = threading.Thread(target=self._loop.run_forever, name="external-worlds-loop",
-                                                 daemon=True)
-            self._loop_thread.start()
-        else:
-            self._actors = [_ThreadActor(i, w) for i, w in enumerate(self.worlds)]
+
+    @property
+    def worlds(self) -> list[Any]:
+        """The world objects (in this process; empty with worker processes)."""
+        runner = getattr(self, "_runner", None)
+        return list(runner.worlds.values()) if isinstance(runner, WorldRunner) else []
 
     # ------------------------------------------------------------------ concurrency
     def _task_name(self, i: int) -> str:
@@ -274,60 +184,10 @@ class ExternalBatchedEnv(BatchedEnv):
         """Call `method(*args[i])` on every world i in `args` concurrently; every answer or an error."""
         if self._closed:
             raise RuntimeError(f"ExternalBatchedEnv: {method} after close()")
-        if not args:
-            return {}
-        if self._async:
-            return self._run_async(method, args)
-        attempts = dict.fromkeys(args, 0)
-        batch = _Batch(len(args))
-        actors = self._actors
-        for i, a in args.items():
-            actors[i].inbox.put((batch, method, a))
-        deadline = time.monotonic() + self.step_timeout
-        while True:
-            woke = batch.wake.acquire(timeout=max(deadline - time.monotonic(), 0.0))
-            with batch.lock:
-                errors, batch.errors = batch.errors, []
-                if woke:
-                    batch.signalled = False  # re-armed: the next completion or error releases it again
-                if not errors and batch.pending == 0:
-                    return batch.results
-                if not woke and not errors:
-                    late = min(set(args) - set(batch.results))
-                    raise self._fail(late, method, f"did not return within step_timeout={self.step_timeout:g}s "
-                                                   "(raise data.env.init_args.step_timeout if it is just slow)")
-            for i, value in errors:
-                if attempts[i] < self.retries:
-                    attempts[i] += 1
-                    actors[i].inbox.put((batch, method, args[i]))
-                else:
-                    raise self._fail(i, method, f"raised {type(value).__name__}: {value}"
-                                                f"{f' (after {self.retries} retries)' if self.retries else ''}") from value
-
-    def _run_async(self, method: str, args: dict[int, tuple]) -> dict[int, Any]:
-        async def one(i: int) -> Any:
-            for attempt in range(self.retries + 1):
-                try:
-                    return await asyncio.wait_for(getattr(self.worlds[i], method)(*args[i]), self.step_timeout)
-                except asyncio.TimeoutError:
-                    raise self._fail(i, method, f"did not return within step_timeout={self.step_timeout:g}s "
-                                                "(raise data.env.init_args.step_timeout if it is just slow)") from None
-                except Exception as err:
-                    if attempt == self.retries:
-                        raise self._fail(i, method, f"raised {type(err).__name__}: {err}"
-                                                    f"{f' (after {self.retries} retries)' if self.retries else ''}"
-                                         ) from err
-
-        async def gather() -> list[Any]:
-            return await asyncio.gather(*(one(i) for i in args))
-
-        future = asyncio.run_coroutine_threadsafe(gather(), self._loop)
         try:
-            values = future.result(timeout=self.step_timeout * (self.retries + 1) + 5.0)
-        except TimeoutError:
-            future.cancel()
-            raise self._fail(min(args), method, "and its event loop stopped answering") from None
-        return dict(zip(args, values))
+            return self._runner.run_all(method, args)
+        except WorldCallFailed as failed:
+            raise self._fail(failed.actor, failed.method, failed.why) from failed.__cause__
 
     # ------------------------------------------------------------------ BatchedEnv
     def _obs_array(self, values: Sequence[Any]) -> np.ndarray:
@@ -420,33 +280,16 @@ class ExternalBatchedEnv(BatchedEnv):
             self._tasks = [int(k) for k in state["tasks"].tolist()]
 
     def close(self) -> None:
-        """Close every world and shared resource (ending pool worker processes); idempotent."""
+        """Close every world and shared resource (ending pool and world worker processes); idempotent."""
         if self._closed:
             return
         self._closed = True
-        for actor in getattr(self, "_actors", ()):
-            actor.inbox.put(None)
-        for actor in getattr(self, "_actors", ()):
-            actor.thread.join(timeout=1.0)  # a hung world stays behind as an abandoned daemon thread
-        loop = getattr(self, "_loop", None)
-        for world in getattr(self, "worlds", ()):
-            close = getattr(world, "close", None)
-            if callable(close):
-                try:
-                    result = close()
-                    if inspect.isawaitable(result) and loop is not None:
-                        asyncio.run_coroutine_threadsafe(result, loop).result(timeout=5.0)
-                except Exception:  # closing the rest matters more than one world's close error
-                    pass
-        if loop is not None:
-            loop.call_soon_threadsafe(loop.stop)
-            self._loop_thread.join(timeout=1.0)
+        runner = getattr(self, "_runner", None)
+        if runner is not None:
+            runner.close()
         if self._switch_interval is not None:
             sys.setswitchinterval(self._switch_interval)
-        for resource in getattr(self, "_owned", ()):
-            close = getattr(resource, "close", None)
-            if callable(close):
-                close()
+        close_all(getattr(self, "_owned", ()))
 
     def __del__(self) -> None:  # a forgotten close() must not leave pool processes behind
         try:

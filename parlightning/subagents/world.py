@@ -50,7 +50,9 @@ class PoolOrchestrationWorld:
 
     Args:
         pool: the `SubagentPool` subtasks are delegated to (shared by all actors).
-        main_seconds: wall seconds the main agent spends per env step (its own model call).
+        main_seconds: wall seconds the main agent spends per env step (its own model call: a wait).
+        main_cpu_seconds: CPU seconds of Python the main agent burns per env step (parsing, bookkeeping,
+            a local simulation: work that threads cannot overlap under the GIL; worker processes can).
         subagent_timeout: seconds to wait for a stage's subagents before counting them failed.
         the rest: the task bank (as in SwarmEnv) and the episode limits.
     Observation: per slot [pending, one-hot skill, cost / max_cost], then budget left, elapsed,
@@ -60,12 +62,15 @@ class PoolOrchestrationWorld:
     def __init__(self, pool: SubagentPool, seed: int = 0, families: Sequence[str] = ("solo", "fanout", "locked"),
                  tasks_per_family: int = 4, max_levels: int = 2, max_width: int = 3, n_skills: int = 3,
                  max_cost: int = 3, spawn_steps: int = 1, max_episode_steps: int = 8, late_credit: float = 0.1,
-                 late_window: float = 2.0, main_seconds: float = 0.0, subagent_timeout: Optional[float] = 60.0,
-                 bank_seed: int = 1234) -> None:
+                 late_window: float = 2.0, main_seconds: float = 0.0, main_cpu_seconds: float = 0.0,
+                 subagent_timeout: Optional[float] = 60.0, bank_seed: int = 1234) -> None:
         self.pool, self.seed = pool, seed
         self.max_width, self.n_skills, self.max_levels, self.max_cost = max_width, n_skills, max_levels, max_cost
         self.max_episode_steps, self.late_credit, self.late_window = max_episode_steps, late_credit, late_window
         self.main_seconds, self.subagent_timeout = main_seconds, subagent_timeout
+        if not main_cpu_seconds >= 0:
+            raise ValueError(f"PoolOrchestrationWorld: main_cpu_seconds must be >= 0, got {main_cpu_seconds!r}")
+        self.main_cpu_seconds = main_cpu_seconds
         self.bank = make_tasks(families, tasks_per_family, max_levels, max_width, n_skills, max_cost, spawn_steps,
                                bank_seed)
         self.tasks = list(self.bank)
@@ -110,6 +115,10 @@ class PoolOrchestrationWorld:
                                     "prompt": f"subtask {self.task}/{self.level}/{i}: skill {stage[i][0]}, "
                                               f"instruction {int(action[i]) - 1}, cost {stage[i][1]}"})
                    for i in delegated]
+        if self.main_cpu_seconds:  # Python work holding the GIL (thread CPU time, so contention does not shorten it)
+            until = time.thread_time() + self.main_cpu_seconds
+            while time.thread_time() < until:
+                pass
         if self.main_seconds:
             time.sleep(self.main_seconds)  # the main agent works while its subagents run
         results = self.pool.wait(handles, timeout=self.subagent_timeout) if handles else []

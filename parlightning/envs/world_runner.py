@@ -1,0 +1,274 @@
+"""`WorldRunner`: N external worlds built in this process and called concurrently (one daemon
+thread per sync world, one event loop for `async def` worlds), with per-call timeouts and retries.
+
+The concurrency half of `ExternalBatchedEnv`; `WorkerProcesses` runs one of these in each worker
+process. A call that fails raises `WorldCallFailed` naming the actor and why; the env adds the
+task and turns it into `ExternalWorldError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import queue
+import threading
+import time
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+from parlightning.errors import ConfigError
+
+TIMEOUT_HINT = "(raise data.env.init_args.step_timeout if it is just slow)"
+
+
+class WorldCallFailed(Exception):
+    """World `actor`'s `method` raised or hung: `why` says which (the env names the task)."""
+
+    def __init__(self, actor: int, method: str, why: str) -> None:
+        super().__init__(actor, method, why)
+        self.actor, self.method, self.why = actor, method, why
+
+
+def resolve(path: str, field: str = "import path") -> Any:
+    """The object at an import path, `package.module:attr` or `package.module.attr`."""
+    if not isinstance(path, str) or not path:
+        raise ConfigError(f"{field}: expected 'package.module:name', got {path!r}")
+    module, _, attr = path.partition(":") if ":" in path else path.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError, ValueError) as err:
+        raise ConfigError(f"{field}: {path!r} is not importable ({err}); name it as 'package.module:name'") from None
+
+
+def close_all(resources: Sequence[Any]) -> None:
+    """Call `close()` on each resource that has one; one resource's error never stops the rest."""
+    for resource in resources:
+        close = getattr(resource, "close", None)
+        if callable(close):
+            try:
+                close()
+            except Exception:
+                pass
+
+
+def build_shared(specs: Optional[Mapping[str, Any]]) -> dict[str, Any]:
+    """Instantiate each `{class_path, init_args}` spec once (e.g. one subagent pool for all worlds)."""
+    built: dict[str, Any] = {}
+    for name, spec in (specs or {}).items():
+        if isinstance(spec, Mapping):
+            unknown = sorted(set(spec) - {"class_path", "init_args"})
+            if unknown or "class_path" not in spec:  # e.g. a dotted command-line override lands as a literal key
+                raise ConfigError(
+                    f"data.env.init_args.shared.{name}: needs class_path (and init_args), got keys {sorted(spec)} "
+                    "(dotted overrides do not reach inside `shared`: pass the whole spec as JSON or in YAML)")
+            cls = resolve(spec["class_path"], f"data.env.init_args.shared.{name}.class_path")
+            try:
+                built[name] = cls(**dict(spec.get("init_args") or {}))
+            except (TypeError, ValueError) as err:
+                close_all(list(built.values()))  # the ones already built are not leaked
+                raise ConfigError(f"data.env.init_args.shared.{name}: {err}") from None
+        else:
+            built[name] = spec
+    return built
+
+
+def accepts(fn: Callable, name: str) -> bool:
+    """Whether `fn` takes a keyword argument `name` (by name or through **kwargs)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def factory_name(factory: Any) -> str:
+    return getattr(factory, "__name__", type(factory).__name__)
+
+
+class _Batch:
+    """One batch of calls in flight: each actor files its answer here, and the caller is woken
+    once, when the last answer is in or as soon as one call raised (a binary semaphore, `wake`),
+    not once per answer: every wake-up is a thread switch and a GIL hand-over the learner pays for
+    under `data.max_policy_lag`. An abandoned batch (timeout, error) takes late answers harmlessly."""
+
+    __slots__ = ("results", "errors", "pending", "lock", "wake", "signalled")
+
+    def __init__(self, pending: int) -> None:
+        self.results: dict[int, Any] = {}
+        self.errors: list[tuple[int, BaseException]] = []
+        self.pending = pending
+        self.lock = threading.Lock()
+        self.wake = threading.Lock()
+        self.wake.acquire()  # released (once) by the answer that completes the batch, or by an error
+        self.signalled = False
+
+    def answer(self, i: int, ok: bool, value: Any) -> None:
+        with self.lock:
+            if ok:
+                self.results[i] = value
+                self.pending -= 1
+            else:
+                self.errors.append((i, value))
+            if (self.pending == 0 or not ok) and not self.signalled:
+                self.signalled = True
+                self.wake.release()
+
+
+class _ThreadActor:
+    """One sync world on its own daemon thread: calls arrive in `inbox` (a C-level SimpleQueue:
+    no Python-level Condition per call), answers go to the call's `_Batch`."""
+
+    def __init__(self, index: int, world: Any) -> None:
+        self.index, self.world = index, world
+        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._loop, name=f"external-world-{index}", daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        get, index, world = self.inbox.get, self.index, self.world
+        while True:
+            job = get()
+            if job is None:
+                return
+            batch, method, args = job
+            try:
+                value = getattr(world, method)(*args)
+            except BaseException as err:  # reported to the caller, never swallowed
+                batch.answer(index, False, err)
+            else:
+                batch.answer(index, True, value)
+
+
+class WorldRunner:
+    """Worlds for actors `actors` (global indices: world i is built with `seed + i`, `actor=i`
+    where its factory takes them), called concurrently by `run_all`.
+
+    Args:
+        factory: the world class or factory; kwargs: its keyword arguments (shared resources included).
+        step_timeout: seconds one call may take; retries: repeats of a call that raised.
+    """
+
+    def __init__(self, factory: Callable[..., Any], kwargs: Mapping[str, Any], actors: Sequence[int], seed: int,
+                 step_timeout: float, retries: int) -> None:
+        self.step_timeout, self.retries = step_timeout, retries
+        self.world_name = factory_name(factory)
+        self.worlds: dict[int, Any] = {}
+        self._actors: dict[int, _ThreadActor] = {}
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        for i in actors:
+            extra = {k: v for k, v in (("seed", seed + i), ("actor", i)) if accepts(factory, k)}
+            try:
+                self.worlds[i] = factory(**kwargs, **extra)
+            except ConfigError:
+                self.close()
+                raise
+            except Exception as err:
+                self.close()
+                raise ConfigError(f"data.env.world: {self.world_name}(**world_kwargs) failed for actor {i}: "
+                                  f"{type(err).__name__}: {err}") from err
+        self.first = self.worlds[actors[0]]
+        self.is_async = inspect.iscoroutinefunction(self.first.step)
+        if self.is_async:
+            self._loop = asyncio.new_event_loop()
+            self._loop_thread = threading.Thread(target=self._loop.run_forever, name="external-worlds-loop",
+                                                 daemon=True)
+            self._loop_thread.start()
+        else:
+            self._actors = {i: _ThreadActor(i, w) for i, w in self.worlds.items()}
+
+    def facts(self) -> dict[str, Any]:
+        """What the env reads from the first world: shapes, spec, task bank, optional facts."""
+        first = self.first
+        for attr in ("observation_shape", "action_spec"):
+            if not hasattr(first, attr):
+                raise ConfigError(f"data.env.world: {self.world_name} has no `{attr}`; an external world declares it")
+        out = {"world_name": self.world_name, "observation_shape": tuple(int(d) for d in first.observation_shape),
+               "action_spec": first.action_spec, "tasks": getattr(first, "tasks", None), "extras": {}}
+        if out["tasks"] is not None:
+            out["tasks"] = list(out["tasks"])
+        for attr in ("solved_threshold", "max_subagents"):  # optional facts the data module checks
+            if hasattr(first, attr):
+                out["extras"][attr] = getattr(first, attr)
+        return out
+
+    def run_all(self, method: str, args: Mapping[int, tuple]) -> dict[int, Any]:
+        """Call `method(*args[i])` on every world i in `args` concurrently: every answer, or
+        `WorldCallFailed` for the first call that raised (after `retries`) or hung."""
+        if not args:
+            return {}
+        if self.is_async:
+            return self._run_async(method, args)
+        attempts = dict.fromkeys(args, 0)
+        batch = _Batch(len(args))
+        actors = self._actors
+        for i, a in args.items():
+            actors[i].inbox.put((batch, method, a))
+        deadline = time.monotonic() + self.step_timeout
+        while True:
+            woke = batch.wake.acquire(timeout=max(deadline - time.monotonic(), 0.0))
+            with batch.lock:
+                errors, batch.errors = batch.errors, []
+                if woke:
+                    batch.signalled = False  # re-armed: the next completion or error releases it again
+                if not errors and batch.pending == 0:
+                    return batch.results
+                if not woke and not errors:
+                    late = min(set(args) - set(batch.results))
+                    raise WorldCallFailed(late, method, f"did not return within step_timeout={self.step_timeout:g}s "
+                                                        + TIMEOUT_HINT)
+            for i, value in errors:
+                if attempts[i] < self.retries:
+                    attempts[i] += 1
+                    actors[i].inbox.put((batch, method, args[i]))
+                else:
+                    raise WorldCallFailed(i, method, self._raised(value)) from value
+
+    def _raised(self, err: BaseException) -> str:
+        return f"raised {type(err).__name__}: {err}{f' (after {self.retries} retries)' if self.retries else ''}"
+
+    def _run_async(self, method: str, args: Mapping[int, tuple]) -> dict[int, Any]:
+        async def one(i: int) -> Any:
+            for attempt in range(self.retries + 1):
+                try:
+                    return await asyncio.wait_for(getattr(self.worlds[i], method)(*args[i]), self.step_timeout)
+                except asyncio.TimeoutError:
+                    raise WorldCallFailed(i, method, f"did not return within step_timeout={self.step_timeout:g}s "
+                                                     + TIMEOUT_HINT) from None
+                except Exception as err:
+                    if attempt == self.retries:
+                        raise WorldCallFailed(i, method, self._raised(err)) from err
+
+        async def gather() -> list[Any]:
+            return await asyncio.gather(*(one(i) for i in args))
+
+        assert self._loop is not None
+        future = asyncio.run_coroutine_threadsafe(gather(), self._loop)
+        try:
+            values = future.result(timeout=self.step_timeout * (self.retries + 1) + 5.0)
+        except TimeoutError:
+            future.cancel()
+            raise WorldCallFailed(min(args), method, "and its event loop stopped answering") from None
+        return dict(zip(args, values))
+
+    def close(self) -> None:
+        """Stop the threads (a hung world stays behind as an abandoned daemon thread) and close the worlds."""
+        for actor in self._actors.values():
+            actor.inbox.put(None)
+        for actor in self._actors.values():
+            actor.thread.join(timeout=1.0)
+        self._actors = {}
+        loop = self._loop
+        for world in self.worlds.values():
+            close = getattr(world, "close", None)
+            if callable(close):
+                try:
+                    result = close()
+                    if inspect.isawaitable(result) and loop is not None:
+                        asyncio.run_coroutine_threadsafe(result, loop).result(timeout=5.0)
+                except Exception:  # closing the rest matters more than one world's close error
+                    pass
+        self.worlds = {}
+        if loop is not None:
+            loop.call_soon_threadsafe(loop.stop)
+            self._loop_thread.join(timeout=1.0)
+            self._loop = None
