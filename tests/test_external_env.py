@@ -336,12 +336,16 @@ def test_http_pool_against_a_local_openai_compatible_server():
         server.server_close()
 
 
-def test_the_external_config_trains(tmp_cwd):
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_external_config_trains(tmp_cwd, workers):
     from parlightning.fit import main
 
     cli = main(["--config", os.path.join(ROOT, "configs", "external.yaml"), "--trainer.max_epochs", "2",
-                "--trainer.enable_progress_bar", "false", "--data.num_envs", "8", "--data.num_steps", "8"])
+                "--trainer.enable_progress_bar", "false", "--data.num_envs", "8", "--data.num_steps", "8",
+                "--data.env.init_args.workers", str(workers)])
     dm = cli.datamodule
+    pids = dm.env._runner.pids if workers else []
+    assert len(pids) == workers and not any(_alive(p) for p in pids)  # the run's end closed them
     assert dm.round_index == 2 and dm.env_steps == 2 * 8 * 8
     stats = dm.last_rollout.stats
     assert float(stats["rollout/episodes"]) > 0 and "perf/policy_lag" in stats
