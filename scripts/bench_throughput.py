@@ -22,6 +22,7 @@ then the bytes per actor (least-squares slope of peak memory over N) and `SwarmE
                                                         # ~70 ms per iteration weighs more than at T=128)
     python scripts/bench_throughput.py --profile --num-envs 1024   # where (a)'s and (b)'s CPU time goes
     python scripts/bench_throughput.py --device cuda --num-envs 4096 16384 65536
+    python scripts/bench_throughput.py --env-only --compile   # SwarmEnv(compile=True).step alone
 """
 
 from __future__ import annotations
@@ -163,7 +164,7 @@ def child_env(a: argparse.Namespace) -> dict[str, Any]:
 
     torch.set_num_threads(a.threads)
     device = torch.device(a.device)
-    env = SwarmEnv(num_envs=a.n, device=device, seed=0)
+    env = SwarmEnv(num_envs=a.n, device=device, seed=0, compile=a.compile)
     sampler = RoundRobin()
     sampler.bind(env.task_ids, device)
     shard = torch.arange(len(env.task_ids), device=device)
@@ -413,7 +414,7 @@ def run_child(kind: str, n: int, a: argparse.Namespace) -> dict[str, Any]:
         sys.executable, __file__, "--child", kind, "--n", str(n), "--out", out, "--device", a.device,
         "--num-steps", str(a.num_steps), "--update-epochs", str(a.update_epochs),
         "--num-minibatches", str(a.num_minibatches), "--iterations", str(a.iterations),
-        "--warmup", str(a.warmup), "--threads", str(a.threads),
+        "--warmup", str(a.warmup), "--threads", str(a.threads), *(["--compile"] if a.compile else []),
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     try:
@@ -492,7 +493,8 @@ def report(a: argparse.Namespace, runs: dict[tuple[str, int], list[dict[str, Any
 
 def env_line(a: argparse.Namespace, env: dict[str, list[float]]) -> str:
     w, c = med_range(env["wall"]), med_range(env["cpu"])
-    return (f"SwarmEnv.step alone at N={a.env_n}: {w[0] / 1e6:.2f}M actor-steps/s wall [{w[1] / 1e6:.2f}-{w[2] / 1e6:.2f}], "
+    step = "SwarmEnv(compile=True).step" if a.compile else "SwarmEnv.step"
+    return (f"{step} alone at N={a.env_n}: {w[0] / 1e6:.2f}M actor-steps/s wall [{w[1] / 1e6:.2f}-{w[2] / 1e6:.2f}], "
             f"{c[0] / 1e6:.2f}M per CPU-second [{c[1] / 1e6:.2f}-{c[2] / 1e6:.2f}] (blocks of 64 steps)")
 
 
@@ -509,6 +511,8 @@ def parse(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads per process")
     p.add_argument("--env-n", type=int, default=4096, help="actors for the SwarmEnv.step measurement")
     p.add_argument("--skip-env", action="store_true", help="do not measure SwarmEnv.step alone")
+    p.add_argument("--compile", action="store_true",
+                   help="measure SwarmEnv.step alone with compile=True (its C++ kernels; same trajectories)")
     p.add_argument("--env-only", action="store_true",
                    help="measure only SwarmEnv.step alone (--repeats fresh processes), not the training loops")
     p.add_argument("--quick", action="store_true", help="smoke run: N in {256, 1024}, T=32, one repeat")

@@ -1,0 +1,138 @@
+"""SwarmEnv(compile=True): its C++ kernels give bitwise the eager step's trajectories."""
+
+import copy
+
+import pytest
+import torch
+
+from parlightning.envs import swarm_compiled
+from parlightning.envs.swarm import SwarmEnv
+from parlightning.errors import ConfigError
+
+NO_COMPILER = swarm_compiled.compiler_problem(torch.device("cpu"))
+needs_compiler = pytest.mark.skipif(NO_COMPILER is not None, reason=f"compile=True unavailable: {NO_COMPILER}")
+
+CONFIGS = {
+    "default": dict(n=64, steps=200),  # configs/swarm.yaml's world: no cap binds
+    "wide": dict(n=8, steps=150, max_width=64, max_levels=32, max_subagents=100, max_episode_steps=128),
+    "caps": dict(n=32, steps=200, max_subagents=10, subagent_budget=30),  # both caps bind
+    "odd": dict(n=37, steps=200, max_width=7, max_levels=3, max_cost=9, splits=(1, 3, 5), spawn_steps=0.7,
+                merge_cost=0.13, brief_cost=0.31, subagent_reliability=0.83, late_credit=0.3, late_window=1.7,
+                max_subagents=9, subagent_budget=40, families=("fanout", "pipeline")),
+}
+
+
+def _bits(x):
+    """A tensor as its raw bits (float -0.0 and +0.0 differ; equal NaNs compare equal)."""
+    return x.view(torch.int32) if x.dtype == torch.float32 else x
+
+
+def _trajectory(compile, n, steps, next_task="callable", seed=3, **kw):
+    env = SwarmEnv(num_envs=n, seed=seed, tasks_per_family=4, compile=compile, **kw)
+    g = torch.Generator().manual_seed(5)
+    obs = env.reset(seed=7)
+    out = [obs.clone()]
+    K = len(env.task_ids)
+    for t in range(steps):
+        if t % 3 == 0:
+            action = env.scripted_action("oracle", obs, g)
+        else:  # random entries, some outside the action space (negative, too large) and as floats
+            action = torch.randint(-2, 2 * len(env.splits) + 3, (n, env.max_width), generator=g)
+            if t % 5 == 0:
+                action = action.float()
+        if next_task == "callable":
+            pick = lambda done: torch.randint(0, K, done.shape, generator=g)  # noqa: E731
+        elif next_task == "tensor":
+            pick = torch.randint(0, K, (n,), generator=g)
+        else:
+            pick = None
+        r = env.step(action, pick)
+        obs = r.obs
+        out.append([x.clone() for x in (r.obs, r.reward, r.terminated, r.truncated, r.final_obs, *r.parts)])
+    out.append([env.generator.get_state()] + [v for k, v in env.state_dict().items() if torch.is_tensor(v)])
+    return out
+
+
+def _assert_same(a, b):
+    assert len(a) == len(b)
+    assert torch.equal(_bits(a[0]), _bits(b[0]))
+    for t, (xs, ys) in enumerate(zip(a[1:], b[1:])):
+        for i, (x, y) in enumerate(zip(xs, ys)):
+            assert x.dtype == y.dtype and x.shape == y.shape, (t, i)
+            assert torch.equal(_bits(x), _bits(y)), f"step {t}, field {i} differs"
+
+
+@needs_compiler
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_compiled_step_is_bitwise_the_eager_step(name):
+    kw = dict(CONFIGS[name])
+    _assert_same(_trajectory(False, **kw), _trajectory(True, **kw))
+
+
+@needs_compiler
+@pytest.mark.parametrize("next_task", ["tensor", None])
+def test_compiled_step_takes_every_kind_of_next_task(next_task):
+    kw = dict(CONFIGS["caps"], steps=80, next_task=next_task)
+    _assert_same(_trajectory(False, **kw), _trajectory(True, **kw))
+
+
+@needs_compiler
+@pytest.mark.parametrize("kw, expected", [
+    (dict(n=64, steps=60), "2d391da5f158cead"),
+    (dict(n=8, steps=40, max_width=64, max_levels=32, max_subagents=100, max_episode_steps=128),
+     "ebf6207282844385"),
+    (dict(n=32, steps=40, max_subagents=10, subagent_budget=30), "d219e375e0b1f236"),
+])
+def test_compiled_step_reproduces_the_reference_digests(kw, expected):
+    from test_swarm_env import _trajectory_digest
+
+    assert _trajectory_digest(compile=True, **kw) == expected
+
+
+@needs_compiler
+def test_checkpoints_copies_and_trace_cross_between_the_two_steps():
+    kw = dict(num_envs=24, seed=1, tasks_per_family=4, max_subagents=10, subagent_budget=30)
+    eager, compiled = SwarmEnv(**kw), SwarmEnv(compile=True, **kw)
+    g = torch.Generator().manual_seed(0)
+    obs = eager.reset(seed=2)
+    for _ in range(7):  # eager state, resumed by the compiled env
+        eager.step(eager.scripted_action("random", obs, g))
+    compiled.load_state_dict(copy.deepcopy(eager.state_dict()))
+    twin = copy.deepcopy(compiled)  # a copy's kernel points at its own tables
+    for t in range(30):
+        action = torch.randint(0, 7, (24, 12), generator=g)
+        compiled.trace = t % 4 == 0  # evaluate's --gantt: the eager step, on the same state
+        results = [env.step(action) for env in (eager, compiled, twin)]
+        for other in results[1:]:
+            for x, y in zip(results[0][:5], other[:5]):
+                assert torch.equal(_bits(x), _bits(y)), t
+
+
+@needs_compiler
+def test_compile_is_not_part_of_the_world_a_checkpoint_records():
+    from parlightning.preflight import env_signature
+
+    assert env_signature(SwarmEnv(num_envs=2, compile=True)) == env_signature(SwarmEnv(num_envs=2))
+
+
+@needs_compiler
+def test_a_next_task_outside_the_bank_is_refused():
+    env = SwarmEnv(num_envs=4, seed=0, tasks_per_family=1, max_episode_steps=1, compile=True)
+    env.reset(seed=0)
+    with pytest.raises(IndexError, match="outside the task bank"):
+        env.step(torch.zeros(4, 12, dtype=torch.long), torch.full((4,), 99))
+
+
+def test_compile_needs_a_cpu_and_a_working_compiler(tmp_path, monkeypatch):
+    assert "cpu only" in swarm_compiled.compiler_problem(torch.device("cuda"))
+    with pytest.raises(ConfigError, match="`compile` must be true or false"):
+        SwarmEnv(num_envs=1, compile="yes")
+    monkeypatch.setenv("PARLIGHTNING_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(swarm_compiled.shutil, "which", lambda name: None)
+    with pytest.raises(ConfigError, match="no C.. compiler was found"):
+        SwarmEnv(num_envs=1, compile=True)
+    monkeypatch.undo()
+    monkeypatch.setenv("PARLIGHTNING_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("CXX", "false")  # found, but every build fails
+    with pytest.raises(ConfigError, match="could not build its C.. kernel"):
+        SwarmEnv(num_envs=1, compile=True)
