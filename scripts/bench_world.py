@@ -1,10 +1,12 @@
 """`SwarmEnv.step` alone: actor-steps per second (wall and process CPU) on the default config and
-slot-steps per second (actor-steps x width) on the wide one, random actions, RoundRobin picks.
+slot-steps per second (actor-steps x width) on the wide one, random actions, RoundRobin picks;
+on CPU the eager step and `SwarmEnv(compile=True)` (its C++ kernels, the same trajectories) side
+by side.
 
     python scripts/bench_world.py                  # default N=4096, wide N=1024, CPU, 1 thread
     python scripts/bench_world.py --device cuda    # the same code on a GPU
     python scripts/bench_world.py --quick
-Prints one line per config (median of blocks [min-max]); writes nothing.
+Prints one line per config and step (median of blocks [min-max]); writes nothing.
 """
 
 from __future__ import annotations
@@ -24,9 +26,9 @@ from parlightning.evaluate import build_env, env_spec  # noqa: E402
 from parlightning.sampling import RoundRobin  # noqa: E402
 
 
-def bench(configs: list[str], n: int, device: str, blocks: int, steps: int) -> dict:
+def bench(configs: list[str], n: int, device: str, blocks: int, steps: int, compiled: bool = False) -> dict:
     cls, init_args = env_spec(configs)
-    env = build_env(cls, init_args, n, 0, "train", device)
+    env = build_env(cls, {**init_args, "compile": compiled}, n, 0, "train", device)
     sampler = RoundRobin()
     sampler.bind(env.task_ids, env.device)
     shard = torch.arange(len(env.task_ids), device=env.device)
@@ -69,15 +71,22 @@ def main(argv=None) -> None:
     p.add_argument("--blocks", type=int, default=5)
     p.add_argument("--steps", type=int, default=32, help="env steps per block")
     p.add_argument("--quick", action="store_true", help="2 blocks of 8 steps")
+    p.add_argument("--step", choices=["both", "eager", "compiled"], default=None,
+                   help="which step to measure: eager, compiled (SwarmEnv(compile=True), CPU only) or both side by "
+                        "side (default: both on CPU, eager elsewhere)")
     a = p.parse_args(argv)
     if a.quick:
         a.blocks, a.steps = 2, 8
     torch.set_num_threads(a.threads)
     cfg = ROOT / "configs"
     print(f"torch {torch.__version__}, device {a.device}, {a.threads} thread(s), {a.blocks} blocks x {a.steps} steps")
-    print(line("default", bench([str(cfg / "swarm.yaml")], a.n, a.device, a.blocks, a.steps)))
-    print(line("wide", bench([str(cfg / "swarm.yaml"), str(cfg / "swarm_wide.yaml")], a.wide_n, a.device, a.blocks,
-                             a.steps)))
+    step = a.step or ("both" if a.device == "cpu" else "eager")
+    modes = {"both": [False, True], "eager": [False], "compiled": [True]}[step]
+    for name, configs, n in (("default", [str(cfg / "swarm.yaml")], a.n),
+                             ("wide", [str(cfg / "swarm.yaml"), str(cfg / "swarm_wide.yaml")], a.wide_n)):
+        for compiled in modes:
+            label = f"{name}, {'compiled' if compiled else 'eager'} step"
+            print(line(label, bench(configs, n, a.device, a.blocks, a.steps, compiled)), flush=True)
 
 
 if __name__ == "__main__":
