@@ -9,6 +9,7 @@ and a Welch t-test between the first two policies.
     python scripts/world_fit.py                                  # the default run: mlp, seed 0, 60 iterations
     python scripts/world_fit.py --policies mlp slots --seeds 0 1 2 --epochs 20
     python scripts/world_fit.py --wide --policies mlp slots --seeds 0 1 2 --epochs 8
+    python scripts/world_fit.py --wide --policies mlp slots --seeds 0 1 2 --epochs 32 --threads 2 --compile
     python scripts/world_fit.py --quick                          # 2 iterations, a smoke test
 Logs and checkpoints go to a fresh folder under runs/ (or --out).
 """
@@ -71,6 +72,9 @@ def main(argv=None) -> dict:
     p.add_argument("--out", default=None, help="folder for logs and checkpoints (default: a fresh runs/world_fit_*)")
     p.add_argument("--every", type=int, default=5, help="print the learning curve every N iterations")
     p.add_argument("--reuse", action="store_true", help="evaluate runs already under --out instead of training")
+    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: the config's, 1)")
+    p.add_argument("--compile", action="store_true",
+                   help="SwarmEnv(compile=True): the env step as C++ kernels (the same trajectories, faster)")
     a = p.parse_args(argv)
     out = Path(a.out or ROOT / "runs" / f"world_fit_{time.strftime('%Y%m%d_%H%M%S')}")
     configs = ["--config", str(ROOT / "configs" / "swarm.yaml")]
@@ -79,6 +83,10 @@ def main(argv=None) -> dict:
     extra = ["--trainer.max_epochs", str(a.epochs)] if a.epochs else []
     if a.quick:
         extra = ["--trainer.max_epochs", "2", "--data.num_envs", "32", "--data.num_steps", "8"]
+    if a.threads:
+        extra += ["--torch_threads", str(a.threads)]
+    if a.compile:
+        extra += ["--data.env.init_args.compile", "true"]
     results: dict = {}
     for policy in a.policies:
         for seed in a.seeds:

@@ -136,3 +136,44 @@ def test_compile_needs_a_cpu_and_a_working_compiler(tmp_path, monkeypatch):
     monkeypatch.setenv("CXX", "false")  # found, but every build fails
     with pytest.raises(ConfigError, match="could not build its C.. kernel"):
         SwarmEnv(num_envs=1, compile=True)
+
+
+_HEAP_PROBE = """
+import ctypes, sys, torch
+from parlightning.envs import swarm_compiled
+class Info(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                               "fsmblks", "uordblks", "fordblks", "keepcost")]
+libc = ctypes.CDLL(None)
+libc.mallinfo2.restype = Info
+retained = swarm_compiled.retain_heap() if sys.argv[1] == "retain" else None
+x = torch.empty(3 << 18)  # 3 MiB, about the step's observation block at N = 4096
+x.fill_(1.0)
+del x
+print(retained, libc.mallinfo2().fordblks)
+"""
+
+
+def _heap_probe(mode):
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _HEAP_PROBE, mode], capture_output=True, text=True, check=True)
+    retained, free = out.stdout.split()
+    return retained, int(free)
+
+
+def test_retain_heap_keeps_a_freed_observation_block_for_the_next_step():
+    """compile=True sets glibc's thresholds so that the step's per-call observation block is reused
+    from the heap instead of being unmapped and page-faulted in again (a fresh process each)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).mallinfo2
+    except (OSError, AttributeError):
+        pytest.skip("not glibc >= 2.33 (no mallinfo2)")
+    _, free_default = _heap_probe("default")
+    if free_default >= 3 << 20:
+        pytest.skip("this C library keeps the block already")
+    retained, free = _heap_probe("retain")
+    assert retained == "True" and free >= 3 << 20

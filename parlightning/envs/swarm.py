@@ -75,8 +75,8 @@ class SwarmEnv(BatchedEnv):
     (`parlightning.envs.swarm_compiled`) built on first use with the system compiler ($CXX, else g++,
     c++ or clang++; cached under $PARLIGHTNING_CACHE_DIR, default ~/.cache/parlightning), CPU only and
     single-threaded. The trajectories are bitwise the eager step's for the same seed (observations,
-    rewards, flags, parts, and the generator's stream); only the speed differs (about 2x at N = 4096 on
-    one thread). A ConfigError names the problem when it cannot be built (no compiler, a non-CPU
+    rewards, flags, parts, and the generator's stream); only the speed differs (2-2.7x at N = 4096 on
+    one thread; `swarm_compiled.retain_heap` also keeps freed heap for the per-step observations). A ConfigError names the problem when it cannot be built (no compiler, a non-CPU
     device). `trace` (evaluate's --gantt) runs the eager step.
     """
 
