@@ -182,6 +182,44 @@ def markdown(results: dict[str, dict[int, dict[str, Any]]]) -> str:
     return "\n".join(lines)
 
 
+# Where start-up goes: the modules `python -X importtime -c "import lightning.pytorch"` reports, by
+# cumulative import time (the largest row of each name: a module counts where it was first imported).
+STARTUP_MODULES = ("torch", "torch._dynamo", "sympy", "torchmetrics.functional", "scipy.signal", "matplotlib",
+                   "torch.distributed")
+STARTUP_IMPORTS = {  # what each path imports before its first env step
+    "torch": "import torch",
+    "lightning.pytorch": "import lightning.pytorch",
+    "parlightning.fit (and its imports)": "import parlightning.fit",
+    "SB3 path: torch, stable_baselines3, gymnasium": "import torch, stable_baselines3, gymnasium",
+}
+
+
+def startup(repeats: int = 3) -> str:
+    """A table of start-up costs: wall seconds of each path's imports in fresh processes (median of
+    `repeats`), and the cumulative import time of the heavy modules under `import lightning.pytorch`."""
+    lines = ["| fresh `python -c` | wall s (median of %d) |" % repeats, "|---|---:|"]
+    for label, code in STARTUP_IMPORTS.items():
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+            times.append(time.perf_counter() - t0 if done.returncode == 0 else float("nan"))
+        lines.append(f"| `{code}` ({label}) | {statistics.median(times):.2f} |")
+    trace = subprocess.run([sys.executable, "-X", "importtime", "-c", "import lightning.pytorch"], capture_output=True,
+                           text=True).stderr
+    seen: dict[str, float] = {}
+    for row in trace.splitlines():
+        parts = row.split("|")
+        if len(parts) == 3 and parts[1].strip().isdigit():
+            name = parts[2].strip()
+            if name in STARTUP_MODULES:
+                seen[name] = max(seen.get(name, 0.0), int(parts[1]) / 1e6)
+    lines += ["", "| module, under `import lightning.pytorch` (rows nest: a module's time includes what it "
+              "imports first) | cumulative import s |", "|---|---:|"]
+    lines += [f"| `{m}` | {seen[m]:.2f} |" for m in STARTUP_MODULES if m in seen]
+    return "\n".join(lines)
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -192,8 +230,14 @@ def main(argv: Optional[list[str]] = None) -> int:
                         help="env steps per run (default: the configs' trainer.max_epochs; SB3 rl-zoo's 100,000)")
     parser.add_argument("--logdir", type=Path, default=Path("runs") / "time_to_solve", help="untracked scratch folder")
     parser.add_argument("--json", type=Path, default=None, help="also write the raw results here")
+    parser.add_argument("--startup", action="store_true",
+                        help="only the start-up table: each path's imports in fresh processes, and where "
+                             "`import lightning.pytorch` spends its time (it also ends a full run)")
     parser.add_argument("--child", choices=list(LABELS), default=None, help=argparse.SUPPRESS)
     a = parser.parse_args(argv)
+    if a.startup:
+        print(startup())
+        return 0
     if a.child is not None:  # inside one timed process
         import torch
 
@@ -213,6 +257,9 @@ def main(argv: Optional[list[str]] = None) -> int:
                   f"{r['env_steps']:,} env steps, {r['cpu_s']:.1f} CPU s", flush=True)
     print()
     print(markdown(results))
+    if not a.quick:
+        print()
+        print(startup())
     if a.json is not None:
         a.json.write_text(json.dumps({p: {str(s): r for s, r in v.items()} for p, v in results.items()}, indent=1))
     return 0
