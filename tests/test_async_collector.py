@@ -199,9 +199,10 @@ def test_rollout_hooks_never_wait_for_a_slow_env_step_and_may_read_the_state(tmp
     assert max(timed.waits) < 0.1  # the thread is mid-step (0.2 s) most of the time, yet the lock is free
 
 
-@pytest.mark.skipif(os.environ.get("PARL_SLOW_TESTS") != "1", reason="two 2-rank DDP runs: PARL_SLOW_TESTS=1")
-@pytest.mark.parametrize("config", ["swarm.yaml", "external.yaml"])
-def test_each_ddp_rank_runs_its_own_async_collector(tmp_cwd, config):
+@pytest.mark.skipif(os.environ.get("PARL_SLOW_TESTS") != "1", reason="three 2-rank DDP runs: PARL_SLOW_TESTS=1")
+@pytest.mark.parametrize("config, extra", [("swarm.yaml", []), ("external.yaml", []),
+                                           ("external.yaml", ["--data.env.init_args.workers", "2"])])
+def test_each_ddp_rank_runs_its_own_async_collector(tmp_cwd, config, extra):
     import subprocess
     import sys
 
@@ -211,7 +212,7 @@ def test_each_ddp_rank_runs_its_own_async_collector(tmp_cwd, config):
     cmd = [sys.executable, "-m", "parlightning.fit", "--config", os.path.join(root, "configs", config),
            "--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.strategy", "ddp",
            "--trainer.max_epochs", "4", "--data.num_envs", "16", "--data.num_steps", "8", "--data.max_policy_lag", "1",
-           "--trainer.enable_progress_bar", "false"]
+           "--trainer.enable_progress_bar", "false", *extra]  # extra: each rank's worlds in 2 worker processes
     env = {**os.environ, "PYTHONPATH": root}
     done = subprocess.run(cmd, cwd=tmp_cwd, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
