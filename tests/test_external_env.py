@@ -230,8 +230,11 @@ def test_a_worker_process_that_dies_or_is_orphaned_ends_cleanly(tmp_path):
 
 
 def test_bad_worker_process_config_is_one_clear_error():
-    with pytest.raises(ConfigError, match=r"workers: must be an integer in \[0, num_envs=2\]"):
-        ExternalBatchedEnv(2, world=CountWorld, workers=3)
+    with pytest.raises(ConfigError, match=r"workers: must be an integer >= 0"):
+        ExternalBatchedEnv(2, world=CountWorld, workers=-1)
+    capped = ExternalBatchedEnv(2, world=CountWorld, workers=3)  # e.g. the data module's 2-actor probe
+    assert capped.workers == 2 and capped._runner.blocks == [[0], [1]]
+    capped.close()
     with pytest.raises(ConfigError, match=r"shared.pool: with workers > 0 .* give it as \{class_path, init_args\}"):
         ExternalBatchedEnv(2, world=PoolOrchestrationWorld, workers=1, shared={"pool": SimulatedPool()})
 
@@ -336,7 +339,7 @@ def test_http_pool_against_a_local_openai_compatible_server():
         server.server_close()
 
 
-@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("workers", [0, 3])
 def test_the_external_config_trains(tmp_cwd, workers):
     from parlightning.fit import main
 

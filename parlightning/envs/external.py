@@ -94,8 +94,8 @@ class ExternalBatchedEnv(BatchedEnv):
             `data.max_policy_lag`) hold the GIL for up to 5 ms while a world thread whose wait just
             ended queues for it (0.5 ms gave about 1.6x -> 1.7x env steps/s at lag 1 and 5 ms latency in
             an ad-hoc trial). Only ever lowered, and restored by `close()`.
-        workers: 0 (default) runs the worlds on threads in this process; P >= 1 spreads them over P
-            worker processes (contiguous blocks of actors, threads within each), so that the worlds'
+        workers: 0 (default) runs the worlds on threads in this process; P >= 1 spreads them over
+            min(P, num_envs) worker processes (contiguous blocks of actors, threads within each), so that the worlds'
             Python and wake-ups do not take this process's GIL from the learner
             (`data.max_policy_lag`). Then `world` must be an import path or a module-level class,
             `world_kwargs` must pickle, and `shared` resources are specs built in each worker.
@@ -134,9 +134,10 @@ class ExternalBatchedEnv(BatchedEnv):
         if switch_interval is not None and switch_interval < sys.getswitchinterval():
             self._switch_interval = sys.getswitchinterval()
             sys.setswitchinterval(switch_interval)
-        if isinstance(workers, bool) or not isinstance(workers, int) or not 0 <= workers <= num_envs:
-            raise ConfigError(f"data.env.init_args.workers: must be an integer in [0, num_envs={num_envs}] "
-                              f"(0: the worlds run on threads here), got {workers!r}")
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
+            raise ConfigError(f"data.env.init_args.workers: must be an integer >= 0 (0: the worlds run on threads "
+                              f"here; P: in P worker processes), got {workers!r}")
+        workers = min(workers, num_envs)  # never an empty worker (e.g. the data module's 2-actor probe)
         self.workers = workers
         self.shared: dict[str, Any] = {}
         self._owned: list[Any] = []
