@@ -179,7 +179,7 @@ def overhead(cases: list[tuple[float, float]], workers: list[int], num_envs: int
         if latency is not None:
             env = pool_world(latency, w, cpu_s)(num_envs, "cpu", 0)
             env.reset(task_index=torch.zeros(num_envs, dtype=torch.long))
-            procs = getattr(env._runner, "pids", [])
+            procs = env.worker_pids
             for a in actions[:10]:
                 env.step(a, next_task)
         c0, t0, n0 = time.process_time() + workers_cpu(procs if env else []), time.perf_counter(), count[0]

@@ -75,7 +75,7 @@ def test_worlds_step_as_one_batched_env_with_parts_and_auto_reset(world, workers
     env = ExternalBatchedEnv(3, world=world, workers=workers)
     try:
         if workers:  # actors 0 | 1, 2 live in two other processes
-            assert env._runner.blocks == [[0], [1, 2]] and len(set(env._runner.pids) - {os.getpid()}) == 2
+            assert env._runner.blocks == [[0], [1, 2]] and len(set(env.worker_pids) - {os.getpid()}) == 2
         assert isinstance(env, BatchedEnv) and env.task_ids == ["t-0", "t-1", "t-2"]
         obs = env.reset(task_index=torch.tensor([0, 1, 2]))
         assert obs.tolist() == [[0, 0], [0, 1], [0, 2]]
@@ -188,7 +188,7 @@ def test_worlds_in_worker_processes_name_the_actor_retry_time_out_and_drop_late_
     assert retried.step(torch.zeros(3, dtype=torch.long)).obs[2].tolist() == [1, 1]
     retried.close()
     hung = ExternalBatchedEnv(2, world=CountWorld, workers=2, step_timeout=0.3, world_kwargs={"hang_at": (1, 1)})
-    pids = hung._runner.pids
+    pids = hung.worker_pids
     hung.reset(task_index=torch.tensor([0, 2]))
     start = time.perf_counter()
     with pytest.raises(ExternalWorldError, match=r"actor 1 on task 't-2': step did not return within step_timeout"):
@@ -201,7 +201,7 @@ def test_worlds_in_worker_processes_name_the_actor_retry_time_out_and_drop_late_
 def test_a_worker_process_that_dies_or_is_orphaned_ends_cleanly(tmp_path):
     env = ExternalBatchedEnv(4, world=CountWorld, workers=2)
     env.reset(task_index=torch.zeros(4, dtype=torch.long))
-    os.kill(env._runner.pids[1], signal.SIGKILL)
+    os.kill(env.worker_pids[1], signal.SIGKILL)
     with pytest.raises(ExternalWorldError, match=r"actor 2 on task 't-0': step worker process 1 \(actors 2-3\) died"):
         env.step(torch.zeros(4, dtype=torch.long))
     env.close()
@@ -214,7 +214,7 @@ def test_a_worker_process_that_dies_or_is_orphaned_ends_cleanly(tmp_path):
         "from parlightning.envs.external import ExternalBatchedEnv\n"
         "if __name__ == '__main__':\n"
         "    env = ExternalBatchedEnv(2, world=CountWorld, workers=2)\n"
-        "    print(*env._runner.pids, flush=True)\n"
+        "    print(*env.worker_pids, flush=True)\n"
         "    time.sleep(60)\n")
     owner = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
     try:
@@ -347,7 +347,7 @@ def test_the_external_config_trains(tmp_cwd, workers):
                 "--trainer.enable_progress_bar", "false", "--data.num_envs", "8", "--data.num_steps", "8",
                 "--data.env.init_args.workers", str(workers)])
     dm = cli.datamodule
-    pids = dm.env._runner.pids if workers else []
+    pids = dm.env.worker_pids
     assert len(pids) == workers and not any(_alive(p) for p in pids)  # the run's end closed them
     assert dm.round_index == 2 and dm.env_steps == 2 * 8 * 8
     stats = dm.last_rollout.stats

@@ -166,6 +166,12 @@ class ExternalBatchedEnv(BatchedEnv):
         self._tasks = [0] * num_envs  # bank index each actor works on
 
     @property
+    def worker_pids(self) -> list[int]:
+        """The world worker processes' pids (empty when the worlds run on threads here)."""
+        runner = getattr(self, "_runner", None)
+        return runner.pids if isinstance(runner, WorkerProcesses) else []
+
+    @property
     def worlds(self) -> list[Any]:
         """The world objects (in this process; empty with worker processes)."""
         runner = getattr(self, "_runner", None)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import pickle
+import sys
 import threading
 import time
 import weakref
@@ -52,8 +53,6 @@ def _serve(conn: Connection, owner: int, world: Any, world_kwargs: dict, shared:
            actors: Sequence[int], seed: int, step_timeout: float, retries: int, switch_interval: Optional[float]
            ) -> None:
     """A worker process: build the shared resources and the worlds of `actors`, then answer calls."""
-    import sys
-
     threading.Thread(target=_watch_parent, args=(owner,), name="owner-watch", daemon=True).start()
     if switch_interval is not None and switch_interval < sys.getswitchinterval():
         sys.setswitchinterval(switch_interval)
@@ -116,7 +115,8 @@ def _picklable(name: str, value: Any, fix: str) -> None:
 
 
 class WorkerProcesses:
-    """`WorldRunner`'s interface (`facts`, `run_all`, `close`) over `workers` processes.
+    """`WorldRunner`'s interface (`facts`, `run_all`, `close`) over `workers` processes
+    (1 <= workers <= num_envs: `ExternalBatchedEnv` checks and caps it).
 
     `world`, `world_kwargs` and `shared` must pickle (name the world by import path or as a
     module-level class; give shared resources as `{class_path, init_args}` specs, built in each
@@ -126,9 +126,6 @@ class WorkerProcesses:
     def __init__(self, world: Any, world_kwargs: Mapping[str, Any], shared: Optional[Mapping[str, Any]],
                  num_envs: int, workers: int, seed: int, step_timeout: float, retries: int,
                  switch_interval: Optional[float], start_method: Optional[str] = None) -> None:
-        if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= num_envs:
-            raise ConfigError(f"data.env.init_args.workers: must be an integer in [0, num_envs={num_envs}], "
-                              f"got {workers!r}")
         _picklable("world", world, "name it by import path ('package.module:Class') or as a module-level class")
         _picklable("world_kwargs", dict(world_kwargs), "pass plain values, or build resources in `shared`")
         for name, spec in (shared or {}).items():
@@ -160,7 +157,7 @@ class WorkerProcesses:
             self._processes.append(proc)
             self._connections.append(mine)
         self._facts = None
-        for w, conn in enumerate(self._connections):  # every worker reports ready (or its error)
+        for w in range(workers):  # every worker reports ready (or its error)
             try:
                 message = self._receive(w, "start", _READY_TIMEOUT)
             except WorldCallFailed as failed:
