@@ -12,8 +12,10 @@ updates, so every sample is at most k versions old (checked on every rollout). E
 that touches the trainer (rollout hooks, sampler records, DDP collectives, GAE with the PARL
 bonus, logging) runs in the learner thread; the collector thread only steps the env, so under
 DDP each rank runs its own collector and the ranks issue the same collectives in the same order.
-A thread, not a process: the env and the behaviour policy then share memory with the learner,
-an external world's waits release the GIL, and tensor ops release it while they compute.
+A thread by default: the env and the behaviour policy then share memory with the learner, an
+external world's waits release the GIL, and tensor ops release it while they compute; but the
+loop's many small torch calls still take the learner's GIL, so `data.collect_in: process`
+(`parlightning.process_collector.ProcessCollector`) runs this same loop in a child process.
 
 Staleness correction: decoupled PPO (Hilton et al. 2021, "Batch size-invariance for policy
 optimization") with truncated importance weights (IMPACT, V-trace's rho-bar). At the start of
@@ -134,8 +136,18 @@ class AsyncCollector(SyncCollector):
                 for cb in rollout_callbacks(trainer):
                     cb.on_rollout_start(trainer, module, j)
                 shard = self.shard.clone() if self.shard is not None else None
-            self._tickets.put((j, shard))
+            self._issue(j, shard)
             self._released += 1
+
+    def _issue(self, round_j: int, shard: Optional[Tensor]) -> None:
+        """Hand round j (and the shard its picks draw from) to the collector."""
+        self._tickets.put((round_j, shard))
+
+    def _start_collecting(self, policy: torch.nn.Module) -> None:
+        """First rollout: the behaviour policy (a copy of the learner's) and the collector thread."""
+        self.behaviour = copy.deepcopy(policy).requires_grad_(False)
+        self._thread = threading.Thread(target=self._loop, name=f"async-collector-rank{self.rank}", daemon=True)
+        self._thread.start()
 
     def collect(self) -> Rollout:
         """The next rollout, at most `max_lag` updates stale, post-processed and scored for the update."""
@@ -150,9 +162,7 @@ class AsyncCollector(SyncCollector):
         self._publish(policy, version)
         if self._thread is None:
             self._released = dm.round_index
-            self.behaviour = copy.deepcopy(policy).requires_grad_(False)
-            self._thread = threading.Thread(target=self._loop, name=f"async-collector-rank{self.rank}", daemon=True)
-            self._thread.start()
+            self._start_collecting(policy)
         self._release(trainer, module, version + self.max_lag)
         item = self._wait()
         wait = time.perf_counter() - call_start

@@ -85,7 +85,7 @@ class SyncCollector(Collector):
         self.num_envs, self.num_steps = dm.num_envs, dm.num_steps
         seed = dm.seed + rank
         self.env_seed = stream_seed(seed, "env")
-        self.env = dm.env_factory(self.num_envs, str(device), self.env_seed)
+        self.env = self._make_env()
         if getattr(self.env, "num_envs", self.num_envs) != self.num_envs:
             raise ConfigError(f"data.env: built {self.env.num_envs} actors, expected data.num_envs={self.num_envs}")
         spec = self.env.action_spec
@@ -105,6 +105,10 @@ class SyncCollector(Collector):
         self.episode_return = torch.zeros(self.num_envs, device=device)
         self.episode_length = torch.zeros(self.num_envs, device=device)
         self._last_collect_start: Optional[float] = None
+
+    def _make_env(self) -> Any:
+        """This rank's world: `data.env` built with N actors on this device and the env stream's seed."""
+        return self.dm.env_factory(self.num_envs, str(self.device), self.env_seed)
 
     def start(self) -> None:
         """Bind the sampler, plan round 0 and reset every actor (after `dm.collector` is set, so the
@@ -310,28 +314,42 @@ class SyncCollector(Collector):
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:
         """This rank's env, observations, episode counters, generators, sampler and global RNGs."""
+        return {**self.collection_state(), **self._learner_state()}
+
+    def collection_state(self) -> dict[str, Any]:
+        """What the step loop owns: env, observations, episode counters, the action stream, each
+        actor's task and hidden state (a process collector takes it from its child)."""
         return {
             "env": self.env.state_dict(),
             "obs": self.obs.clone(),
             "episode_return": self.episode_return.clone(),
             "episode_length": self.episode_length.clone(),
             "action_generator": self.action_generator.get_state(),
-            "task_generator": self.task_generator.get_state(),
-            "minibatch_generator": self.minibatch_generator.get_state(),
-            "sampler": self.sampler.state_dict() if self.sampler is not None else {},
-            "rng": rng_state(),
             "current_task": self.current_task.clone() if self.current_task is not None else None,
             **({"memory": self.memory.state_dict()} if self.memory is not None else {}),  # every actor's hidden state
         }
 
+    def _learner_state(self) -> dict[str, Any]:
+        """What stays with the learner: the task and minibatch streams, the sampler, global RNGs."""
+        return {
+            "task_generator": self.task_generator.get_state(),
+            "minibatch_generator": self.minibatch_generator.get_state(),
+            "sampler": self.sampler.state_dict() if self.sampler is not None else {},
+            "rng": rng_state(),
+        }
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.load_collection_state(state)
+        self._load_learner_state(state)
+
+    def load_collection_state(self, state: dict[str, Any]) -> None:
         self.env.load_state_dict(state["env"])
         if getattr(self.env, "checkpoint_exact", True):
             self.obs.copy_(state["obs"])
             self.episode_return.copy_(state["episode_return"])
             self.episode_length.copy_(state["episode_length"])
             if state.get("current_task") is not None:
-                self.current_task = state["current_task"].to(self.buffer.device)
+                self.current_task = state["current_task"].to(self.device)
             if self.memory is not None and "memory" in state:
                 self.memory.load_state_dict(state["memory"])
         else:  # a world whose internals cannot be saved (Gymnasium): restart its episodes
@@ -341,6 +359,8 @@ class SyncCollector(Collector):
             if self.memory is not None:
                 self.memory.restart()
         self.action_generator.set_state(state["action_generator"])
+
+    def _load_learner_state(self, state: dict[str, Any]) -> None:
         if "task_generator" in state:  # checkpoints before separate streams picked tasks with the action stream
             self.task_generator.set_state(state["task_generator"])
         self.minibatch_generator.set_state(state["minibatch_generator"])

@@ -97,6 +97,9 @@ class RolloutDataModule(pl.LightningDataModule):
         max_policy_lag: 0 (default) collects in lock-step with the learner (`SyncCollector`); k >= 1
             collects in a background thread while the learner updates, from policy versions at most
             k updates old, with a staleness correction (`parlightning.async_collector.AsyncCollector`).
+        collect_in: where a lag-budget collector runs: "thread" (default; shares memory and the
+            GIL with the learner) or "process" (`parlightning.process_collector.ProcessCollector`: its
+            own interpreter, so the update is not slowed by collection; CPU only, data.env must pickle).
     """
 
     def __init__(
@@ -114,11 +117,18 @@ class RolloutDataModule(pl.LightningDataModule):
         artifact_key: Optional[Callable[[str], str]] = None,
         bptt_len: Optional[int] = None,
         max_policy_lag: int = 0,
+        collect_in: str = "thread",
     ) -> None:
         super().__init__()
         if isinstance(max_policy_lag, bool) or not isinstance(max_policy_lag, int) or max_policy_lag < 0:
             raise ConfigError(f"data.max_policy_lag: must be an integer >= 0 (0: synchronous), got {max_policy_lag!r}")
         self.max_policy_lag = max_policy_lag
+        if collect_in not in ("thread", "process"):
+            raise ConfigError(f"data.collect_in: must be 'thread' or 'process', got {collect_in!r}")
+        if collect_in == "process" and max_policy_lag == 0:
+            raise ConfigError("data.collect_in: process collects without a barrier; set data.max_policy_lag >= 1 "
+                              "(or leave collect_in at thread)")
+        self.collect_in = collect_in
         for name in ("num_envs", "num_steps", "update_epochs", "num_minibatches"):
             _positive(name, locals()[name])
         if bptt_len is not None:
@@ -180,12 +190,20 @@ class RolloutDataModule(pl.LightningDataModule):
         """Make this rank's collector (env, buffer, generators, first reset) on `device` (called by
         `setup`; public for scripts)."""
         self.collector = self.make_collector(device, rank)
-        self.collector.start()
-        self._check_reward_cap(self.collector.env)
+        try:
+            self.collector.start()
+            self._check_reward_cap(self.collector.env)
+        except BaseException:
+            self.collector.close()  # a collector process or an env's workers never outlive a failed start
+            raise
         self._built = True
 
     def make_collector(self, device: torch.device, rank: int) -> Collector:
         """The rank's `Collector` (override to collect differently, e.g. asynchronously)."""
+        if self.max_policy_lag > 0 and self.collect_in == "process":
+            from parlightning.process_collector import ProcessCollector
+
+            return ProcessCollector(self, device, rank, self.max_policy_lag)
         if self.max_policy_lag > 0:
             from parlightning.async_collector import AsyncCollector
 

@@ -111,6 +111,10 @@ def check_config(config: Any) -> None:
     if data.get("bptt_len") is not None and model.get("policy", "mlp") == "mlp":
         raise ConfigError(f"data.bptt_len: {data.get('bptt_len')} is the chunk length of a recurrent policy, but "
                           "model.policy is mlp (trained on single steps); drop data.bptt_len or set model.policy: gru")
+    accelerator = str((config.get("trainer") or {}).get("accelerator", "auto"))
+    if data.get("collect_in") == "process" and accelerator in ("gpu", "cuda", "mps"):
+        raise ConfigError(f"data.collect_in: process collects on the CPU, but trainer.accelerator is {accelerator}; "
+                          "use data.collect_in: thread with a GPU")
 
 
 def _check_seed(field: str, seed: int) -> None:
@@ -210,7 +214,9 @@ def _check_tensor(env: str, method: str, what: str, value: Any, shape: tuple[int
 def env_signature(env: Any) -> dict[str, Any]:
     """What a checkpoint's world must share with the world it resumes into: class, spaces, the
     task bank and every plain constructor setting the env keeps as an attribute (not num_envs,
-    device or seed)."""
+    device or seed). A world stepping in a collector process reports its own (`remote_signature`)."""
+    if isinstance(getattr(env, "remote_signature", None), dict):
+        return dict(env.remote_signature)
     sig: dict[str, Any] = {
         "class": f"{type(env).__module__}.{type(env).__qualname__}",
         "observation_shape": [int(d) for d in getattr(env, "observation_shape", ())],

@@ -1,7 +1,7 @@
 """What the lag budget buys: env steps/s and learning with `data.max_policy_lag` 0 vs 1 vs 2.
 
 The world waits on real latency: `PoolOrchestrationWorld` behind `ExternalBatchedEnv` (one
-thread per actor, in this process or in `--workers` worker processes), on a `SimulatedPool`
+thread per actor, in the collector's process or in worker processes), on a `SimulatedPool`
 whose subagents sleep. Every env step waits L seconds
 (the orchestrator's own call, `main_seconds=L`, while its subagents sleep up to
 (cost + 1) x L / 4 <= L beside it), for L over `--latencies`. Throughput is env steps per
@@ -13,8 +13,9 @@ Part 0, overhead: ms per batched env step of the 16 actors (`ExternalBatchedEnv`
 CPU, also beside a thread that trains a small MLP as the learner does), worlds on threads and in
 worker processes, including a world that burns 1 ms of Python per step (what threads serialise).
 
-Part 1, balanced (the headline table), per latency and worlds mode (`--workers`: 0 threads, P
-processes): the update work is calibrated per latency so that the
+Part 1, balanced (the headline table), per latency and mode (`--modes collector:workers`: the
+collector in a thread of the trainer or in its own process, `data.collect_in`; the worlds on
+threads or in P worker processes): the update work is calibrated per latency so that the
 synchronous iteration spends about half its time collecting. How: the minibatch shape stays
 (`--minibatches` per epoch); a short lag-0 probe at `--probe-epochs` update epochs measures the
 collect time C and the update time U of an iteration (iterations 2..`--probe-iters`); a second
@@ -22,12 +23,13 @@ probe at E1 = round(probe_epochs x C / U) measures again, U(E) = b E is fitted t
 (least squares through the origin), and the update runs E = round(C / b) epochs (C: the probes'
 mean; clamped to 1..`--max-update-epochs`). The table prints E and the c the lag-0 runs then
 measured (the load moves between probe and run, so c lands near, not at, 0.5; at 1 ms even
-E = 1 is about as long as collecting). Lags 0/1/2 run interleaved (0, 1, 2, 0, 1, 2, ...)
-`--repeats` times at that E; steps/s is the mean over repeats, the ratio is of those means, with
-the per-repeat ratios' range beside it. A second table splits each iteration into the
-collector's round C, the learner's update U (the iteration less its wait for a rollout) and
-the iteration: lag 0 takes C + U, a perfect overlap max(C, U) of lag 0, and the growth of C
-and U under lag is what sharing the cores and the GIL costs.
+E = 1 is about as long as collecting). Per worlds setting, each repeat runs lag 0 once and then
+every mode's lags 1 and 2 (`--repeats` times, interleaved), so the modes with the same worlds
+share one lag-0 baseline measured beside them; steps/s is the mean over repeats, the ratio is of
+those means, with the per-repeat ratios' range beside it. A second table splits each iteration
+into the collector's round C, the learner's update U (the iteration less its wait for a
+rollout) and the iteration: lag 0 takes C + U, a perfect overlap max(C, U) of lag 0, and the
+growth of C and U under lag is what sharing the cores and the GIL costs.
 
 Part 2, fixed: the same worlds with a fixed update (`--update-epochs` x `--minibatches`) at
 every latency, one run per lag: c then drifts with latency (0.46-0.90 here).
@@ -35,10 +37,11 @@ every latency, one run per lag: c then drifts with latency (0.46-0.90 here).
 Part 3, learning at equal env steps: final success rate (mean of the last 3 rollouts,
 stochastic policy), lags 0/1/2 x `--seeds` seeds at `--learn-latency` with that latency's
 balanced E (from Part 1 when it is in `--latencies`, else probed), mean ± std and Welch's
-t-test vs lag 0. Then SwarmEnv (pure tensor ops, CPU, fixed 4 x 4): the same comparison.
+t-test vs lag 0. Lagged runs collect in a thread and in a process (`--learn-collect-in`). Then SwarmEnv (pure
+tensor ops, CPU, fixed 4 x 4): the same comparison.
 
-    python scripts/bench_lag.py            # ~15 min on 2 busy cores (load ~3), ~10 min quiet
-    python scripts/bench_lag.py --quick    # smoke test, ~1.5 min
+    python scripts/bench_lag.py            # ~45 min on 2 quiet cores
+    python scripts/bench_lag.py --quick    # smoke test, ~3 min
 Writes the tables to runs/bench_lag-<time>/table.md (a fresh untracked folder) and prints them,
 with the load average (`os.getloadavg`) before and after each part: wall-clock ratios on a
 shared machine are noisy (the other jobs take cores and the GIL competition changes with them).
@@ -47,6 +50,7 @@ shared machine are noisy (the other jobs take cores and the GIL competition chan
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import sys
@@ -80,20 +84,38 @@ class Clock(pl.Callback):
         self.stats.append({k: float(v) for k, v in trainer.datamodule.last_rollout.stats.items()})
 
 
-def pool_world(latency: float, workers: int = 0, cpu: float = 0.0):
-    """The latency world's env factory: worlds on threads here (workers 0) or in `workers` processes
-    (each with its own pool: a pool spec is built in each worker); `cpu`: seconds of Python per step."""
-    def factory(num_envs: int, device: str, seed: int) -> ExternalBatchedEnv:
-        pool = {"class_path": "parlightning.subagents.SimulatedPool",
-                "init_args": {"reliability": 0.9, "seconds_per_step": latency / 4, "seed": seed}}
-        return ExternalBatchedEnv(num_envs, device, seed, world=PoolOrchestrationWorld,
-                                  world_kwargs={"main_seconds": latency, "main_cpu_seconds": cpu},
-                                  shared={"pool": pool}, step_timeout=30, workers=workers)
-    return factory
+def pool_env(latency: float, workers: int, cpu: float, num_envs: int, device: str, seed: int) -> ExternalBatchedEnv:
+    """The latency world: worlds on threads (workers 0) or in `workers` processes (each with its own
+    pool: a pool spec is built in each worker); `cpu`: seconds of Python per world step."""
+    pool = {"class_path": "parlightning.subagents.SimulatedPool",
+            "init_args": {"reliability": 0.9, "seconds_per_step": latency / 4, "seed": seed}}
+    return ExternalBatchedEnv(num_envs, device, seed, world=PoolOrchestrationWorld,
+                              world_kwargs={"main_seconds": latency, "main_cpu_seconds": cpu},
+                              shared={"pool": pool}, step_timeout=30, workers=workers)
+
+
+def pool_world(latency: float, workers: int = 0, cpu: float = 0.0) -> functools.partial:
+    """`pool_env`'s factory (a partial: it pickles, so a collector process can build it)."""
+    return functools.partial(pool_env, latency, workers, cpu)
 
 
 def worlds_name(workers: int) -> str:
     return "threads" if workers == 0 else f"{workers} processes"
+
+
+def parse_mode(text: str) -> tuple[str, int]:
+    """`--modes` entry `collector:workers` (e.g. thread:0, thread:2, process:0) -> (collect_in, workers)."""
+    where, _, workers = text.partition(":")
+    if where not in ("thread", "process") or not workers.isdigit():
+        raise SystemExit(f"error: --modes: {text!r} is not collector:workers, e.g. thread:0, thread:2, process:0")
+    return where, int(workers)
+
+
+def mode_name(mode: tuple[str, int]) -> str:
+    """How a mode reads in the tables: where the collector runs, where the worlds run."""
+    where, workers = mode
+    worlds = "worlds on threads" if workers == 0 else f"worlds in {workers} processes"
+    return f"collector {where}, {worlds}" + (" (in it)" if where == "process" and workers == 0 else "")
 
 
 def swarm(num_envs: int, device: str, seed: int) -> SwarmEnv:
@@ -101,10 +123,11 @@ def swarm(num_envs: int, device: str, seed: int) -> SwarmEnv:
 
 
 def run(env, lag: int, seed: int, epochs: int, num_envs: int, num_steps: int, update_epochs: int,
-        minibatches: int) -> dict[str, float]:
+        minibatches: int, collect_in: str = "thread") -> dict[str, float]:
     pl.seed_everything(seed, verbose=False)
     dm = RolloutDataModule(env=env, num_envs=num_envs, num_steps=num_steps, update_epochs=update_epochs,
-                           num_minibatches=minibatches, seed=seed, max_policy_lag=lag)
+                           num_minibatches=minibatches, seed=seed, max_policy_lag=lag,
+                           collect_in=collect_in if lag else "thread")
     clock = Clock()
     trainer = pl.Trainer(max_epochs=epochs, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False, callbacks=[clock], accelerator="cpu", devices=1)
@@ -266,7 +289,12 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=10, help="PPO iterations per throughput run")
     parser.add_argument("--learn-epochs", type=int, default=40, help="PPO iterations per learning run")
     parser.add_argument("--workers", type=int, nargs="+", default=[0, 2],
-                        help="worlds modes of the overhead and balanced tables: 0 threads, P worker processes")
+                        help="worlds modes of the overhead table: 0 threads, P worker processes")
+    parser.add_argument("--modes", nargs="+", default=["thread:0", "thread:2", "process:0"],
+                        help="balanced table: collector:workers, the collector in a thread or a process (data.collect_in) "
+                             "and the worlds on threads (0) or in P worker processes")
+    parser.add_argument("--learn-collect-in", nargs="+", default=["thread", "process"], choices=["thread", "process"],
+                        help="where the lagged runs of the learning comparisons collect")
     parser.add_argument("--num-envs", type=int, default=16)
     parser.add_argument("--num-steps", type=int, default=16)
     parser.add_argument("--update-epochs", type=int, default=4, help="the fixed table's update epochs")
@@ -311,43 +339,56 @@ def main() -> None:
         body = [f"Balanced: PoolOrchestrationWorld, N={args.num_envs} actors, T={args.num_steps}, "
                 f"update E epochs x {args.minibatches} minibatches with E calibrated per latency (c ~ 0.5); env "
                 f"steps/s over iterations 2..{args.epochs}, seed 0, lags interleaved x {args.repeats} repeats "
-                "(ratio of means; per-repeat range in brackets); worlds on threads or in worker processes", "",
-                *header("latency / step", "worlds", "update epochs E")]
+                "(ratio of means; per-repeat range in brackets). Modes: the collector in a thread of the trainer or "
+                "in its own process (data.collect_in), the worlds on threads (of the collector's process) or in "
+                "worker processes. Lag 0 is the synchronous loop with the mode's worlds: one lag-0 run per repeat, shared "
+                "by the modes with the same worlds (so their rows show the same lag-0 steps/s)", "",
+                *header("latency / step", "mode", "update epochs E")]
         calibration = []
         split = ["", "Where the time goes (balanced runs, ms per iteration, mean over repeats): the collector's round "
                  "(C), the learner's update, i.e. the iteration less its wait for a rollout (U), and the iteration; "
                  "lag 0 iterates in C + U, a perfect overlap in max(C, U) of lag 0; contention shows as C and U "
-                 "growing under lag", "", "| latency / step | worlds | " + " | ".join(f"lag {k}: C / U / iteration"
+                 "growing under lag", "", "| latency / step | mode | " + " | ".join(f"lag {k}: C / U / iteration"
                                                                                    for k in args.lags) + " |",
                  "|---" * (2 + len(args.lags)) + "|"]
-        modes = args.workers if "balanced" in args.parts else args.workers[:1]
-        for latency, w in [(latency, w) for latency in latencies for w in modes]:
+        modes = [parse_mode(m) for m in args.modes]
+        modes = modes if "balanced" in args.parts else modes[:1]
+        worlds = list(dict.fromkeys(w for _, w in modes))  # lag 0 is the same loop whatever the collector
+        for latency, w in [(latency, w) for latency in latencies for w in worlds]:
             E, notes = calibrate(pool_world(latency, w), args)
-            balanced_epochs.setdefault(latency, E)  # the learning comparison uses the first mode's
             calibration.append(f"- {latency * 1000:g} ms, {worlds_name(w)}: " + "; ".join(notes) + f" -> E={E}")
+            balanced_epochs.setdefault(latency, E)  # the learning comparison uses the first worlds mode's
             if "balanced" not in args.parts:
                 continue
-            res = {k: [] for k in args.lags}
-            for _ in range(args.repeats):
-                for k in args.lags:
-                    res[k].append(run(pool_world(latency, w), k, 0, args.epochs, update_epochs=E, **shape))
-            mean = {k: statistics.mean(r["sps"] for r in res[k]) for k in args.lags}
-            share = statistics.mean(r["collect_share"] for r in res[args.lags[0]])
+            mine = [mode for mode in modes if mode[1] == w]
+            base: list[dict[str, float]] = []  # one lag-0 run per repeat, shared by every collector mode
+            res = {(mode, k): [] for mode in mine for k in nonzero}
+            for _ in range(args.repeats):  # interleaved: lag 0, then each mode's lags, repeated
+                base.append(run(pool_world(latency, w), args.lags[0], 0, args.epochs, update_epochs=E, **shape))
+                for mode in mine:
+                    for k in nonzero:
+                        res[mode, k].append(run(pool_world(latency, w), k, 0, args.epochs, update_epochs=E,
+                                                collect_in=mode[0], **shape))
+            share = statistics.mean(r["collect_share"] for r in base)
+            for mode in mine:
+                rows = {args.lags[0]: base, **{k: res[mode, k] for k in nonzero}}
+                mean = {k: statistics.mean(r["sps"] for r in rows[k]) for k in args.lags}
 
-            def ratio(k: int) -> str:
-                per = [a["sps"] / b["sps"] for a, b in zip(res[k], res[args.lags[0]])]
-                spread = f" [{min(per):.2f}-{max(per):.2f}]" if len(per) > 1 else ""
-                return f"{mean[k] / mean[args.lags[0]]:.2f}x{spread}"
+                def ratio(k: int) -> str:
+                    per = [a["sps"] / b["sps"] for a, b in zip(rows[k], base)]
+                    spread = f" [{min(per):.2f}-{max(per):.2f}]" if len(per) > 1 else ""
+                    return f"{mean[k] / mean[args.lags[0]]:.2f}x{spread}"
 
-            ms = lambda k, key: statistics.mean(r[key] for r in res[k]) * 1e3  # noqa: E731
-            split.append(f"| {latency * 1000:g} ms | {worlds_name(w)} | " + " | ".join(
-                f"{ms(k, 'collect'):.0f} / {ms(k, 'busy'):.0f} / {ms(k, 'iteration'):.0f}" for k in args.lags) + " |")
-            body.append(f"| {latency * 1000:g} ms | {worlds_name(w)} | {E} | {share:.2f} | "
-                        f"{1 / max(share, 1 - share):.2f}x | "
-                        + " | ".join(f"{mean[k]:.0f}" for k in args.lags) + " | "
-                        + " | ".join(ratio(k) for k in nonzero) + " | "
-                        + ", ".join(f"{statistics.mean(r['lag'] for r in res[k]):.2f}" for k in nonzero) + " |")
-            print(body[-1], flush=True)
+                ms = lambda k, key: statistics.mean(r[key] for r in rows[k]) * 1e3  # noqa: E731
+                split.append(f"| {latency * 1000:g} ms | {mode_name(mode)} | " + " | ".join(
+                    f"{ms(k, 'collect'):.0f} / {ms(k, 'busy'):.0f} / {ms(k, 'iteration'):.0f}" for k in args.lags)
+                    + " |")
+                body.append(f"| {latency * 1000:g} ms | {mode_name(mode)} | {E} | {share:.2f} | "
+                            f"{1 / max(share, 1 - share):.2f}x | "
+                            + " | ".join(f"{mean[k]:.0f}" for k in args.lags) + " | "
+                            + " | ".join(ratio(k) for k in nonzero) + " | "
+                            + ", ".join(f"{statistics.mean(r['lag'] for r in rows[k]):.2f}" for k in nonzero) + " |")
+                print(body[-1], flush=True)
         if "balanced" in args.parts:
             section("", body + split + ["", "Calibration (lag 0, C = collect and U = update time per iteration):",
                                         *calibration])
@@ -371,17 +412,20 @@ def main() -> None:
         section("", body)
 
     def learning(title: str, env, epochs: int, **kw) -> None:
-        finals = {k: [] for k in args.lags}
-        speeds = {k: [] for k in args.lags}
+        """Lag 0 and every nonzero lag per `--learn-collect-in`, interleaved per seed."""
+        arms = [(args.lags[0], "thread")] + [(k, where) for where in args.learn_collect_in for k in nonzero]
+        finals: dict[tuple[int, str], list[float]] = {arm: [] for arm in arms}
+        speeds: dict[tuple[int, str], list[float]] = {arm: [] for arm in arms}
         for seed in range(args.seeds):
-            for k in args.lags:  # interleaved: seed 0 at every lag, then seed 1, ...
-                r = run(env, k, seed, epochs, **kw)
-                finals[k].append(r["success"])
-                speeds[k].append(r["sps"])
-        body = ["| lag | env steps/s | final success rate | vs lag 0 |", "|---|---|---|---|"]
-        for k in args.lags:
-            body.append(f"| {k} | {mean_std(speeds[k])} | {mean_std(finals[k])} | "
-                        f"{'—' if k == args.lags[0] else welch(finals[k], finals[args.lags[0]])} |")
+            for k, where in arms:  # interleaved: seed 0 at every arm, then seed 1, ...
+                r = run(env, k, seed, epochs, collect_in=where, **kw)
+                finals[k, where].append(r["success"])
+                speeds[k, where].append(r["sps"])
+        base = arms[0]
+        body = ["| lag | collector | env steps/s | final success rate | vs lag 0 |", "|---|---|---|---|---|"]
+        for arm in arms:
+            body.append(f"| {arm[0]} | {'—' if arm == base else arm[1]} | {mean_std(speeds[arm])} | "
+                        f"{mean_std(finals[arm])} | {'—' if arm == base else welch(finals[arm], finals[base])} |")
             print(body[-1], flush=True)
         section(title, [""] + body)
 

@@ -201,7 +201,8 @@ def test_rollout_hooks_never_wait_for_a_slow_env_step_and_may_read_the_state(tmp
 
 @pytest.mark.skipif(os.environ.get("PARL_SLOW_TESTS") != "1", reason="three 2-rank DDP runs: PARL_SLOW_TESTS=1")
 @pytest.mark.parametrize("config, extra", [("swarm.yaml", []), ("external.yaml", []),
-                                           ("external.yaml", ["--data.env.init_args.workers", "2"])])
+                                           ("external.yaml", ["--data.env.init_args.workers", "2"]),
+                                           ("external.yaml", ["--data.collect_in", "process"])])
 def test_each_ddp_rank_runs_its_own_async_collector(tmp_cwd, config, extra):
     import subprocess
     import sys
@@ -212,7 +213,8 @@ def test_each_ddp_rank_runs_its_own_async_collector(tmp_cwd, config, extra):
     cmd = [sys.executable, "-m", "parlightning.fit", "--config", os.path.join(root, "configs", config),
            "--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.strategy", "ddp",
            "--trainer.max_epochs", "4", "--data.num_envs", "16", "--data.num_steps", "8", "--data.max_policy_lag", "1",
-           "--trainer.enable_progress_bar", "false", *extra]  # extra: each rank's worlds in 2 worker processes
+           "--trainer.enable_progress_bar", "false", *extra]  # extra: worlds in 2 worker processes, or the
+    # collector in a process of its own, per rank
     env = {**os.environ, "PYTHONPATH": root}
     done = subprocess.run(cmd, cwd=tmp_cwd, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
