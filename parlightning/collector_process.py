@@ -5,7 +5,9 @@ The loop is AsyncCollector's own (`_loop`, `_collect_round`, `SyncCollector._ste
 links to the learner change: tickets and weights arrive as messages on the control pipe (read
 between env steps, so a state request is answered at a step boundary), finished rounds leave on
 it, and the sampler's picks are asked of the learner over a second pipe (the learner owns the
-sampler, its records and its checkpoint). Messages are pickled with the standard pickler (tensors
+sampler, its records and its checkpoint) — except for a reward-blind sampler (`reward_blind =
+True`, e.g. RoundRobin), whose picks never read records: the learner sends it once, and it picks
+here with the task stream, no round trip. Messages are pickled with the standard pickler (tensors
 by value: a rollout is one message, no shared-memory handles to leak).
 """
 
@@ -60,15 +62,15 @@ class _Inbox:
         self.tickets: collections.deque = collections.deque()
         self.stopped = False
 
-    def get(self) -> Optional[tuple[int, None]]:
+    def get(self) -> Optional[tuple[int, Any]]:
         while not self.tickets and not self.stopped:
             if self.conn.poll(1.0):
                 self._handle(receive(self.conn))
         if self.stopped:
             return None
-        j = self.tickets.popleft()
+        j, shard = self.tickets.popleft()  # shard: None where the learner answers the picks
         self.worker.dm.round_index = j
-        return j, None  # the shard stays with the learner, which answers the picks
+        return j, shard
 
     def drain(self) -> None:
         while not self.stopped and self.conn.poll(0):
@@ -78,12 +80,16 @@ class _Inbox:
         w = self.worker
         kind = message[0] if isinstance(message, tuple) else None
         if kind == "ticket":
-            self.tickets.append(message[1])
+            self.tickets.append((message[1], message[2]))
         elif kind == "weights":
             w.behaviour.load_state_dict(message[2])
             w._behaviour_version = message[1]
         elif kind == "policy":
             w.behaviour, w.dm.key_row = message[1].requires_grad_(False), message[2]
+        elif kind == "sampler":  # a reward-blind sampler: picked here, from now on
+            w.sampler, w.task_generator = message[1], torch.Generator()
+            w.task_generator.set_state(message[2])
+            w.local_picks = True
         elif kind == "state":
             send(self.conn, ("state", w.collection_state()))
         elif kind == "load":
@@ -99,7 +105,8 @@ class _Inbox:
 
 
 class _Outbox:
-    """Finished rounds, with each actor's task at the round's end (and the loop's error), go to the learner."""
+    """Finished rounds go to the learner with each actor's task at the round's end and, where the
+    child picks, the sampler's signals then (or the loop's error)."""
 
     def __init__(self, worker: "CollectorWorker", conn: Connection) -> None:
         self.worker, self.conn = worker, conn
@@ -108,8 +115,10 @@ class _Outbox:
         if item and item[0] == "error":
             send(self.conn, ("error", sendable_error(item[1])))
         else:
-            task = self.worker.current_task
-            send(self.conn, ("rollout", item, task.clone() if task is not None else None))
+            w = self.worker
+            task = w.current_task.clone() if w.current_task is not None else None
+            signals = getattr(w.sampler, "signals", None) if w.local_picks else None
+            send(self.conn, ("rollout", item, task, signals() if callable(signals) else None))
 
 
 class CollectorWorker(AsyncCollector):
@@ -128,7 +137,9 @@ class CollectorWorker(AsyncCollector):
             raise ConfigError(f"data.env: built {self.env.num_envs} actors, expected data.num_envs={num_envs}")
         self.action_generator = torch.Generator().manual_seed(stream_seed(seed, "action"))
         self.task_ids = task_ids_of(self.env)
-        self.sampler = True if self.task_ids is not None else None  # picks are asked of the learner
+        self.sampler: Any = True if self.task_ids is not None else None  # picks are asked of the learner ...
+        self.local_picks, self.task_generator = False, None  # ... unless it sends a reward-blind sampler
+        self._lock = threading.RLock()
         self.memory, self.obs, self.current_task, self.buffer = None, None, None, None
         self.episode_return = torch.zeros(num_envs)
         self.episode_length = torch.zeros(num_envs)
@@ -155,7 +166,15 @@ class CollectorWorker(AsyncCollector):
         """Before every env step: the messages that arrived (newer weights, a state request)."""
         self._tickets.drain()
 
+    def collection_state(self) -> dict[str, Any]:
+        state = super().collection_state()
+        if self.local_picks:  # the sampler's pick-side state and the task stream are this process's now
+            state["sampler"], state["task_generator"] = self.sampler.state_dict(), self.task_generator.get_state()
+        return state
+
     def _pick(self, reset_mask: Tensor) -> Tensor:
+        if self.local_picks:
+            return AsyncCollector._pick(self, reset_mask)
         send(self._picks, (self._round, reset_mask.numpy()))  # numpy: pickled in C, no GIL hand-offs
         picked = torch.from_numpy(receive(self._picks))
         self.current_task = torch.where(reset_mask, picked, self.current_task)

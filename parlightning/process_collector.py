@@ -3,13 +3,14 @@ in a child process, so that collection and the update stop sharing one GIL.
 
 Why. In a thread, every torch call of the step loop (the behaviour policy, buffer writes, episode
 counters: ~80 small calls per step) and every wake-up of an external world hands the learner's
-GIL back and forth; on 2 cores the update then runs 43-85% slower while the collector works
+GIL back and forth; on 2 cores the update then runs 27-102% slower while the collector works
 (README, "Where the time goes"). A process has its own interpreter: the learner's update runs
 undisturbed and the two overlap as the lag budget intends.
 
 What stays with the learner: the schedule (releases, version stamps, the lag check), every
 rollout hook, the sampler (the child asks for each pick over a pipe; a learner thread answers
-under the sampler's lock), PARL bonus, GAE, scoring, logging and DDP collectives. What moves:
+under the sampler's lock; a reward-blind sampler such as RoundRobin, whose picks never read
+records, is sent to the child instead, which picks locally and reports its state), PARL bonus, GAE, scoring, logging and DDP collectives. What moves:
 the env (built from `data.env` in the child, which must therefore pickle), the behaviour policy
 (weights sent once per update), the buffers and episode counters, the action stream. A rollout
 returns as one pickled message. `dm.env` is then a `RemoteEnv`: the world's facts, no stepping.
@@ -114,6 +115,8 @@ class ProcessCollector(AsyncCollector):
         self._replies: queue.Queue = queue.Queue()
         self._shards: dict[int, Optional[Tensor]] = {}
         self._policy_sent = False
+        self._local_picks = False  # a reward-blind sampler went to the child, which picks from it
+        self._child_signals: dict[int, dict[str, Tensor]] = {}  # its signals at each round's end
         self._restore_switch: Optional[float] = None
         self._process: Any = None
         self.max_lag = max_lag  # the child needs it before AsyncCollector.__init__ (which checks it) sets it
@@ -209,11 +212,25 @@ class ProcessCollector(AsyncCollector):
                                   "use data.collect_in: thread") from None
             self._send(("policy", behaviour, self.dm.key_row))
             self._policy_sent = True
+            self._hand_over_sampler()
         self._send(("weights", version, {k: v.detach() for k, v in policy.state_dict().items()}))
+
+    def _hand_over_sampler(self) -> None:
+        """A reward-blind sampler (its picks never read records) picks in the child from now on,
+        with the task stream: no pipe round trip per pick. Others stay here and answer over the pipe."""
+        if self.sampler is None or not getattr(self.sampler, "reward_blind", False):
+            return
+        try:
+            pickle.dumps(self.sampler)
+        except Exception:
+            return  # not sendable: picks stay with the learner
+        with self._lock:
+            self._send(("sampler", self.sampler, self.task_generator.get_state()))
+            self._local_picks = True
 
     def _issue(self, round_j: int, shard: Optional[Tensor]) -> None:
         self._shards[round_j] = shard
-        self._send(("ticket", round_j))
+        self._send(("ticket", round_j, shard if self._local_picks else None))
 
     def _start_collecting(self, policy: torch.nn.Module) -> None:
         if self.switch_interval < sys.getswitchinterval():
@@ -233,6 +250,8 @@ class ProcessCollector(AsyncCollector):
                 if self._control in ready:
                     message = receive(self._control)
                     if message[0] == "rollout":
+                        if message[3] is not None:
+                            self._child_signals[message[1][0]] = message[3]
                         self._ready.put(message[1])
                         self.current_task = message[2]  # dm.current_task: as of the newest round's end
                     elif message[0] == "error":
@@ -277,9 +296,17 @@ class ProcessCollector(AsyncCollector):
             self.current_task = state["current_task"].clone()
 
     def state_dict(self) -> dict[str, Any]:
-        collection = self.collection_state()
+        collection = self.collection_state()  # with the sampler and task stream where the child picks
         with self._lock:  # the link thread picks from the same sampler
-            return {**collection, **self._learner_state()}
+            return {**self._learner_state(), **collection}
+
+    def _stats(self, rollout: Any, steps: int, rollout_time: float, iteration_time: Optional[float]
+               ) -> dict[str, Tensor]:
+        stats = super()._stats(rollout, steps, rollout_time, iteration_time)
+        signals = self._child_signals.pop(rollout.round_index, None)  # the child's sampler, at that round's end
+        if signals is not None:
+            stats.update({f"sampler/{k}": v.detach().float() for k, v in signals.items()})
+        return stats
 
     @property
     def worker_pids(self) -> list[int]:

@@ -70,6 +70,8 @@ def _check_keys(name: str, keys: Sequence[str]) -> None:
 class RoundRobin:
     """Cycles through the shard in order: deterministic, reward-blind, the default."""
 
+    reward_blind = True  # picks never read records: a collector process may pick from its own copy
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._cursor = 0  # the string path's position
@@ -119,6 +121,13 @@ class RoundRobin:
         """Run-level statistics for logging (0-dim tensors): a reward-blind sampler has picks only."""
         batch = self.picks.sum() if self.picks is not None else torch.zeros((), dtype=torch.long)
         return {"picks": (batch + self._cursor).float()}
+
+    def __getstate__(self) -> dict[str, Any]:  # pickles (for a collector process) without its lock
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     def state_dict(self) -> dict[str, Any]:
         return {

@@ -92,9 +92,35 @@ def test_checkpoints_carry_the_childs_state_and_resume(tmp_cwd):
     saved = torch.load(tmp_cwd / "ckpt" / "last.ckpt", weights_only=True)["RolloutDataModule"]["ranks"][0]
     assert {"env", "obs", "action_generator", "current_task", "task_generator", "sampler"} <= set(saved)
     assert saved["obs"].shape[0] == 8 and saved["current_task"].shape == (8,)
+    assert int(saved["sampler"]["picks"].sum()) > 8  # RoundRobin picks in the child: its state, not the learner's
     with pytest.warns(UserWarning, match="loses the rollouts that were in flight"):
         dm = fit(3, ckpt_path=str(tmp_cwd / "ckpt" / "last.ckpt"))
     assert dm.round_index == 3 and dm.env_steps == 3 * 8 * 4
+
+
+def test_a_reward_blind_sampler_picks_in_the_child_and_its_counts_are_exact(tmp_cwd):
+    """RoundRobin never reads records, so the child picks from its own copy (no round trip per pick):
+    the logged pick count is the N first picks plus one per episode that ended, round by round."""
+
+    class Picks(pl.Callback):
+        def __init__(self):
+            self.rows = []
+
+        def on_train_epoch_end(self, trainer, pl_module):
+            stats = trainer.datamodule.last_rollout.stats
+            self.rows.append((float(stats["sampler/picks"]), float(stats["rollout/episodes"])))
+
+    picks = Picks()
+    dm = RolloutDataModule(env=swarm, num_envs=16, num_steps=8, update_epochs=1, num_minibatches=2, max_policy_lag=1,
+                           collect_in="process")
+    _fit(dm, 5, [picks])
+    assert dm.collector._local_picks
+    ended = 0
+    for logged, episodes in picks.rows:
+        ended += episodes
+        assert logged == 16 + ended  # the child's count at that round's end
+    assert int(dm.sampler.picks.sum()) == 16  # the learner's copy made only the first reset's picks
+    assert ended > 0
 
 
 def test_rollout_hooks_may_read_the_state_while_the_child_waits_for_a_pick(tmp_cwd):
@@ -116,7 +142,7 @@ def test_rollout_hooks_may_read_the_state_while_the_child_waits_for_a_pick(tmp_c
     reads = Reads()
     env = functools.partial(ExternalBatchedEnv, world=CountWorld, world_kwargs={"sleep": 0.05})
     dm = RolloutDataModule(env=env, num_envs=4, num_steps=3, update_epochs=1, num_minibatches=1, max_policy_lag=1,
-                           collect_in="process")
+                           collect_in="process", sampler=DifficultyWeighted())  # a learning sampler: picks over the pipe
     _fit(dm, 4, [reads])
     assert reads.states >= 8 and dm.round_index == 4
 
