@@ -229,8 +229,11 @@ class ProcessCollector(AsyncCollector):
             self._local_picks = True
 
     def _issue(self, round_j: int, shard: Optional[Tensor]) -> None:
-        self._shards[round_j] = shard
-        self._send(("ticket", round_j, shard if self._local_picks else None))
+        if self._local_picks:  # the child picks: the shard travels with the ticket
+            self._send(("ticket", round_j, shard))
+            return
+        self._shards[round_j] = shard  # answered here, dropped once the child picks for a later round
+        self._send(("ticket", round_j, None))
 
     def _start_collecting(self, policy: torch.nn.Module) -> None:
         if self.switch_interval < sys.getswitchinterval():
