@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from parlightning.errors import ConfigError
+from parlightning.inference import Policy, greedy_action  # noqa: F401 (greedy_action: imported from here by scripts)
 
 FIELDS = ("outcome", "critical_steps", "serial_steps", "n_subagents", "assigned", "completed")
 
@@ -99,22 +100,6 @@ def by_family(ep: Episodes, serial: Optional[Episodes], task_ids: list[str], thr
 
 
 # ---------------------------------------------------------------------------------- policies
-def greedy_action(policy: torch.nn.Module, obs: Tensor) -> Tensor:
-    """The most likely action of a trained policy (per dimension; the mean for a Gaussian)."""
-    from parlightning.policies import CategoricalHead
-    from parlightning.slots_policy import SlotsActorCritic
-
-    if isinstance(policy, SlotsActorCritic):
-        flat = policy._features(obs)[0]
-    else:
-        flat = policy._forward(policy.actor, obs.flatten(1), None)
-    head = policy.head
-    if not isinstance(head, CategoricalHead):
-        return flat
-    action = head._log_probs(flat).argmax(0)  # [D, B]
-    return action[0] if head.scalar else action.t().contiguous()
-
-
 def load_policy(path: str, env: Any) -> torch.nn.Module:
     """The policy of a `parlightning.fit` checkpoint, built for `env`'s spaces; a checkpoint that
     is missing, unreadable, recurrent, keyed or of another world is one ConfigError."""
@@ -167,12 +152,16 @@ def env_spec(configs: list[str]) -> tuple[type, dict]:
     spec = (merged.get("data") or {}).get("env") or {"class_path": "parlightning.envs.swarm.SwarmEnv"}
     if isinstance(spec, str):
         spec = {"class_path": spec}
-    module, _, name = spec["class_path"].rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError):
-        raise ConfigError(f"data.env: cannot import {spec['class_path']!r}") from None
-    return cls, dict(spec.get("init_args") or {})
+    while True:
+        module, _, name = spec["class_path"].rpartition(".")
+        try:
+            cls = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError):
+            raise ConfigError(f"data.env: cannot import {spec['class_path']!r}") from None
+        init_args = dict(spec.get("init_args") or {})
+        if not (getattr(cls, "__name__", "") == "NormalizeEnv" and isinstance(init_args.get("env"), dict)):
+            return cls, init_args
+        spec = init_args["env"]  # evaluation runs the raw world; the policy applies the frozen statistics
 
 
 def build_env(cls: type, init_args: dict, num_envs: int, seed: int, split: Optional[str], device: str) -> Any:
@@ -238,7 +227,7 @@ def draw_gantt(rounds: list[dict[str, Tensor]], path: str, title: str) -> None:
     plt.close(fig)
 
 
-def record_video(env_id: str, policy: Optional[torch.nn.Module], path: str, seed: int, greedy: bool) -> None:
+def record_video(env_id: str, policy: Policy, path: str, seed: int, greedy: bool) -> None:
     """One episode of a Gymnasium env rendered as rgb_array frames, written by imageio."""
     try:
         import imageio
@@ -251,8 +240,7 @@ def record_video(env_id: str, policy: Optional[torch.nn.Module], path: str, seed
     frames, done = [env.render()], False
     while not done:
         x = torch.as_tensor(obs, dtype=torch.float32).unsqueeze(0)
-        with torch.inference_mode():
-            a = greedy_action(policy, x) if greedy else policy.act(x)[0]
+        a = policy.predict(x, deterministic=greedy)
         obs, _, term, trunc, _ = env.step(a[0].numpy() if a.dim() > 0 else a.item())
         frames.append(env.render())
         done = term or trunc
@@ -303,7 +291,13 @@ def evaluate(a: argparse.Namespace) -> dict[str, Any]:
     tasks = getattr(probe, "task_ids", None)
     n = len(tasks) * a.episodes if tasks else a.episodes
     env = build_env(cls, init_args, n, a.seed, split, a.device)
-    policy = load_policy(a.ckpt_path, env) if a.ckpt_path else None
+    policy = None
+    if a.ckpt_path:  # the network for this world, with the run's frozen observation normalisation (if any)
+        from parlightning.checkpoint import load_checkpoint_file
+        from parlightning.envs.normalize import normalizer_from_checkpoint
+
+        network = load_policy(a.ckpt_path, env)
+        policy = Policy(network, normalizer_from_checkpoint(load_checkpoint_file(a.ckpt_path)))
     if a.policy is not None and not callable(getattr(env, "scripted_action", None)):
         raise ConfigError(f"--policy: {cls.__name__} provides no scripted policies; pass --ckpt_path")
     gen = torch.Generator(device=env.device)
@@ -311,8 +305,7 @@ def evaluate(a: argparse.Namespace) -> dict[str, Any]:
     def act(obs: Tensor) -> Tensor:
         if policy is None:
             return env.scripted_action(a.policy, obs, gen)
-        with torch.inference_mode():
-            return greedy_action(policy, obs) if a.greedy else policy.act(obs, gen)[0]
+        return policy.predict(obs, deterministic=a.greedy, generator=gen)  # = parlightning.load_policy(...).predict
 
     name = a.policy or f"{a.ckpt_path} ({'greedy' if a.greedy else 'sampled'})"
     if not tasks:  # a Gymnasium world: mean return
