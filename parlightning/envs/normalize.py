@@ -90,7 +90,7 @@ def _resolve_env(env: Any) -> EnvFactory:
         try:
             cls = getattr(importlib.import_module(module), name)
         except (ImportError, AttributeError, ValueError):
-            raise ConfigError(f"data.env.init_args.env: cannot import {env['class_path']!r}; name the world "
+            raise ConfigError(f"env: cannot import {env['class_path']!r}; name the world "
                               "NormalizeEnv wraps by its import path") from None
         init_args = dict(env.get("init_args") or {})
 
@@ -98,7 +98,7 @@ def _resolve_env(env: Any) -> EnvFactory:
             return cls(num_envs=num_envs, device=device, seed=seed, **init_args)
 
         return factory
-    raise ConfigError(f"data.env.init_args.env: expected the world to wrap (a class_path with init_args), got {env!r}")
+    raise ConfigError(f"env: expected the world to wrap (a class_path with init_args), got {env!r}")
 
 
 class NormalizeEnv(BatchedEnv):
@@ -123,12 +123,12 @@ class NormalizeEnv(BatchedEnv):
                  gamma: float = 0.99, epsilon: float = 1e-8, training: bool = True) -> None:
         for name, value in (("clip_obs", clip_obs), ("clip_reward", clip_reward), ("epsilon", epsilon)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise ConfigError(f"data.env.init_args.{name}: must be a positive number, got {value!r}")
+                raise ConfigError(f"{name}: must be a positive number, got {value!r}")
         if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not 0.0 <= gamma <= 1.0:
-            raise ConfigError(f"data.env.init_args.gamma: must lie in [0, 1] (use data.gamma), got {gamma!r}")
+            raise ConfigError(f"gamma: must lie in [0, 1] (use data.gamma), got {gamma!r}")
         self.env = _resolve_env(env)(num_envs, str(device), seed)
         if isinstance(self.env, NormalizeEnv):
-            raise ConfigError("data.env.init_args.env: the world is already a NormalizeEnv; wrap the world once")
+            raise ConfigError("env: the world is already a NormalizeEnv; wrap the world once")
         self.num_envs = int(self.env.num_envs)
         self.device = torch.device(getattr(self.env, "device", device))
         self.observation_shape = tuple(self.env.observation_shape)
