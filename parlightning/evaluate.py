@@ -3,7 +3,8 @@ scripted baseline (`--policy serial|oracle|random`) on held-out tasks, against t
 
 Every actor runs one episode of its task (actor i on task i mod K, `--episodes` per task) from
 the same seed for every policy, so `speedup_vs_serial` compares the same tasks and draws.
-Prints a per-family table; `--json` writes the numbers, `--gantt` one episode as a timeline.
+Prints a per-family table; `--json` writes the numbers, `--gantt` one episode as a timeline,
+`--trace out.jsonl` every episode round by round (one JSON object per line; `parlightning.trace`).
 Gymnasium worlds report the mean return (and `--video` where the env renders).
 """
 
@@ -263,6 +264,8 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     g.add_argument("--sample", dest="greedy", action="store_false", help="sample actions from the policy")
     p.add_argument("--json", help="write the numbers (overall and per family) to this file")
     p.add_argument("--gantt", help="draw actor 0's episode as a timeline to this .png")
+    p.add_argument("--trace", help="write every evaluated episode, round by round, to this .jsonl (one JSON object "
+                   "per episode: stages, what each slot did, subagent outcomes)")
     p.add_argument("--video", help="Gymnasium worlds that render: write one episode to this file (needs imageio)")
     p.add_argument("--device", default="cpu")
     return p.parse_args(argv)
@@ -282,6 +285,10 @@ def evaluate(a: argparse.Namespace) -> dict[str, Any]:
             import imageio  # noqa: F401
         except ImportError:
             raise ConfigError("--video: needs imageio (pip install imageio); drop --video or install it") from None
+    for flag in ("json", "gantt", "trace"):  # checked before anything runs or is written
+        target = getattr(a, flag)
+        if target and not os.path.isdir(os.path.dirname(os.path.abspath(target))):
+            raise ConfigError(f"--{flag}: the folder of {target!r} does not exist; create it or pick another path")
     import inspect
 
     split = a.split
@@ -333,6 +340,13 @@ def evaluate(a: argparse.Namespace) -> dict[str, Any]:
             replay = run_episodes(build_env(cls, init_args, n, a.seed, split, a.device), act, a.seed, trace=busiest)
             outcome = float(replay.parts["outcome"][busiest])
             draw_gantt(replay.trace or [], a.gantt, f"{name}: {tasks[busiest % len(tasks)]} ({split}), outcome {outcome:g}")
+    if a.trace:  # every episode again, from the same seeds and draws, recorded round by round
+        from parlightning.trace import trace_episodes, write_trace
+
+        gen.manual_seed(a.seed + 1)
+        replay_env = build_env(cls, init_args, n, a.seed, split, a.device)
+        write_trace(trace_episodes(replay_env, act, a.seed, list(tasks) if tasks else None), a.trace,
+                    policy=name, split=split, seed=a.seed)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(result, f, indent=2)
