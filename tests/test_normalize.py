@@ -21,6 +21,8 @@ from parlightning.errors import ConfigError
 from parlightning.fit import main as fit_main
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import test_hot_path  # noqa: E402 (its host-sync counter and collection helper)
 CARTPOLE = os.path.join(ROOT, "configs", "cartpole_tensor.yaml")
 
 NORMALIZED = {  # CartPole (tensor world: exact checkpoints) inside NormalizeEnv, tiny and fast
@@ -116,6 +118,20 @@ def test_frozen_world_and_inference_normalizer_apply_the_same_numbers():
     assert (inference(obs).abs() <= 1.5).all() and (inference(obs).abs() == 1.5).any()  # the clip acts
     env.step(torch.zeros(8, dtype=torch.long))
     assert all(torch.equal(frozen[k], v) for k, v in env.obs_rms.state_dict().items())  # frozen: no update
+
+
+counter = test_hot_path.counter  # the fixture, shared
+
+
+def test_the_wrapped_step_loop_never_reads_a_tensor_on_the_host(counter):  # noqa: F811
+    from collections import Counter
+
+    from parlightning.envs.swarm import SwarmEnv
+    from parlightning.sampling import RoundRobin
+
+    test_hot_path._collect(lambda num_envs, device, seed: NormalizeEnv(num_envs, device, seed, env=SwarmEnv), RoundRobin(), 2)
+    assert counter.loops == 2 and counter.env_steps == 2 * 8
+    assert counter.calls == Counter(), f"host syncs inside the step loop: {dict(counter.calls)}"
 
 
 def test_bad_settings_are_one_error_naming_the_field(tmp_path):
