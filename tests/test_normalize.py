@@ -242,3 +242,20 @@ def test_off_by_default_nothing_is_normalised(tmp_path):
     checkpoint = torch.load(ckpt, weights_only=True)
     assert "obs_rms" not in checkpoint["RolloutDataModule"]["ranks"][0]["env"]
     assert normalizer_from_checkpoint(checkpoint) is None and load_normalizer(ckpt) is None
+
+
+def test_onnx_export_carries_the_statistics_too(normalized_run, tmp_path):
+    onnx = pytest.importorskip("onnx", reason="the onnx extra: pip install parlightning[onnx]")
+    pytest.importorskip("onnxscript", reason="the onnx extra: pip install parlightning[onnx]")
+    from onnx.reference import ReferenceEvaluator
+
+    import parlightning
+    from parlightning.export import main as export_main
+
+    _, ckpt, *_ = normalized_run
+    export_main(["--ckpt_path", str(ckpt), "--out", str(tmp_path / "p.onnx")])
+    policy = parlightning.load_policy(ckpt)
+    obs = torch.randn(256, 4) * torch.tensor([1.0, 1.5, 0.1, 1.5])
+    (actions,) = ReferenceEvaluator(onnx.load(tmp_path / "p.onnx")).run(None, {"obs": obs.numpy()})
+    assert torch.equal(torch.from_numpy(actions), policy.predict(obs))
+    assert not torch.equal(parlightning.Policy(policy.network).predict(obs), policy.predict(obs))
