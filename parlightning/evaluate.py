@@ -19,6 +19,7 @@ from typing import Any, Callable, Optional
 import torch
 from torch import Tensor
 
+from parlightning.envs.normalize import NormalizeEnv
 from parlightning.errors import ConfigError
 from parlightning.inference import Policy, greedy_action  # noqa: F401 (greedy_action: imported from here by scripts)
 
@@ -160,7 +161,7 @@ def env_spec(configs: list[str]) -> tuple[type, dict]:
         except (ImportError, AttributeError):
             raise ConfigError(f"data.env: cannot import {spec['class_path']!r}") from None
         init_args = dict(spec.get("init_args") or {})
-        if not (getattr(cls, "__name__", "") == "NormalizeEnv" and isinstance(init_args.get("env"), dict)):
+        if not (isinstance(cls, type) and issubclass(cls, NormalizeEnv) and isinstance(init_args.get("env"), dict)):
             return cls, init_args
         spec = init_args["env"]  # evaluation runs the raw world; the policy applies the frozen statistics
 
