@@ -397,9 +397,9 @@ class _LearningSampler:
                 "dirty": self._dirty,
                 "rng": self._rng.get_state(),
             }
-            synced = getattr(self, "_synced", None)
-            if synced is not None and synced.shape == (len(self.COUNTS), len(self._ids)):
-                state["synced"] = synced.detach().cpu().clone()
+            synced = getattr(self, "_synced", None)  # None: never synced (one rank)
+            ok = synced is not None and synced.shape == (len(self.COUNTS), len(self._ids))
+            state["synced"] = synced.detach().cpu().clone() if ok else None
             state.update({k: v.detach().clone() for k, v in self._per_task().items()})
             state.update(self._extra_state())
         return state
@@ -434,11 +434,14 @@ class _LearningSampler:
             self._layout(state["task_ids"], {k: state[k] for k in self.PER_TASK})
             self._dirty = bool(state.get("dirty", False))
             # the agreed part: the next sync all-reduces everything counted since (this rank's own)
-            synced = state.get("synced")
+            synced = state.get("synced", "absent")
             counts = self._stacked_counts()
-            if synced is not None and list(state["task_ids"]) == list(self._ids) and synced.shape == counts.shape:
+            if synced is None:  # never synced (one rank): nothing agreed yet
+                self._synced = None
+            elif isinstance(synced, Tensor) and list(state["task_ids"]) == list(self._ids) \
+                    and synced.shape == counts.shape:
                 self._synced = synced.to(counts.device, counts.dtype).clone()
-            else:  # no record of it (one rank, older checkpoints, another bank): all agreed
+            else:  # older checkpoints, another bank: everything loaded counts as agreed
                 self._synced = counts
 
 

@@ -455,7 +455,7 @@ def test_one_rank_resume_keeps_every_count():
     s.bind(ids, torch.device("cpu"))
     s.pick_batch(torch.arange(4), 0, torch.ones(5, dtype=torch.bool), torch.Generator().manual_seed(0))
     state = s.state_dict()
-    assert "synced" not in state  # never synced: nothing to keep apart
+    assert state["synced"] is None  # never synced: nothing agreed yet
     t = DifficultyWeighted(seed=0)
     t.bind(ids, torch.device("cpu"))
     t.load_state_dict(state)
