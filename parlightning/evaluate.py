@@ -5,6 +5,8 @@ Every actor runs one episode of its task (actor i on task i mod K, `--episodes` 
 the same seed for every policy, so `speedup_vs_serial` compares the same tasks and draws.
 Prints a per-family table; `--json` writes the numbers, `--gantt` one episode as a timeline,
 `--trace out.jsonl` every episode round by round (one JSON object per line; `parlightning.trace`).
+A run trained in a `NormalizeEnv` is scored on the raw world, its frozen observation statistics
+applied to the policy's input (`parlightning.envs.normalize`).
 Gymnasium worlds report the mean return (and `--video` where the env renders).
 """
 
@@ -19,9 +21,8 @@ from typing import Any, Callable, Optional
 import torch
 from torch import Tensor
 
-from parlightning.envs.normalize import NormalizeEnv
+from parlightning.envs.normalize import NormalizeEnv, normalizer_from_checkpoint
 from parlightning.errors import ConfigError
-from parlightning.inference import Policy, greedy_action  # noqa: F401 (greedy_action: imported from here by scripts)
 
 FIELDS = ("outcome", "critical_steps", "serial_steps", "n_subagents", "assigned", "completed")
 
@@ -102,6 +103,22 @@ def by_family(ep: Episodes, serial: Optional[Episodes], task_ids: list[str], thr
 
 
 # ---------------------------------------------------------------------------------- policies
+def greedy_action(policy: torch.nn.Module, obs: Tensor) -> Tensor:
+    """The most likely action of a trained policy (per dimension; the mean for a Gaussian)."""
+    from parlightning.policies import CategoricalHead
+    from parlightning.slots_policy import SlotsActorCritic
+
+    if isinstance(policy, SlotsActorCritic):
+        flat = policy._features(obs)[0]
+    else:
+        flat = policy._forward(policy.actor, obs.flatten(1), None)
+    head = policy.head
+    if not isinstance(head, CategoricalHead):
+        return flat
+    action = head._log_probs(flat).argmax(0)  # [D, B]
+    return action[0] if head.scalar else action.t().contiguous()
+
+
 def load_policy(path: str, env: Any) -> torch.nn.Module:
     """The policy of a `parlightning.fit` checkpoint, built for `env`'s spaces; a checkpoint that
     is missing, unreadable, recurrent, keyed or of another world is one ConfigError."""
@@ -229,7 +246,8 @@ def draw_gantt(rounds: list[dict[str, Tensor]], path: str, title: str) -> None:
     plt.close(fig)
 
 
-def record_video(env_id: str, policy: Policy, path: str, seed: int, greedy: bool) -> None:
+def record_video(env_id: str, policy: Optional[torch.nn.Module], path: str, seed: int, greedy: bool,
+                 normalize: Callable[[Tensor], Tensor] = lambda obs: obs) -> None:
     """One episode of a Gymnasium env rendered as rgb_array frames, written by imageio."""
     try:
         import imageio
@@ -241,8 +259,9 @@ def record_video(env_id: str, policy: Policy, path: str, seed: int, greedy: bool
     obs, _ = env.reset(seed=seed)
     frames, done = [env.render()], False
     while not done:
-        x = torch.as_tensor(obs, dtype=torch.float32).unsqueeze(0)
-        a = policy.predict(x, deterministic=greedy)
+        x = normalize(torch.as_tensor(obs, dtype=torch.float32).unsqueeze(0))
+        with torch.inference_mode():
+            a = greedy_action(policy, x) if greedy else policy.act(x)[0]
         obs, _, term, trunc, _ = env.step(a[0].numpy() if a.dim() > 0 else a.item())
         frames.append(env.render())
         done = term or trunc
@@ -286,10 +305,8 @@ def evaluate(a: argparse.Namespace) -> dict[str, Any]:
             import imageio  # noqa: F401
         except ImportError:
             raise ConfigError("--video: needs imageio (pip install imageio); drop --video or install it") from None
-    for flag in ("json", "gantt", "trace"):  # checked before anything runs or is written
-        target = getattr(a, flag)
-        if target and not os.path.isdir(os.path.dirname(os.path.abspath(target))):
-            raise ConfigError(f"--{flag}: the folder of {target!r} does not exist; create it or pick another path")
+    if a.trace and not os.path.isdir(os.path.dirname(os.path.abspath(a.trace))):  # before anything runs
+        raise ConfigError(f"--trace: the folder of {a.trace!r} does not exist; create it or pick another path")
     import inspect
 
     split = a.split
@@ -299,13 +316,9 @@ def evaluate(a: argparse.Namespace) -> dict[str, Any]:
     tasks = getattr(probe, "task_ids", None)
     n = len(tasks) * a.episodes if tasks else a.episodes
     env = build_env(cls, init_args, n, a.seed, split, a.device)
-    policy = None
-    if a.ckpt_path:  # the network for this world, with the run's frozen observation normalisation (if any)
-        from parlightning.checkpoint import load_checkpoint_file
-        from parlightning.envs.normalize import normalizer_from_checkpoint
-
-        network = load_policy(a.ckpt_path, env)
-        policy = Policy(network, normalizer_from_checkpoint(load_checkpoint_file(a.ckpt_path)))
+    policy = load_policy(a.ckpt_path, env) if a.ckpt_path else None
+    normalizer = normalizer_from_checkpoint(torch.load(a.ckpt_path, weights_only=True)) if a.ckpt_path else None
+    normalize = normalizer if normalizer is not None else (lambda obs: obs)  # as load_policy(...).predict does
     if a.policy is not None and not callable(getattr(env, "scripted_action", None)):
         raise ConfigError(f"--policy: {cls.__name__} provides no scripted policies; pass --ckpt_path")
     gen = torch.Generator(device=env.device)
@@ -313,7 +326,9 @@ def evaluate(a: argparse.Namespace) -> dict[str, Any]:
     def act(obs: Tensor) -> Tensor:
         if policy is None:
             return env.scripted_action(a.policy, obs, gen)
-        return policy.predict(obs, deterministic=a.greedy, generator=gen)  # = parlightning.load_policy(...).predict
+        with torch.inference_mode():
+            obs = normalize(obs)
+            return greedy_action(policy, obs) if a.greedy else policy.act(obs, gen)[0]
 
     name = a.policy or f"{a.ckpt_path} ({'greedy' if a.greedy else 'sampled'})"
     if not tasks:  # a Gymnasium world: mean return
@@ -322,7 +337,7 @@ def evaluate(a: argparse.Namespace) -> dict[str, Any]:
                   "std_return": float(ep_return.std()) if n > 1 else 0.0}
         print(f"{name}: mean return {result['mean_return']:.2f} ± {result['std_return']:.2f} over {n} episodes")
         if a.video:
-            record_video(init_args.get("env_id", ""), policy, a.video, a.seed, a.greedy)
+            record_video(init_args.get("env_id", ""), policy, a.video, a.seed, a.greedy, normalize)
     else:
         gen.manual_seed(a.seed + 1)
         ep = run_episodes(env, act, a.seed)

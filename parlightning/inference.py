@@ -2,8 +2,9 @@
 
 `load_policy` rebuilds the network from the checkpoint alone (its saved spaces and hyperparameters;
 no config, env or trainer) and the frozen observation normalisation of a run trained in a
-`NormalizeEnv`. `predict` is what `python -m parlightning.evaluate` runs for every step, so its
-actions are evaluate's actions; the `parlightning.export` program computes the same greedy actions.
+`NormalizeEnv`. `predict` runs what `python -m parlightning.evaluate` runs for every step (the
+frozen normalisation, then `evaluate.greedy_action` or the policy's sampler), so its actions are
+evaluate's actions; the `parlightning.export` program computes the same greedy actions.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from torch import Tensor, nn
 from parlightning.envs.base import ActionSpec
 from parlightning.envs.normalize import ObsNormalizer, normalizer_from_checkpoint
 from parlightning.errors import ConfigError
-from parlightning.policies import CategoricalHead
+from parlightning.evaluate import greedy_action
 
 Observation = Union[Tensor, np.ndarray]
 
@@ -30,16 +31,6 @@ def actor_output(policy: nn.Module, obs: Tensor) -> Tensor:
     if callable(features):  # the slots policy
         return features(obs)[0]
     return policy._forward(policy.actor, obs.flatten(1), None)
-
-
-def greedy_action(policy: torch.nn.Module, obs: Tensor) -> Tensor:
-    """The most likely action of a trained policy (per dimension; the mean for a Gaussian)."""
-    flat = actor_output(policy, obs)
-    head = policy.head
-    if not isinstance(head, CategoricalHead):
-        return flat
-    action = head._log_probs(flat).argmax(0)  # [D, B]
-    return action[0] if head.scalar else action.t().contiguous()
 
 
 class Policy:
@@ -113,8 +104,8 @@ def load_policy(path: Union[str, os.PathLike], device: Union[str, torch.device] 
     if hp.get("policy", "mlp") not in ("mlp", "slots"):
         raise ConfigError(f"--ckpt_path: load_policy runs mlp and slots policies; {path} holds a "
                           f"{hp['policy']!r} policy (its hidden state would have to travel between calls)")
-    names = PPOModule.__init__.__code__.co_varnames
-    module = PPOModule(**{k: v for k, v in hp.items() if k in names})
+    names, skip = PPOModule.__init__.__code__.co_varnames, ("init_from", "prior")  # how training began: replaced
+    module = PPOModule(**{k: v for k, v in hp.items() if k in names and k not in skip})
     module.on_load_checkpoint(checkpoint)
     module.load_state_dict(checkpoint["state_dict"])
     spaces = checkpoint["policy_spaces"]
