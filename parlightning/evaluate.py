@@ -3,11 +3,11 @@ scripted baseline (`--policy serial|oracle|random`) on held-out tasks, against t
 
 Every actor runs one episode of its task (actor i on task i mod K, `--episodes` per task) from
 the same seed for every policy, so `speedup_vs_serial` compares the same tasks and draws.
-Prints a per-family table; `--json` writes the numbers, `--gantt` one episode as a timeline,
-`--trace out.jsonl` every episode round by round (one JSON object per line; `parlightning.trace`).
+Prints a per-family table; `--json` writes the numbers, `--gantt` one episode as a timeline.
+Gymnasium worlds report the mean return (and `--video` where the env renders).
+`--trace out.jsonl` writes every episode round by round (one JSON object per line; `parlightning.trace`).
 A run trained in a `NormalizeEnv` is scored on the raw world, its frozen observation statistics
 applied to the policy's input (`parlightning.envs.normalize`).
-Gymnasium worlds report the mean return (and `--video` where the env renders).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from typing import Any, Callable, Optional
 import torch
 from torch import Tensor
 
-from parlightning.envs.normalize import NormalizeEnv, normalizer_from_checkpoint
 from parlightning.errors import ConfigError
 
 FIELDS = ("outcome", "critical_steps", "serial_steps", "n_subagents", "assigned", "completed")
@@ -171,6 +170,8 @@ def env_spec(configs: list[str]) -> tuple[type, dict]:
     spec = (merged.get("data") or {}).get("env") or {"class_path": "parlightning.envs.swarm.SwarmEnv"}
     if isinstance(spec, str):
         spec = {"class_path": spec}
+    from parlightning.envs.normalize import NormalizeEnv
+
     while True:
         module, _, name = spec["class_path"].rpartition(".")
         try:
@@ -317,6 +318,8 @@ def evaluate(a: argparse.Namespace) -> dict[str, Any]:
     n = len(tasks) * a.episodes if tasks else a.episodes
     env = build_env(cls, init_args, n, a.seed, split, a.device)
     policy = load_policy(a.ckpt_path, env) if a.ckpt_path else None
+    from parlightning.envs.normalize import normalizer_from_checkpoint
+
     normalizer = normalizer_from_checkpoint(torch.load(a.ckpt_path, weights_only=True)) if a.ckpt_path else None
     normalize = normalizer if normalizer is not None else (lambda obs: obs)  # as load_policy(...).predict does
     if a.policy is not None and not callable(getattr(env, "scripted_action", None)):

@@ -15,7 +15,6 @@ import torch
 from torch import Tensor
 
 from parlightning.callbacks.planner import find_planner
-from parlightning.envs.base import ActionSpec
 from parlightning.errors import ConfigError
 from parlightning.loss import ppo_loss
 from parlightning.policies import ACTIVATIONS, ActorCritic
@@ -24,14 +23,6 @@ from parlightning.recurrent import CELLS, RecurrentActorCritic
 LOSS_METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "old_approx_kl", "clipfrac")  # logged as losses/*
 
 POLICIES = ("mlp", "slots", *CELLS)  # model.policy
-
-
-def spaces_from_checkpoint(spaces: dict[str, Any]) -> tuple[tuple[int, ...], ActionSpec]:
-    """The observation shape and `ActionSpec` a checkpoint's `policy_spaces` (written by
-    `PPOModule.on_save_checkpoint`) describe."""
-    a = spaces["action_spec"]
-    spec = ActionSpec(a["kind"], tuple(a["nvec"]), tuple(a["shape"]), a["low"], a["high"])
-    return tuple(int(d) for d in spaces["observation_shape"]), spec
 
 
 class PPOModule(pl.LightningModule):
@@ -319,3 +310,13 @@ class PPOModule(pl.LightningModule):
         self.log("env_steps", float(rollout.env_steps), prog_bar=True, logger=False, **once)
         if "charts/SPS" in stats:
             self.log("SPS", stats["charts/SPS"], prog_bar=True, logger=False, **once)
+
+
+def spaces_from_checkpoint(spaces: dict[str, Any]) -> tuple[tuple[int, ...], Any]:
+    """The observation shape and `ActionSpec` a checkpoint's `policy_spaces` (written by
+    `PPOModule.on_save_checkpoint`) describe."""
+    from parlightning.envs.base import ActionSpec
+
+    a = spaces["action_spec"]
+    spec = ActionSpec(a["kind"], tuple(a["nvec"]), tuple(a["shape"]), a["low"], a["high"])
+    return tuple(int(d) for d in spaces["observation_shape"]), spec
