@@ -3,7 +3,7 @@
 Each trial is one real fit of `--config` with the trial's suggestions as overrides; its score is the
 mean of `charts/episodic_return` over the fit's last `--last` iterations (read from its TensorBoard
 events); every trial keeps its own run folder (`--out`/trial_N: config.yaml, events, checkpoints),
-so `python scripts/plot_runs.py` can draw them. The search space below is CleanRL's usual PPO knobs;
+so `python -m parlightning.plot runs/tune/trial_*` can draw them. The search space below is CleanRL's usual PPO knobs;
 edit `suggest` for yours.
 
     pip install '.[tune]'
@@ -11,7 +11,8 @@ edit `suggest` for yours.
     python scripts/tune.py --quick      # 2 trials x 2 tiny iterations on CartPole (seconds), for tests
 
 Writes `--out`/study.json (every trial's parameters and score, the best one). Scores of single short
-runs are noisy: rerun the best few with several seeds (`--seeds`) before believing an ordering.
+runs are noisy: rerun the best few settings with several `--seed_everything` values and compare their
+curves (`python -m parlightning.plot`) before believing an ordering.
 """
 
 from __future__ import annotations
