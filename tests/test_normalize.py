@@ -215,16 +215,17 @@ PREDICT_AND_EXPORT = textwrap.dedent("""
 """)
 
 
-def test_evaluate_predict_and_export_apply_the_frozen_statistics_identically(normalized_run, tmp_path):
+def test_evaluate_predict_and_export_apply_the_frozen_statistics_identically(normalized_run, tmp_path, capsys):
+    from parlightning.evaluate import main as evaluate_main
+    from parlightning.export import main as export_main
+
     config, ckpt, *_ = normalized_run
+    export_main(["--ckpt_path", str(ckpt), "--out", str(tmp_path / "p.pt2")])
+    assert "observations normalised inside" in capsys.readouterr().err
+    evaluate_main(["--config", str(config), "--ckpt_path", str(ckpt), "--json", str(tmp_path / "e.json")])
     env = {**os.environ, "PYTHONPATH": os.path.abspath(ROOT)}
-    run = lambda *a: subprocess.run([sys.executable, *a], cwd=tmp_path, env=env, capture_output=True, text=True,  # noqa: E731
-                                    timeout=300)
-    done = run("-m", "parlightning.export", "--ckpt_path", str(ckpt), "--out", "p.pt2")
-    assert done.returncode == 0 and "observations normalised inside" in done.stderr, done.stderr
-    done = run("-m", "parlightning.evaluate", "--config", str(config), "--ckpt_path", str(ckpt), "--json", "e.json")
-    assert done.returncode == 0, done.stderr
-    done = run("-c", PREDICT_AND_EXPORT, str(ckpt), str(config), "p.pt2", "p.json")
+    done = subprocess.run([sys.executable, "-c", PREDICT_AND_EXPORT, str(ckpt), str(config), "p.pt2", "p.json"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)  # a fresh process
     assert done.returncode == 0, done.stderr
     got, evaluated = json.loads((tmp_path / "p.json").read_text()), json.loads((tmp_path / "e.json").read_text())
     assert got["world"] == "CartPoleEnv"  # evaluation runs the raw world; the policy normalises
