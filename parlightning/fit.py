@@ -30,7 +30,7 @@ from parlightning.data import RolloutDataModule
 from parlightning.errors import ConfigError, parser_error_line, root_error_line
 from parlightning.module import PPOModule
 from parlightning.packaged import moved_hint, resolve_config_args
-from parlightning.progress import with_progress_bar
+from parlightning.cli_defaults import default_callbacks
 from parlightning.preflight import check_arguments, check_config
 
 
@@ -60,7 +60,7 @@ class ParlCLI(LightningCLI):
 
     def instantiate_trainer(self, **kwargs):
         trainer_config = {**(self.config_init.get("trainer") or {}), **kwargs}
-        return super().instantiate_trainer(**kwargs, callbacks=with_progress_bar(trainer_config))  # env steps as ints
+        return super().instantiate_trainer(**kwargs, callbacks=default_callbacks(trainer_config))  # progress bar, last.ckpt
 
     def before_instantiate_classes(self) -> None:
         config = self.config
