@@ -1,8 +1,8 @@
 """Callbacks the CLI adds when the config names none of their kind:
 - a progress bar: Lightning's TQDM bar with the env-step count as an integer (`env_steps=983040`, not
   tqdm's `9.83e+5`) and SPS rounded to whole steps;
-- a checkpoint callback that also writes `<log_dir>/checkpoints/last.ckpt` every iteration (Lightning's
-  default keeps only `epoch=N-step=M.ckpt`), so `--ckpt_path .../last.ckpt`, evaluate and export work
+- a checkpoint callback that writes `<log_dir>/checkpoints/last.ckpt` every iteration (Lightning's
+  default writes `epoch=N-step=M.ckpt`, a name that changes every iteration), so `--ckpt_path .../last.ckpt`, evaluate and export work
   after any config that checkpoints."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ class EnvStepsProgressBar(TQDMProgressBar):
 
 
 def default_callbacks(trainer_config: dict[str, Any]) -> list[Any]:
-    """The trainer's callbacks plus an `EnvStepsProgressBar` and a `ModelCheckpoint(save_last=True)`,
+    """The trainer's callbacks plus an `EnvStepsProgressBar` and a `ModelCheckpoint(save_last=True, save_top_k=0)`,
     each unless switched off (`enable_progress_bar` / `enable_checkpointing: false`: Lightning refuses
     the callback then) or already named in the config (Lightning refuses two progress bars)."""
     callbacks = trainer_config.get("callbacks") or []
@@ -37,5 +37,5 @@ def default_callbacks(trainer_config: dict[str, Any]) -> list[Any]:
         extra.append(EnvStepsProgressBar())
     if trainer_config.get("enable_checkpointing") is not False and not any(
             isinstance(c, ModelCheckpoint) for c in callbacks):
-        extra.append(ModelCheckpoint(save_last=True))
+        extra.append(ModelCheckpoint(save_last=True, save_top_k=0))  # last.ckpt only: one file, every iteration
     return [*callbacks, *extra]
