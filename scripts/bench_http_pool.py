@@ -3,7 +3,7 @@ thread-based `HTTPPool` (urllib, one thread per call in flight) on the same work
 OpenAI-compatible server (`parlightning.subagents.chat_server`, its own process) that answers each
 call after a fixed latency.
 
-    python scripts/bench_http_pool.py             # latency 200 ms, 1,000 and 2,000 calls in flight
+    python scripts/bench_http_pool.py             # latency 200 ms, then 2 s; 1,000 and 2,000 calls in flight
     python scripts/bench_http_pool.py --quick     # seconds: 100 in flight, 50 ms
     python scripts/bench_http_pool.py --latency 0.5 --rows async:4000:20000
 
@@ -63,7 +63,7 @@ def child(kind: str, url: str, workers: int, calls: int, timeout: float) -> dict
         outstanding.append(pool.spawn(f"subtask {spawned}"))
         spawned += 1
     while outstanding:
-        time.sleep(0.002)
+        time.sleep(0.01)  # the same sweep for both pools; its cost is in the client CPU column
         still = []
         for h in outstanding:
             r = pool.poll(h)
@@ -92,6 +92,12 @@ def child(kind: str, url: str, workers: int, calls: int, timeout: float) -> dict
             "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
+DEFAULT_ROWS = {  # latency -> rows: at 200 ms the CPUs bound calls/s; at 2 s the pools can hold every call in flight
+    0.2: "async:1000:10000,threads:1000:10000,async:2000:20000,async:1000:20000",
+    2.0: "async:1000:4000,threads:1000:4000,async:2000:8000",
+}
+
+
 def server_call(base_url: str, path: str, method: str = "GET") -> dict:
     request = urllib.request.Request(base_url.rstrip("/") + path, data=b"" if method == "POST" else None,
                                      method=method)
@@ -102,10 +108,11 @@ def server_call(base_url: str, path: str, method: str = "GET") -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="seconds: 100 in flight, 50 ms latency")
-    parser.add_argument("--latency", type=float, default=None, help="server seconds per call (default 0.2)")
+    parser.add_argument("--latency", type=float, nargs="+", default=None,
+                        help="server seconds per call, one table each (default 0.2 2.0)")
     parser.add_argument("--rows", default=None,
-                        help="comma-separated kind:workers:calls, kind async or threads "
-                             "(default async:1000:10000,threads:1000:10000,async:2000:20000,async:1000:20000)")
+                        help="comma-separated kind:workers:calls, kind async or threads (default: "
+                             + "; ".join(f"{k} s: {v}" for k, v in DEFAULT_ROWS.items()) + ")")
     parser.add_argument("--timeout", type=float, default=60.0, help="per-call timeout of both pools")
     parser.add_argument("--child", nargs=4, metavar=("KIND", "URL", "WORKERS", "CALLS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -113,15 +120,29 @@ def main() -> None:
         kind, url, workers, calls = args.child
         print(json.dumps(child(kind, url, int(workers), int(calls), args.timeout)))
         return
-    latency = args.latency if args.latency is not None else (0.05 if args.quick else 0.2)
-    rows = args.rows or ("async:100:500,threads:100:500" if args.quick else
-                         "async:1000:10000,threads:1000:10000,async:2000:20000,async:1000:20000")
-    plan = []
-    for spec in rows.split(","):
-        kind, workers, calls = spec.split(":")
-        if kind not in ("async", "threads"):
-            parser.error(f"--rows: kind must be async or threads, got {kind!r} in {spec!r}")
-        plan.append((kind, int(workers), int(calls)))
+    latencies = args.latency or ([0.05] if args.quick else list(DEFAULT_ROWS))
+    plans = {}
+    for latency in latencies:
+        rows = args.rows or ("async:100:500,threads:100:500" if args.quick else
+                             DEFAULT_ROWS.get(latency, DEFAULT_ROWS[0.2]))
+        plans[latency] = []
+        for spec in rows.split(","):
+            kind, workers, calls = spec.split(":")
+            if kind not in ("async", "threads"):
+                parser.error(f"--rows: kind must be async or threads, got {kind!r} in {spec!r}")
+            plans[latency].append((kind, int(workers), int(calls)))
+    load_before = os.getloadavg()
+    print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {os.cpu_count()} CPUs; python "
+          f"{sys.version.split()[0]}; command: python scripts/bench_http_pool.py {' '.join(sys.argv[1:])}".rstrip())
+    for latency, plan in plans.items():
+        table(latency, plan, args.timeout)
+    load_after = os.getloadavg()
+    print(f"load average (1, 5, 15 min) before: {', '.join(f'{x:.2f}' for x in load_before)}; "
+          f"after: {', '.join(f'{x:.2f}' for x in load_after)}")
+
+
+def table(latency: float, plan: list, timeout: float) -> None:
+    """One server at `latency`, one row per (kind, workers, calls), each in its own child process."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     server = subprocess.Popen([sys.executable, "-m", "parlightning.subagents.chat_server", "--latency", str(latency)],
                               stdout=subprocess.PIPE, text=True, env=env)
@@ -130,17 +151,14 @@ def main() -> None:
         if not line.startswith("listening on "):
             raise SystemExit(f"error: the local chat server did not start (it printed {line!r})")
         base_url = line.removeprefix("listening on ")
-        load_before = os.getloadavg()
-        started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-        print(f"# {started}; server latency {latency * 1000:g} ms; {os.cpu_count()} CPUs; python "
-              f"{sys.version.split()[0]}")
+        print(f"\nserver latency {latency * 1000:g} ms\n")
         print("| pool | workers | calls | failed | wall s | calls/s | latency bound calls/s | server peak in flight "
               "| server mean in flight | client CPU s / 1k calls | peak threads | peak RSS MB | RSS growth 2nd half MB "
               "| connections |")
         print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for kind, workers, calls in plan:
             server_call(base_url, "/stats/reset", "POST")
-            out = subprocess.run([sys.executable, __file__, "--timeout", str(args.timeout), "--child", kind, base_url,
+            out = subprocess.run([sys.executable, __file__, "--timeout", str(timeout), "--child", kind, base_url,
                                   str(workers), str(calls)], capture_output=True, text=True, env=env)
             if out.returncode != 0:
                 raise SystemExit(f"error: the {kind} row failed: {out.stderr.strip().splitlines()[-1:]}")
@@ -153,9 +171,6 @@ def main() -> None:
                   f"| {r['rss_end'] - r['rss_half']:+.1f} | {s['connections']} |", flush=True)
             for error, n in sorted(r["errors"].items(), key=lambda e: -e[1])[:3]:
                 print(f"#   {n} x {error}")
-        load_after = os.getloadavg()
-        print(f"load average (1, 5, 15 min) before: {', '.join(f'{x:.2f}' for x in load_before)}; "
-              f"after: {', '.join(f'{x:.2f}' for x in load_after)}")
     finally:
         server.terminate()
         server.wait(timeout=10)
