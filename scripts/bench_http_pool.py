@@ -10,7 +10,8 @@ call after a fixed latency.
 Each row runs in a fresh child process (its peak RSS is its own): it keeps `workers` calls
 outstanding (closed loop: one finishes, the next is spawned, until `calls` are done) through the
 pool's `spawn`/`poll` interface, as orchestration worlds do. Columns: calls/s over the whole run;
-the server's peak and mean requests in flight (busy time / wall: the concurrency it saw); the
+the server's peak and mean requests in flight (over the whole run, and steady: from the first
+round's end to the last spawn, before the drain); the
 calls per second the latency allows at that concurrency (`workers / latency`); client CPU seconds
 per 1,000 calls; peak threads; peak RSS and its growth between the run's first half and its end
 (bounded memory: ~0); TCP connections the server accepted (keep-alive reuses them). Prints a
@@ -57,6 +58,7 @@ def child(kind: str, url: str, workers: int, calls: int, timeout: float) -> dict
     rss_start = rss_mb()
     cpu0, t0 = os.times(), time.perf_counter()
     spawned, ok, failed, threads, rss_half = 0, 0, 0, threading.active_count(), None
+    window: list[dict] = []  # server stats when the steady phase starts (a round done) and ends (the last spawn)
     errors: dict[str, int] = {}
     outstanding: list[int] = []
     while spawned < min(workers, calls):
@@ -80,13 +82,19 @@ def child(kind: str, url: str, workers: int, calls: int, timeout: float) -> dict
                 still.append(pool.spawn(f"subtask {spawned}"))
                 spawned += 1
         outstanding = still
+        if (len(window) == 0 and ok + failed >= workers) or (len(window) == 1 and spawned == calls):
+            window.append(server_call(url, "/stats"))
         threads = max(threads, threading.active_count())
         if rss_half is None and ok + failed >= calls // 2:
             rss_half = rss_mb()
     wall = time.perf_counter() - t0
     cpu1 = os.times()
     pool.close()
-    return {"ok": ok, "failed": failed, "errors": errors, "wall": wall, "threads": threads,
+    steady = None
+    if len(window) == 2 and window[1]["clock"] > window[0]["clock"]:
+        steady = (window[1]["in_flight_seconds"] - window[0]["in_flight_seconds"]) / (
+            window[1]["clock"] - window[0]["clock"])
+    return {"ok": ok, "steady": steady, "failed": failed, "errors": errors, "wall": wall, "threads": threads,
             "cpu": (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system), "rss_start": rss_start,
             "rss_half": rss_half if rss_half is not None else rss_mb(), "rss_end": rss_mb(),
             "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
@@ -94,11 +102,12 @@ def child(kind: str, url: str, workers: int, calls: int, timeout: float) -> dict
 
 DEFAULT_ROWS = {  # latency -> rows: at 200 ms the CPUs bound calls/s; at 2 s the pools can hold every call in flight
     0.2: "async:1000:10000,threads:1000:10000,async:2000:20000,async:1000:20000",
-    2.0: "async:1000:4000,threads:1000:4000,async:2000:8000",
+    2.0: "async:1000:4000,threads:1000:4000,async:2000:8000,threads:2000:8000",
 }
 
 
 def server_call(base_url: str, path: str, method: str = "GET") -> dict:
+    """The local server's /stats (or /stats/reset), over a connection of its own."""
     request = urllib.request.Request(base_url.rstrip("/") + path, data=b"" if method == "POST" else None,
                                      method=method)
     with urllib.request.urlopen(request, timeout=30) as response:
@@ -153,8 +162,8 @@ def table(latency: float, plan: list, timeout: float) -> None:
         base_url = line.removeprefix("listening on ")
         print(f"\nserver latency {latency * 1000:g} ms\n")
         print("| pool | workers | calls | failed | wall s | calls/s | latency bound calls/s | server peak in flight "
-              "| server mean in flight | client CPU s / 1k calls | peak threads | peak RSS MB | RSS growth 2nd half MB "
-              "| connections |")
+              "| server mean in flight: run / steady | client CPU s / 1k calls | peak threads | peak RSS MB "
+              "| RSS growth 2nd half MB | connections |")
         print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for kind, workers, calls in plan:
             server_call(base_url, "/stats/reset", "POST")
@@ -165,8 +174,9 @@ def table(latency: float, plan: list, timeout: float) -> None:
             r = json.loads(out.stdout.strip().splitlines()[-1])
             s = server_call(base_url, "/stats")
             name = "AsyncHTTPPool" if kind == "async" else "HTTPPool"
+            steady = "-" if r["steady"] is None else f"{r['steady']:.0f}"
             print(f"| {name} | {workers} | {calls} | {r['failed']} | {r['wall']:.2f} | {calls / r['wall']:.0f} "
-                  f"| {workers / latency:.0f} | {s['peak_in_flight']} | {s['busy_seconds'] / r['wall']:.0f} "
+                  f"| {workers / latency:.0f} | {s['peak_in_flight']} | {s['busy_seconds'] / r['wall']:.0f} / {steady} "
                   f"| {1000 * r['cpu'] / calls:.2f} | {r['threads']} | {r['peak_rss']:.0f} "
                   f"| {r['rss_end'] - r['rss_half']:+.1f} | {s['connections']} |", flush=True)
             for error, n in sorted(r["errors"].items(), key=lambda e: -e[1])[:3]:

@@ -15,7 +15,8 @@ Latency: `latency` seconds per request, lognormal with median `latency` when `la
     @hold              wait until `release()` is called, then answer (for counting calls in flight)
 
 `GET /stats` answers the counters as JSON (requests, peak and current requests in flight, busy
-seconds summed over requests, connections opened, attempts per prompt); `POST /stats/reset`
+seconds summed over requests, the integral of requests in flight over time and its clock,
+connections opened, attempts per prompt); `POST /stats/reset`
 zeroes them. In a thread: `with LocalChatServer(latency=0.05) as server: server.base_url`. As a
 process (benchmarks): `python -m parlightning.subagents.chat_server --latency 0.2` prints
 `listening on http://127.0.0.1:PORT/v1` and serves until killed.
@@ -60,12 +61,22 @@ class LocalChatServer:
     def reset_stats(self) -> None:
         self.requests = self.in_flight = self.peak_in_flight = self.connections = 0
         self.busy_seconds = 0.0
+        self._area, self._since = 0.0, time.monotonic()  # integral of requests in flight over time, and its clock
         self.attempts: collections.Counter = collections.Counter()  # prompt -> requests seen
         self.arrivals: dict[str, list[float]] = collections.defaultdict(list)  # prompt -> monotonic arrival times
 
+    def _tick(self) -> None:
+        now = time.monotonic()
+        self._area += self.in_flight * (now - self._since)
+        self._since = now
+
     def stats(self) -> dict[str, Any]:
+        """The counters; `in_flight_seconds` (the integral of requests in flight over time) at `clock`
+        (monotonic seconds): the mean in flight over a window is their change's ratio."""
+        self._tick()
         return {"requests": self.requests, "in_flight": self.in_flight, "peak_in_flight": self.peak_in_flight,
-                "busy_seconds": self.busy_seconds, "connections": self.connections, "attempts": dict(self.attempts)}
+                "busy_seconds": self.busy_seconds, "connections": self.connections, "attempts": dict(self.attempts),
+                "in_flight_seconds": self._area, "clock": self._since}
 
     @property
     def base_url(self) -> str:
@@ -133,6 +144,7 @@ class LocalChatServer:
         self.attempts[prompt] += 1
         self.arrivals[prompt].append(start)
         seen = self.attempts[prompt]
+        self._tick()
         self.in_flight += 1
         self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
         try:
@@ -172,6 +184,7 @@ class LocalChatServer:
             await self._send(writer, 200, json.dumps(reply).encode(), keep)
             return True
         finally:
+            self._tick()
             self.in_flight -= 1
             self.busy_seconds += time.monotonic() - start
 
