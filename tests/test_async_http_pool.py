@@ -198,7 +198,8 @@ def test_a_closed_port_is_one_error_naming_the_url_when_the_pool_is_built():
     with pytest.raises(ConfigError) as err:
         build_shared({"pool": {"class_path": POOL, "init_args": {"base_url": url}}})
     message = str(err.value)
-    assert message.startswith(f"data.env.init_args.shared.pool: AsyncHTTPPool: cannot connect to {url}/chat/completions")
+    assert message.startswith("data.env.init_args.shared.pool: AsyncHTTPPool: cannot connect to "
+                              f"{url}/chat/completions")
     assert "ConnectionRefusedError" in message and "\n" not in message
 
 

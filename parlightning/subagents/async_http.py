@@ -163,6 +163,7 @@ class AsyncHTTPPool(PoolBase):
         self._session = aiohttp.ClientSession(connector=connector, headers=self._headers(),
                                               json_serialize=json.dumps, raise_for_status=False)
         self._slots = asyncio.Semaphore(self.workers)
+        self._timeout = aiohttp.ClientTimeout(total=self.timeout)  # per attempt, from when a slot is free
 
     async def _probe(self) -> None:
         parts = urllib.parse.urlsplit(self.url)
@@ -208,8 +209,7 @@ class AsyncHTTPPool(PoolBase):
             self.stats["in_flight"] += 1
             self.stats["peak_in_flight"] = max(self.stats["peak_in_flight"], self.stats["in_flight"])
             try:
-                async with self._session.post(self.url, data=body,
-                                              timeout=aiohttp.ClientTimeout(total=self.timeout)) as response:
+                async with self._session.post(self.url, data=body, timeout=self._timeout) as response:
                     raw = await response.read()
                     self._consecutive_connect_failures = 0  # an answer of any kind: the endpoint is there
                     status = response.status

@@ -99,7 +99,8 @@ class LocalChatServer:
                     return
                 lines = head.decode("latin-1").split("\r\n")
                 method, path = (lines[0].split(" ") + ["", ""])[:2]
-                headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:] if line)}
+                fields = (line.partition(":") for line in lines[1:] if line)
+                headers = {k.strip().lower(): v.strip() for k, _, v in fields}
                 body = await reader.readexactly(int(headers.get("content-length", "0") or 0))
                 keep = headers.get("connection", "").lower() != "close"
                 if not await self._answer(method, path, body, reader, writer, keep):
