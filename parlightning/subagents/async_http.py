@@ -337,6 +337,9 @@ class AsyncHTTPPool(PoolBase):
         for future in futures:
             future.cancel()
         loop = self._loop
+        if threading.current_thread() is self._thread:  # closed from a callback on the loop itself
+            loop.stop()
+            return
         session = getattr(self, "_session", None)
         if session is not None and loop.is_running():
             try:
