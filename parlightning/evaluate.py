@@ -18,6 +18,7 @@ from typing import Any, Callable, Optional
 import torch
 from torch import Tensor
 
+from parlightning.envs.base import action_mask_of
 from parlightning.errors import ConfigError
 
 FIELDS = ("outcome", "critical_steps", "serial_steps", "n_subagents", "assigned", "completed")
@@ -33,11 +34,12 @@ class Episodes:
     trace: Optional[list[dict[str, Tensor]]] = None  # per round of actor 0: what ran (see SwarmEnv.trace)
 
 
-def run_episodes(env: Any, act: Callable[[Tensor], Tensor], seed: int, max_rounds: int = 10_000,
-                 trace: Optional[int] = None) -> Episodes:
+def run_episodes(env: Any, act: Callable[..., Tensor], seed: int, max_rounds: int = 10_000,
+                 trace: Optional[int] = None, masked: bool = False) -> Episodes:
     """Reset `env` (actor i on task i mod K) with `seed`, step `act(obs)` until every actor has
     finished one episode, and keep that first episode of each (host reads are fine here: this is
-    evaluation, not the training hot path). `trace`: an actor whose rounds to record (`--gantt`)."""
+    evaluation, not the training hot path). `trace`: an actor whose rounds to record (`--gantt`).
+    `masked`: call `act(obs, mask)` with the world's action mask (`env.action_masks()`, or None)."""
     N = env.num_envs
     task = torch.arange(N, device=env.device) % len(env.task_ids)
     obs = env.reset(seed=seed, task_index=task)
@@ -49,7 +51,7 @@ def run_episodes(env: Any, act: Callable[[Tensor], Tensor], seed: int, max_round
     env.trace_actor = trace or 0
     try:
         for t in range(max_rounds):
-            res = env.step(act(obs), task)
+            res = env.step(act(obs, action_mask_of(env)) if masked else act(obs), task)
             if trace is not None and not bool(got[trace]):
                 rounds.append(env.last_round)
             done = (res.terminated | res.truncated) & ~got
@@ -99,20 +101,25 @@ def by_family(ep: Episodes, serial: Optional[Episodes], task_ids: list[str], thr
 
 
 # ---------------------------------------------------------------------------------- policies
-def greedy_action(policy: torch.nn.Module, obs: Tensor) -> Tensor:
-    """The most likely action of a trained policy (per dimension; the mean for a Gaussian)."""
+def greedy_action(policy: torch.nn.Module, obs: Tensor, mask: Optional[Tensor] = None) -> Tensor:
+    """The most likely action of a trained policy (per live dimension, action 0 where `mask` masks
+    it; the mean for a Gaussian)."""
     from parlightning.policies import CategoricalHead
     from parlightning.slots_policy import SlotsActorCritic
 
-    if isinstance(policy, SlotsActorCritic):
-        flat = policy._features(obs)[0]
-    else:
-        flat = policy._forward(policy.actor, obs.flatten(1), None)
+    flat = policy.action_logits(obs, mask=mask) if isinstance(policy, SlotsActorCritic) else policy.action_logits(obs)
     head = policy.head
     if not isinstance(head, CategoricalHead):
         return flat
-    action = head._log_probs(flat).argmax(0)  # [D, B]
-    return action[0] if head.scalar else action.t().contiguous()
+    return head.greedy(flat, mask)
+
+
+def policy_action(policy: torch.nn.Module, obs: Tensor, mask: Optional[Tensor], greedy: bool,
+                  generator: Optional[torch.Generator] = None) -> Tensor:
+    """A trained policy's action for `obs` under the world's mask (None: unmasked)."""
+    if greedy:
+        return greedy_action(policy, obs, mask)
+    return policy.act(obs, generator, **({} if mask is None else {"mask": mask}))[0]
 
 
 def load_policy(path: str, env: Any) -> torch.nn.Module:
@@ -308,11 +315,11 @@ def evaluate(a: argparse.Namespace) -> dict[str, Any]:
         raise ConfigError(f"--policy: {cls.__name__} provides no scripted policies; pass --ckpt_path")
     gen = torch.Generator(device=env.device)
 
-    def act(obs: Tensor) -> Tensor:
+    def act(obs: Tensor, mask: Optional[Tensor] = None) -> Tensor:
         if policy is None:
             return env.scripted_action(a.policy, obs, gen)
         with torch.inference_mode():
-            return greedy_action(policy, obs) if a.greedy else policy.act(obs, gen)[0]
+            return policy_action(policy, obs, mask, a.greedy, gen)
 
     name = a.policy or f"{a.ckpt_path} ({'greedy' if a.greedy else 'sampled'})"
     if not tasks:  # a Gymnasium world: mean return

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from parlightning.callbacks.planner import find_planner
+from parlightning.envs.base import action_mask_of
 from parlightning.errors import ConfigError
 from parlightning.loss import ppo_loss
 from parlightning.policies import ACTIVATIONS, ActorCritic
@@ -175,13 +176,14 @@ class PPOModule(pl.LightningModule):
     # ------------------------------------------------------------------ PPO step
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         hp = self.hparams
+        masked = {"mask": batch["masks"]} if "masks" in batch else {}  # the world's action masks, as stored
         if "state0" in batch:  # recurrent: whole per-actor chunks [B, L, ...], re-run from each chunk's first state
             new_logprob, entropy, new_value = self.policy.evaluate_sequences(
-                batch["obs"], batch["actions"], batch["episode_start"], batch["state0"]
+                batch["obs"], batch["actions"], batch["episode_start"], batch["state0"], **masked
             )
         else:
             keyed = {"key": batch["keys"]} if "keys" in batch else {}  # a keyed policy's table rows (TensorParallel)
-            new_logprob, entropy, new_value = self.policy.evaluate(batch["obs"], batch["actions"], **keyed)
+            new_logprob, entropy, new_value = self.policy.evaluate(batch["obs"], batch["actions"], **keyed, **masked)
         out = ppo_loss(
             new_logprob, entropy, new_value, batch["logprobs"], batch["values"], batch["advantages"],
             batch["returns"], hp.clip_coef, hp.ent_coef, hp.vf_coef, hp.norm_adv, hp.clip_vloss,
@@ -275,10 +277,12 @@ class PPOModule(pl.LightningModule):
         env = getattr(self.trainer.datamodule, "env", None)
         if self.policy is not None and env is not None:  # `parlightning.export` rebuilds the policy from these
             spec = self.policy.action_spec
+            mask = action_mask_of(env)  # export takes the world's mask as an input when it has one
             checkpoint["policy_spaces"] = {
                 "observation_shape": [int(d) for d in env.observation_shape],
                 "action_spec": {"kind": spec.kind, "nvec": [int(n) for n in spec.nvec],
                                 "shape": [int(d) for d in spec.shape], "low": spec.low, "high": spec.high},
+                "action_mask_width": None if mask is None else int(mask.shape[-1]),
             }
 
     def _log_rollout(self) -> None:

@@ -123,13 +123,14 @@ def test_the_update_recomputes_the_rollouts_logprobs_and_values_exactly(tmp_path
     mismatch = 0.0
     with torch.no_grad():
         for b in batches:
-            logprob, _, value = policy.evaluate_sequences(b["obs"], b["actions"], b["episode_start"], b["state0"])
+            mask = b["masks"]  # SwarmEnv's action masks, stored per step: the log-probs were taken under them
+            logprob, _, value = policy.evaluate_sequences(b["obs"], b["actions"], b["episode_start"], b["state0"], mask)
             torch.testing.assert_close(logprob, b["logprobs"], rtol=0, atol=1e-4)
             torch.testing.assert_close(value, b["values"], rtol=0, atol=1e-4)
             # the check has teeth: a wrong initial state or forgotten resets move the numbers a lot
             obs, actions, start, state0 = b["obs"], b["actions"], b["episode_start"], b["state0"]
-            wrong0 = policy.evaluate_sequences(obs, actions, start, torch.zeros_like(state0))
-            no_reset = policy.evaluate_sequences(obs, actions, torch.zeros_like(start), state0)
+            wrong0 = policy.evaluate_sequences(obs, actions, start, torch.zeros_like(state0), mask)
+            no_reset = policy.evaluate_sequences(obs, actions, torch.zeros_like(start), state0, mask)
             mismatch = max(mismatch, (wrong0[0] - b["logprobs"]).abs().max(), (no_reset[0] - b["logprobs"]).abs().max())
     assert mismatch > 0.1
 

@@ -234,6 +234,11 @@ class SwarmEnv(BatchedEnv):
         """[W, N] bool: subtasks of the current stage still to do."""
         return self._pend > 0
 
+    def action_masks(self) -> Tensor:
+        """[N, W] bool: the live action dimensions of the observation last returned (the pending
+        slots; a slot with nothing pending ignores its entry). See `BatchedEnv` for the contract."""
+        return self._pend.t() > 0
+
     @property
     def failed(self) -> Tensor:
         """[W, N] bool: delegations that failed last round."""
