@@ -139,7 +139,8 @@ def load_policy(path: str, env: Any) -> torch.nn.Module:
         raise ConfigError(f"--ckpt_path: evaluate runs mlp and slots policies; this checkpoint's is {hp['policy']!r}")
     if "key_table.weight" in state:
         raise ConfigError("--ckpt_path: a keyed (TensorParallel) policy needs each task's key; evaluate runs unkeyed policies")
-    module = PPOModule(**{k: v for k, v in hp.items() if k in PPOModule.__init__.__code__.co_varnames})
+    skip = ("init_from", "prior")  # how training started: the weights below replace it
+    module = PPOModule(**{k: v for k, v in hp.items() if k in PPOModule.__init__.__code__.co_varnames and k not in skip})
     policy = module.build_policy(env.observation_shape, env.action_spec)
     try:
         policy.load_state_dict(state)
@@ -273,7 +274,8 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", action="append", default=[], help="the fit config(s) naming data.env (repeatable)")
     p.add_argument("--ckpt_path", help="a checkpoint written by python -m parlightning.fit")
-    p.add_argument("--policy", choices=("serial", "oracle", "random"), help="a scripted baseline of the world instead")
+    p.add_argument("--policy", choices=("serial", "oracle", "optimal", "random"),
+                   help="a scripted baseline of the world instead (optimal: the round-optimal oracle, the ceiling)")
     p.add_argument("--split", help="task bank to evaluate on: heldout (default for worlds with splits) or train")
     p.add_argument("--episodes", type=int, default=4, help="episodes per task (Gymnasium worlds: in all)")
     p.add_argument("--seed", type=int, default=0)

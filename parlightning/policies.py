@@ -118,6 +118,10 @@ class CategoricalHead(nn.Module):
         logp = self._log_probs(flat_logits, mask)
         return -(logp.exp() * logp).sum(0).t()
 
+    def log_probabilities(self, flat_logits: Tensor, mask: Optional[Tensor] = None) -> Tensor:
+        """[B, D, max(nvec)]: each dimension's log-probabilities (very negative on padding and masked categories)."""
+        return self._log_probs(flat_logits, mask).permute(2, 1, 0)
+
     def probabilities(self, flat_logits: Tensor, mask: Optional[Tensor] = None) -> Tensor:
         """[B, D, max(nvec)]: each dimension's action probabilities (0 on padding and masked categories)."""
         return self._log_probs(flat_logits, mask).exp().permute(2, 1, 0)
@@ -238,6 +242,33 @@ class ActorCritic(nn.Module):
         logprob, entropy = self.head.log_prob_entropy(self._forward(self.actor, x, key), action, mask)
         return logprob, entropy, self._forward(self.critic, x, key).squeeze(-1)
 
+    def prior_layer(self) -> nn.Linear:
+        """The actor's output layer (its bias carries `set_action_prior`)."""
+        return self.actor[-1]
+
+    def prior_nvec(self) -> tuple[int, ...]:
+        return tuple(self.action_spec.nvec)
+
     def action_logits(self, obs: Tensor, key: Optional[Tensor] = None) -> Tensor:
         """The actor's raw outputs [B, head.n_outputs] (greedy evaluation, export, behaviour cloning)."""
         return self._forward(self.actor, obs.flatten(1), key)
+
+
+def prior_bias(probability: float, n: int) -> float:
+    """The logit bias that gives one of `n` categories `probability` when the others' logits are 0."""
+    return math.log(probability * (n - 1) / (1.0 - probability))
+
+
+def set_action_prior(policy: nn.Module, action: int, probability: float) -> None:
+    """Make `action` start with `probability` in every action dimension (e.g. SwarmEnv's 0, "do it
+    yourself", at 0.998): the actor's output bias, an ordinary trainable parameter, gets
+    `prior_bias` on that category and 0 on the others. The actor's last layer is initialised with
+    std 0.01, so the initial probability is `probability` up to that noise. The policy names its
+    output layer with `prior_layer()` (a Linear) and its layout with `prior_nvec()`."""
+    layer, nvec = policy.prior_layer(), policy.prior_nvec()
+    with torch.no_grad():
+        offset = 0
+        for n in nvec:
+            layer.bias[offset:offset + n] = 0.0
+            layer.bias[offset + action] = prior_bias(probability, n)
+            offset += n

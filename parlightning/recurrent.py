@@ -65,6 +65,13 @@ class RecurrentActorCritic(nn.Module):
         self.actor = layer_init(nn.Linear(rnn_hidden, self.head.n_outputs), std=0.01)
         self.critic = layer_init(nn.Linear(rnn_hidden, 1), std=1.0)
 
+    def prior_layer(self) -> nn.Linear:
+        """The actor's output layer (its bias carries `parlightning.policies.set_action_prior`)."""
+        return self.actor
+
+    def prior_nvec(self) -> tuple[int, ...]:
+        return tuple(self.action_spec.nvec)
+
     def initial_state(self, num_envs: int, device: Any = None) -> Tensor:
         """A fresh (zero) hidden state for `num_envs` actors: [N, S, H]."""
         return torch.zeros(num_envs, self.state_layers, self.rnn_hidden, device=device)

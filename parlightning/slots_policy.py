@@ -99,6 +99,13 @@ class SlotsActorCritic(nn.Module):
         logprob, entropy = self.head.log_prob_entropy(logits, action, mask)
         return logprob, entropy, self.critic(crit).squeeze(-1)
 
+    def prior_layer(self) -> nn.Linear:
+        """The shared head's output layer: one bias per category, for every slot (see `set_action_prior`)."""
+        return self.actor[-1]
+
+    def prior_nvec(self) -> tuple[int, ...]:
+        return (self.choices,)
+
     def action_logits(self, obs: Tensor, key: Optional[Tensor] = None, mask: Optional[Tensor] = None) -> Tensor:
         """The raw per-slot logits [B, W * C] (the pool over `mask`'s live slots when given)."""
         self._check_key(key)

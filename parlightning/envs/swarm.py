@@ -50,7 +50,8 @@ from parlightning.errors import ConfigError
 
 __all__ = ["FAMILIES", "SPLITS", "SCRIPTED", "SwarmEnv", "TaskBank"]
 SLOT_FEATURES = 6  # pending, size, plain, hard, local, failed last round
-SCRIPTED = ("serial", "oracle", "random")
+SCRIPTED = ("serial", "oracle", "optimal", "random")
+CEILING = "optimal"  # the best scripted policy: the ceiling every comparison reports against
 
 
 def _check_int(name: str, value: Any, low: int = 1) -> None:
@@ -480,6 +481,8 @@ class SwarmEnv(BatchedEnv):
             return torch.zeros(obs.shape[0], W, dtype=torch.long, device=obs.device)
         if name == "random":
             return torch.randint(0, 1 + 2 * S, (obs.shape[0], W), generator=generator, device=obs.device)
+        if name == "optimal":
+            return self._round_optimal(obs)
         if name != "oracle":
             raise ConfigError(f"scripted policy: unknown {name!r}; choose one of {list(SCRIPTED)}")
         pending = slots[..., 0] > 0.5
@@ -495,6 +498,42 @@ class SwarmEnv(BatchedEnv):
         fits = (splits[j] * deleg).sum(1) <= free
         j = j * fits.unsqueeze(1)
         return torch.where(deleg, 1 + j + S * (kind == HARD), torch.zeros_like(j))
+
+    def _round_optimal(self, obs: Tensor) -> Tensor:
+        """`optimal`: the round-optimal oracle, from the observation only. For every subagent-phase
+        length T in 0..max_cost (0: nothing delegated) each pending subtask takes the cheaper, in main-
+        agent time, of doing it yourself (its size) or the smallest split k with ceil(size / k) <= T
+        (merge_cost x k, + brief_cost when HARD; briefed exactly when HARD; LOCAL work never delegated;
+        a tie goes to doing it yourself, which never fails); the round's time is 1 + that main time +
+        spawn + the longest delegated shard; the T with the shortest round wins (so the all-serial
+        round when it is faster). A plan whose shards exceed the subagents free this round is not
+        considered. It ignores failures (reliability) and later stages: optimal per round, not overall."""
+        W, S, c = self.max_width, len(self.splits), self.costs
+        slots = obs[:, :W]
+        pending = slots[..., 0] > 0.5  # [N, W]
+        size = torch.round(slots[..., 1] * self.max_cost) * pending
+        kind = slots[..., 2:5].argmax(-1)
+        hard = (kind == HARD).float()
+        splits = self._splits.to(obs.device)
+        T = torch.arange(self.max_cost + 1, device=obs.device, dtype=size.dtype).view(1, -1, 1, 1)  # [1, C, 1, 1]
+        shard_time = torch.ceil(size.unsqueeze(-1) / splits)  # [N, W, S]
+        fits = shard_time.unsqueeze(1) <= T  # [N, C, W, S]
+        any_fit = fits.any(-1)
+        j = fits.float().argmax(-1)  # the smallest split that fits (the first True)
+        k = splits[j]  # [N, C, W]
+        cost = c.merge * k + c.brief * hard.unsqueeze(1)
+        deleg = any_fit & (pending & (kind != LOCAL)).unsqueeze(1) & (cost < size.unsqueeze(1))
+        main = 1.0 + torch.where(deleg, cost, size.unsqueeze(1)).sum(-1)  # [N, C]
+        longest = (torch.ceil(size.unsqueeze(1) / k) * deleg).amax(-1)
+        time = main + torch.where(deleg.any(-1), c.spawn + longest, torch.zeros_like(longest))
+        free = torch.full_like(size[:, :1], float(self.max_subagents))
+        if self.subagent_budget is not None:
+            free = torch.minimum(free, torch.round(obs[:, W, 4:5] * self.subagent_budget))
+        time = torch.where((k * deleg).sum(-1) <= free, time, torch.full_like(time, float("inf")))
+        best = time.argmin(-1)  # [N]; T = 0 (nothing delegated) is always feasible
+        pick = lambda t: t.gather(1, best.view(-1, 1, 1).expand(-1, 1, W)).squeeze(1)  # noqa: E731
+        d, jj = pick(deleg), pick(j.long())
+        return torch.where(d, 1 + jj + S * (kind == HARD), torch.zeros_like(jj))
 
     # ------------------------------------------------------------------ checkpoints
     _STATE = ("task", "level", "attempts", "pending", "failed", "elapsed", "serial", "n_subagents", "assigned",
