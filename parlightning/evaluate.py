@@ -105,9 +105,8 @@ def greedy_action(policy: torch.nn.Module, obs: Tensor, mask: Optional[Tensor] =
     """The most likely action of a trained policy (per live dimension, action 0 where `mask` masks
     it; the mean for a Gaussian)."""
     from parlightning.policies import CategoricalHead
-    from parlightning.slots_policy import SlotsActorCritic
 
-    flat = policy.action_logits(obs, mask=mask) if isinstance(policy, SlotsActorCritic) else policy.action_logits(obs)
+    flat = policy.action_logits(obs, mask=mask)
     head = policy.head
     if not isinstance(head, CategoricalHead):
         return flat

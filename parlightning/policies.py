@@ -249,8 +249,9 @@ class ActorCritic(nn.Module):
     def prior_nvec(self) -> tuple[int, ...]:
         return tuple(self.action_spec.nvec)
 
-    def action_logits(self, obs: Tensor, key: Optional[Tensor] = None) -> Tensor:
-        """The actor's raw outputs [B, head.n_outputs] (greedy evaluation, export, behaviour cloning)."""
+    def action_logits(self, obs: Tensor, key: Optional[Tensor] = None, mask: Optional[Tensor] = None) -> Tensor:
+        """The actor's raw outputs [B, head.n_outputs] (greedy evaluation, export, behaviour cloning);
+        `mask` is accepted for the policies' common signature (the head applies it, not the network)."""
         return self._forward(self.actor, obs.flatten(1), key)
 
 

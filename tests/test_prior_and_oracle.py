@@ -136,3 +136,50 @@ def test_round_optimal_oracle_never_delegates_local_work_and_briefs_exactly_hard
         delegated = a > 0
         assert ((a[delegated] > S) == (kind[delegated] == 1)).all()  # briefed iff HARD
         obs = env.step(a).obs
+
+
+CONFIG = __import__("os").path.join(__import__("os").path.dirname(__file__), "..", "configs", "swarm.yaml")
+
+
+def test_behaviour_cloning_on_serial_writes_a_checkpoint_ppo_starts_from(tmp_path, capsys):
+    from parlightning.bc import main as bc_main
+
+    out = tmp_path / "bc.ckpt"
+    report = bc_main(["--config", CONFIG, "--teacher", "serial", "--out", str(out), "--rounds", "4", "--num_envs",
+                      "64", "--epochs", "40", "--label_smoothing", "0.002", "--minibatch", "256", "--lr", "0.003"])
+    printed = capsys.readouterr().out
+    assert "BC loss" in printed and "action distribution" in printed
+    assert report["bc_loss"] < 0.5 * report["bc_loss_first_epoch"]
+    assert report["greedy_agreement"] == 1.0 and report["mean_action_probability"][0] > 0.99
+    assert report["teacher_action_share"][0] == 1.0
+    ckpt = torch.load(out, weights_only=True)
+    assert ckpt["bc"]["bc_loss"] == report["bc_loss"] and ckpt["policy_spaces"]["action_mask_width"] == 12
+    module = PPOModule(anneal_lr=False, init_from=str(out))
+    dm = _fit(tmp_path, module)
+    weights = {k[len("policy."):]: v for k, v in ckpt["state_dict"].items()}
+    fresh = PPOModule(anneal_lr=False).build_policy(dm.env.observation_shape, dm.env.action_spec)
+    fresh.load_state_dict(weights)
+    assert float(delegation_share(dm.buffer)) < 0.1  # the first rollout acts with the cloned prior (fresh: ~0.87)
+    with torch.no_grad():  # ... and the run started from exactly those weights (one update since)
+        obs = dm.buffer.obs[0]
+        lp_clone = fresh.evaluate(obs, dm.buffer.actions[0], mask=dm.buffer.masks[0])[0]
+        torch.testing.assert_close(lp_clone, dm.buffer.logprobs[0])
+
+
+@pytest.mark.parametrize("args, match", [
+    (["--teacher", "nobody"], "--teacher: unknown 'nobody'"),
+    (["--label_smoothing", "1.0"], "--label_smoothing"),
+    (["--epochs", "0"], "--epochs"),
+    (["--out", "/nonexistent/dir/x.ckpt"], "--out: the folder"),
+])
+def test_behaviour_cloning_bad_arguments_are_one_error_line(tmp_path, args, match):
+    from parlightning.bc import main as bc_main
+
+    base = {"--out": str(tmp_path / "x.ckpt"), "--teacher": "serial"}
+    argv = ["--config", CONFIG]
+    given = dict(zip(args[::2], args[1::2]))
+    for k, v in {**base, **given}.items():
+        argv += [k, v]
+    with pytest.raises(SystemExit, match=f"^error: {match}"):
+        bc_main(argv + ["--rounds", "1", "--num_envs", "8"])
+    assert not (tmp_path / "x.ckpt").exists()
