@@ -4,6 +4,10 @@ scripted baseline (`--policy serial|oracle|random`) on held-out tasks, against t
 Every actor runs one episode of its task (actor i on task i mod K, `--episodes` per task) from
 the same seed for every policy, so `speedup_vs_serial` compares the same tasks and draws.
 Prints a per-family table; `--json` writes the numbers, `--gantt` one episode as a timeline.
+Where the world has a best scripted policy (SwarmEnv: `optimal`, the round-optimal oracle) its
+numbers on the same tasks are reported as the ceiling. `--bank_seeds B1 B2 ...` and/or `--seeds
+S1 S2 ...` score every (bank, seed) and report the mean and the spread (std over runs and over
+banks' means).
 Gymnasium worlds report the mean return (and `--video` where the env renders).
 """
 
@@ -278,6 +282,9 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     p.add_argument("--split", help="task bank to evaluate on: heldout (default for worlds with splits) or train")
     p.add_argument("--episodes", type=int, default=4, help="episodes per task (Gymnasium worlds: in all)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--bank_seeds", type=int, nargs="+", help="several task banks (bank_seed each): per-bank rows, "
+                   "mean and spread")
+    p.add_argument("--seeds", type=int, nargs="+", help="several evaluation seeds (with or without --bank_seeds)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--greedy", dest="greedy", action="store_true", default=True, help="most likely action (default)")
     g.add_argument("--sample", dest="greedy", action="store_false", help="sample actions from the policy")
@@ -293,6 +300,10 @@ def evaluate(a: argparse.Namespace) -> dict[str, Any]:
         raise ConfigError("--ckpt_path / --policy: give exactly one (a trained checkpoint or a scripted baseline)")
     if a.episodes <= 0:
         raise ConfigError(f"--episodes: must be a positive integer, got {a.episodes}")
+    banks, seeds = getattr(a, "bank_seeds", None), getattr(a, "seeds", None)
+    for flag, values in (("--bank_seeds", banks), ("--seeds", seeds)):
+        if values is not None and (not values or any(v < 0 for v in values) or len(set(values)) != len(values)):
+            raise ConfigError(f"{flag}: needs distinct integers >= 0, got {values}")
     cls, init_args = env_spec(a.config)
     if a.video:  # checked before anything runs or is written
         if not init_args.get("env_id"):
@@ -302,6 +313,25 @@ def evaluate(a: argparse.Namespace) -> dict[str, Any]:
             import imageio  # noqa: F401
         except ImportError:
             raise ConfigError("--video: needs imageio (pip install imageio); drop --video or install it") from None
+    import inspect
+
+    params = inspect.signature(cls.__init__).parameters
+    if banks is not None and "bank_seed" not in params:
+        raise ConfigError(f"--bank_seeds: {cls.__name__} has no task banks (no bank_seed argument); drop --bank_seeds")
+    if banks is not None or seeds is not None:
+        if a.gantt or a.video:
+            raise ConfigError("--gantt / --video: draw one bank and seed; drop --bank_seeds / --seeds for them")
+        return evaluate_many(a, cls, init_args, banks, seeds)
+    result = evaluate_one(a, cls, init_args)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(result, f, indent=2)
+    return result
+
+
+def evaluate_one(a: argparse.Namespace, cls: type, init_args: dict, quiet: bool = False) -> dict[str, Any]:
+    """One bank (`init_args`' bank) and one evaluation seed (`a.seed`): the policy, the serial policy
+    and, where the world has one, the ceiling (its best scripted policy, `CEILING`) on the same tasks."""
     import inspect
 
     split = a.split
@@ -327,27 +357,88 @@ def evaluate(a: argparse.Namespace) -> dict[str, Any]:
         ep_return = run_returns(env, act, a.seed)
         result = {"policy": name, "episodes": n, "mean_return": float(ep_return.mean()),
                   "std_return": float(ep_return.std()) if n > 1 else 0.0}
-        print(f"{name}: mean return {result['mean_return']:.2f} ± {result['std_return']:.2f} over {n} episodes")
+        if not quiet:
+            print(f"{name}: mean return {result['mean_return']:.2f} ± {result['std_return']:.2f} over {n} episodes")
         if a.video:
             record_video(init_args.get("env_id", ""), policy, a.video, a.seed, a.greedy)
-    else:
-        gen.manual_seed(a.seed + 1)
-        ep = run_episodes(env, act, a.seed)
-        serial = None
-        if callable(getattr(env, "scripted_action", None)):
+        return result
+    gen.manual_seed(a.seed + 1)
+    ep = run_episodes(env, act, a.seed, masked=True)
+    serial = ceiling = None
+    if callable(getattr(env, "scripted_action", None)):
+        def scripted(which: str) -> Episodes:
             senv = build_env(cls, init_args, n, a.seed, split, a.device)
-            serial = ep if a.policy == "serial" else run_episodes(senv, lambda o: senv.scripted_action("serial", o), a.seed)
-        threshold = float(getattr(env, "solved_threshold", 1.0))
-        overall = summarise(ep, serial, threshold)
-        families = by_family(ep, serial, list(tasks), threshold)
-        result = {"policy": name, "split": split, "seed": a.seed, **overall, "families": families}
+            return run_episodes(senv, lambda o: senv.scripted_action(which, o), a.seed)
+
+        serial = ep if a.policy == "serial" else scripted("serial")
+        best = getattr(__import__(cls.__module__, fromlist=["CEILING"]), "CEILING", None)
+        if best is not None:
+            ceiling = ep if a.policy == best else scripted(best)
+    threshold = float(getattr(env, "solved_threshold", 1.0))
+    overall = summarise(ep, serial, threshold)
+    if ceiling is not None:
+        top = summarise(ceiling, serial, threshold)
+        overall["ceiling_success_rate"] = top["success_rate"]
+        overall["ceiling_speedup_vs_serial"] = top.get("speedup_vs_serial", float("nan"))
+        overall["ceiling_critical_steps"] = top["critical_steps"]
+    families = by_family(ep, serial, list(tasks), threshold)
+    result = {"policy": name, "split": split, "seed": a.seed, "bank_seed": init_args.get("bank_seed"), **overall,
+              "families": families}
+    if not quiet:
         print_table(overall, families, f"{name} on {split or 'the'} tasks")
-        if a.gantt:  # the busiest episode, replayed from the same seeds with its rounds recorded
-            busiest = int(ep.parts["n_subagents"].argmax())
-            gen.manual_seed(a.seed + 1)
-            replay = run_episodes(build_env(cls, init_args, n, a.seed, split, a.device), act, a.seed, trace=busiest)
-            outcome = float(replay.parts["outcome"][busiest])
-            draw_gantt(replay.trace or [], a.gantt, f"{name}: {tasks[busiest % len(tasks)]} ({split}), outcome {outcome:g}")
+        if ceiling is not None:
+            print(f"ceiling (the world's best scripted policy) on the same tasks: success "
+                  f"{overall['ceiling_success_rate']:.3f}, speed-up vs serial {overall['ceiling_speedup_vs_serial']:.3f}")
+    if a.gantt:  # the busiest episode, replayed from the same seeds with its rounds recorded
+        busiest = int(ep.parts["n_subagents"].argmax())
+        gen.manual_seed(a.seed + 1)
+        replay = run_episodes(build_env(cls, init_args, n, a.seed, split, a.device), act, a.seed, trace=busiest,
+                              masked=True)
+        outcome = float(replay.parts["outcome"][busiest])
+        draw_gantt(replay.trace or [], a.gantt, f"{name}: {tasks[busiest % len(tasks)]} ({split}), outcome {outcome:g}")
+    return result
+
+
+SPREAD_KEYS = ("success_rate", "speedup_vs_serial", "critical_steps", "subagents_per_episode", "finish_rate",
+               "serial_success_rate", "ceiling_success_rate", "ceiling_speedup_vs_serial")
+
+
+def evaluate_many(a: argparse.Namespace, cls: type, init_args: dict, banks: Optional[list[int]],
+                  seeds: Optional[list[int]]) -> dict[str, Any]:
+    """`evaluate_one` on every (bank seed, evaluation seed); the mean and the spread (std over all
+    runs, and over the banks' means) of the headline numbers."""
+    import copy
+    import statistics
+
+    banks = banks if banks is not None else [init_args.get("bank_seed")]
+    seeds = seeds if seeds is not None else [a.seed]
+    runs = []
+    for bank in banks:
+        args = dict(init_args) if bank is None else {**init_args, "bank_seed": bank}
+        for seed in seeds:
+            one = copy.copy(a)
+            one.seed = seed
+            runs.append(evaluate_one(one, cls, args, quiet=True))
+    keys = [k for k in SPREAD_KEYS if k in runs[0]]
+    summary: dict[str, Any] = {}
+    for k in keys:
+        xs = [r[k] for r in runs]
+        bank_means = [statistics.fmean(r[k] for r in runs if r["bank_seed"] == b) for b in banks] if banks else xs
+        summary[k] = {"mean": statistics.fmean(xs), "std": statistics.stdev(xs) if len(xs) > 1 else 0.0,
+                      "std_over_banks": statistics.stdev(bank_means) if len(bank_means) > 1 else 0.0,
+                      "min": min(xs), "max": max(xs)}
+    name = runs[0]["policy"]
+    result = {"policy": name, "split": runs[0]["split"], "bank_seeds": banks, "seeds": seeds, "summary": summary,
+              "runs": [{k: v for k, v in r.items() if k != "families"} for r in runs]}
+    print(f"{name} on {runs[0]['split']} tasks: {len(banks)} bank(s) x {len(seeds)} evaluation seed(s)")
+    cols = [k for k in ("success_rate", "speedup_vs_serial", "subagents_per_episode", "ceiling_success_rate",
+                        "ceiling_speedup_vs_serial") if k in summary]
+    print(f"{'bank':>8}{'seed':>6}" + "".join(f"{c:>27}" for c in cols))
+    for r in runs:
+        print(f"{str(r['bank_seed']):>8}{r['seed']:>6}" + "".join(f"{r[c]:>27.3f}" for c in cols))
+    print(f"{'mean':>14}" + "".join(f"{summary[c]['mean']:>27.3f}" for c in cols))
+    print(f"{'std':>14}" + "".join(f"{summary[c]['std']:>27.3f}" for c in cols))
+    print(f"{'std(banks)':>14}" + "".join(f"{summary[c]['std_over_banks']:>27.3f}" for c in cols))
     if a.json:
         with open(a.json, "w") as f:
             json.dump(result, f, indent=2)
