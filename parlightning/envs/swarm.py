@@ -25,7 +25,11 @@ wait, unassigned, for a later round.
 Outcome (r_perf, paid at the end): 1 when done within the task's budget of critical steps,
 `late_credit` when done within `late_window` x budget, 0 when the elapsed time passes
 `late_window` x budget: a hard time limit shown in the observation, so a *termination*. The
-`max_episode_steps` round cap is a truncation (not in the observation; bootstrap from it).
+`max_episode_steps` round cap ends the episode unfinished (outcome 0) as a *termination* too
+(`round_cap: terminal`, the default): a stuck episode that reaches the cap through cheap rounds
+(re-delegating work that cannot finish) has failed, and bootstrapping it as a truncation paid it
+the value of carrying on. The cap is not in the observation (the time limit usually ends an episode
+first); `round_cap: truncation` gives the earlier behaviour (bootstrap from the cut observation).
 
 Observation [W + 1, 6]: one row per slot (pending, size / max_cost, kind one-hot, failed last
 round; zeros for slots with nothing pending) and a context row (time left to the budget and to
@@ -107,6 +111,7 @@ class SwarmEnv(BatchedEnv):
         late_credit: float = 0.1,
         late_window: float = 2.0,
         compile: bool = False,
+        round_cap: str = "terminal",
     ) -> None:
         for name in ("num_envs", "tasks_per_family", "max_levels", "max_width", "max_cost", "max_subagents",
                      "max_episode_steps"):
@@ -133,6 +138,9 @@ class SwarmEnv(BatchedEnv):
         self.costs = Costs(splits, float(spawn_steps), float(merge_cost), float(brief_cost))
         self.reliability, self.late_credit, self.late_window = float(subagent_reliability), float(late_credit), float(late_window)
         self.max_episode_steps = max_episode_steps
+        if round_cap not in ("terminal", "truncation"):
+            raise ConfigError(f"SwarmEnv: `round_cap` must be terminal or truncation, got {round_cap!r}")
+        self.round_cap = round_cap
         self.bank = TaskBank(families, tasks_per_family, split, max_levels, max_width, max_cost, self.costs,
                              bank_seed, self.device)
         self.task_ids = self.bank.task_ids
@@ -351,7 +359,18 @@ class SwarmEnv(BatchedEnv):
     def step(self, action: Tensor, next_task: Optional[Tensor | Callable[[Tensor], Tensor]] = None) -> StepResult:
         """One round for every actor; what it returns is new (never written later), so `parts` needs no copies."""
         if self._compiled is not None and not self.trace:  # the same round, bitwise, as C++ kernels
-            return self._compiled.step(self, action, next_task)
+            return self._cap(self._compiled.step(self, action, next_task))
+        return self._cap(self._eager_step(action, next_task))
+
+    def _cap(self, res: StepResult) -> StepResult:
+        """`round_cap: terminal`: an episode cut by the round cap ends as a termination (plain torch,
+        after either step)."""
+        if self.round_cap == "truncation":
+            return res
+        return res._replace(terminated=res.terminated | res.truncated, truncated=torch.zeros_like(res.truncated))
+
+    def _eager_step(self, action: Tensor, next_task: Optional[Tensor | Callable[[Tensor], Tensor]] = None) -> StepResult:
+        """The round in tensor ops (see `step`)."""
         S, c, W = len(self.splits), self.costs, self.max_width
         N = self.num_envs
         task, pend, counts, row = self.task, self._pend, self._counts, self._row
