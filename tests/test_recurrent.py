@@ -156,7 +156,8 @@ def test_episode_start_is_the_previous_steps_done_and_every_actor_starts_at_the_
 
 def _truncating_swarm(num_envs, device, seed):
     """A two-step limit: many episodes end truncated."""
-    return SwarmEnv(num_envs=num_envs, device=device, seed=seed, families=("pipeline",), max_episode_steps=2)
+    return SwarmEnv(num_envs=num_envs, device=device, seed=seed, families=("pipeline",), max_episode_steps=2,
+                    round_cap="truncation")  # the cap as a truncation (the default ends capped episodes)
 
 
 def test_truncated_episodes_bootstrap_from_the_state_after_their_last_step(tmp_path):
