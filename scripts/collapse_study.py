@@ -22,7 +22,7 @@ continues). Outputs in OUT: runs.csv, summary.json, collapse.md, heatmaps.png, d
 writes docs/results/collapse.md).
 
     python scripts/collapse_study.py --quick                 # the pipeline in a minute: 2 priors, 2 seeds, tiny budget
-    python scripts/collapse_study.py --jobs 2 --docs docs/results/collapse.md   # the full map: many hours on 2 cores
+    python scripts/collapse_study.py --jobs 2 --wide-row --docs docs/results/collapse.md   # the full map: hours
     python scripts/collapse_study.py --plan --docs docs/results/collapse.md     # the page before any run (no numbers)
 """
 
@@ -262,7 +262,7 @@ def page(summary: Optional[dict], plan: dict, images: dict[str, str]) -> str:
              "evaluation seeds).", ""]
     if summary is None:
         lines += ["## Results", "", "**Not yet run at full budget.** The full map takes many hours on 2 cores and "
-                  "resumes across sessions:", "", "    python scripts/collapse_study.py --jobs 2 --out runs/collapse "
+                  "resumes across sessions:", "", "    python scripts/collapse_study.py --jobs 2 --wide-row --out runs/collapse "
                   "--docs docs/results/collapse.md", "",
                   "No numbers are shown here until that run has finished; `--quick` checks the pipeline only."]
         return "\n".join(lines) + "\n"
