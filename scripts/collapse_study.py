@@ -257,6 +257,9 @@ def page(summary: Optional[dict], plan: dict, images: dict[str, str]) -> str:
              "budget) is a third axis in the cells where (a) collapses.",
              f"- **Budget**: 1x = {p['epochs']} PPO iterations of {p['num_envs']} actors x {p['num_steps']} steps "
              f"= {steps:,} env steps; 3x = {3 * steps:,}.",
+             "- **Kimi-scale row** (`--wide-row`" + (", in this plan" if any(c["world"] == "wide" for c in p["cells"])
+                                                     else ", not in this plan") + "): configs/swarm_wide.yaml (64 slots, "
+             "100 subagents, slots policy) at prior 0.998, λ 0.1, 1x budget, the three arms.",
              f"- **Evaluation**: held out over banks {p['banks']} x evaluation seeds {p['eval_seeds']}, greedy; "
              f"{p['seeds']} training seeds per cell and arm; 95% two-level bootstrap CIs (seeds, then banks x "
              "evaluation seeds).", ""]
