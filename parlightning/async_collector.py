@@ -227,6 +227,8 @@ class AsyncCollector(SyncCollector):
         truncated importance weights min(pi_prox / mu, weight_clip)."""
         keyed = {"key": buf.keys.reshape(-1)} if buf.keys is not None else {}
         B = self.num_steps * self.num_envs
+        if buf.masks is not None:  # the proximal log-prob under the same action masks as the behaviour's
+            keyed["mask"] = buf.masks.reshape(B, -1)
         with torch.no_grad():
             prox, _, _ = policy.evaluate(buf.obs.reshape(B, *buf.obs.shape[2:]),
                                          buf.actions.reshape(B, *buf.actions.shape[2:]), **keyed)

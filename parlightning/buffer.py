@@ -85,6 +85,7 @@ class RolloutBuffer:
         self.keys: Optional[Tensor] = None  # [T, N] key-table rows, for a keyed policy (TensorParallel)
         self.states: Optional[Tensor] = None  # [T, N, *state] hidden state each step starts from (recurrent policy)
         self.episode_start: Optional[Tensor] = None  # [T, N] bool: obs at t is its episode's first (recurrent policy)
+        self.masks: Optional[Tensor] = None  # [T, N, M] bool: the world's action mask at each step (masked worlds)
 
     def allocate_memory(self, state_shape: tuple[int, ...]) -> None:
         """Add per-step storage for a recurrent policy: its hidden state ([N, *state_shape] per step)
@@ -103,9 +104,17 @@ class RolloutBuffer:
         return self.terminated | self.truncated
 
     def write(
-        self, t: int, obs: Tensor, action: Tensor, logprob: Tensor, value: Tensor, key: Optional[Tensor] = None
+        self, t: int, obs: Tensor, action: Tensor, logprob: Tensor, value: Tensor, key: Optional[Tensor] = None,
+        mask: Optional[Tensor] = None,
     ) -> None:
-        """Record what the policy saw and did at step t (and, for a keyed policy, each actor's key row)."""
+        """Record what the policy saw and did at step t (and, for a keyed policy, each actor's key row;
+        for a masked world, the action mask it acted under)."""
+        if mask is not None:
+            if self.masks is None:  # allocated once, by the first masked write
+                with torch.inference_mode(False):
+                    self.masks = torch.zeros(self.num_steps, self.num_envs, mask.shape[-1], device=self.device,
+                                             dtype=torch.bool)
+            self.masks[t].copy_(mask)
         self.obs[t].copy_(obs)
         self.actions[t].copy_(action)
         self.logprobs[t].copy_(logprob)
@@ -167,6 +176,8 @@ class RolloutBuffer:
         }
         if self.keys is not None:
             flat["keys"] = self.keys.reshape(B)
+        if self.masks is not None:
+            flat["masks"] = self.masks.reshape(B, -1)
         return flat
 
     def sequences(self, bptt_len: int) -> dict[str, Tensor]:
@@ -181,6 +192,8 @@ class RolloutBuffer:
 
         fields = ("obs", "actions", "logprobs", "values", "advantages", "returns", "episode_start")
         seq = {name: chunks(getattr(self, name)) for name in fields}
+        if self.masks is not None:
+            seq["masks"] = chunks(self.masks)
         seq["state0"] = self.states[::L].reshape(C * N, *self.states.shape[2:])
         return seq
 

@@ -19,7 +19,7 @@ from parlightning.buffer import RolloutBuffer
 from parlightning.callbacks.base import rollout_callbacks
 from parlightning.callbacks.planner import find_planner
 from parlightning.checkpoint import rng_state, set_rng_state
-from parlightning.envs.base import task_ids_of
+from parlightning.envs.base import action_mask_of, check_action_mask, task_ids_of
 from parlightning.errors import ConfigError
 from parlightning.recurrent import RecurrentRollout
 from parlightning.rollout import Rollout
@@ -129,6 +129,12 @@ class SyncCollector(Collector):
             self.obs = self.env.reset(seed=seed, task_index=first)
         else:
             self.obs = self.env.reset(seed=seed)
+        mask = action_mask_of(self.env)
+        if mask is not None:  # a masked world: its mask checked once, before the first step
+            try:
+                check_action_mask(mask, self.env.action_spec, self.num_envs, f"{type(self.env).__name__}.action_masks()")
+            except ValueError as err:
+                raise ConfigError(str(err)) from None
 
     def bind_memory(self, policy: torch.nn.Module) -> None:
         self.memory = RecurrentRollout(policy, self.buffer)
@@ -220,13 +226,15 @@ class SyncCollector(Collector):
         """Step t for all actors: act, write the buffer, step the env, count episode return and
         length (reset where an episode ended). Returns the next observation."""
         buf, key_row = self.buffer, self.dm.key_row
+        mask = action_mask_of(self.env)  # the world's live actions for `obs` (None: unmasked)
+        masked = {} if mask is None else {"mask": mask}
         if key_row is None:
-            action, logprob, value = policy.act(obs, self.action_generator)
-            buf.write(t, obs, action, logprob, value)
+            action, logprob, value = policy.act(obs, self.action_generator, **masked)
+            buf.write(t, obs, action, logprob, value, mask=mask)
         else:  # a keyed policy (TensorParallel): each actor's task's row of the key table
             key = key_row[self.current_task]
-            action, logprob, value = policy.act(obs, self.action_generator, key=key)
-            buf.write(t, obs, action, logprob, value, key)
+            action, logprob, value = policy.act(obs, self.action_generator, key=key, **masked)
+            buf.write(t, obs, action, logprob, value, key, mask=mask)
         res = self.env.step(action, picker)
         ep_return, ep_length = self.episode_return, self.episode_length
         ep_return += res.reward

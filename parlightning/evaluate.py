@@ -4,6 +4,10 @@ scripted baseline (`--policy serial|oracle|random`) on held-out tasks, against t
 Every actor runs one episode of its task (actor i on task i mod K, `--episodes` per task) from
 the same seed for every policy, so `speedup_vs_serial` compares the same tasks and draws.
 Prints a per-family table; `--json` writes the numbers, `--gantt` one episode as a timeline.
+Where the world has a best scripted policy (SwarmEnv: `optimal`, the round-optimal oracle) its
+numbers on the same tasks are reported as the ceiling. `--bank_seeds B1 B2 ...` and/or `--seeds
+S1 S2 ...` score every (bank, seed) and report the mean and the spread (std over runs and over
+banks' means).
 Gymnasium worlds report the mean return (and `--video` where the env renders).
 `--trace out.jsonl` writes every episode round by round (one JSON object per line; `parlightning.trace`).
 A run trained in a `NormalizeEnv` is scored on the raw world, its frozen observation statistics
@@ -22,6 +26,7 @@ from typing import Any, Callable, Optional
 import torch
 from torch import Tensor
 
+from parlightning.envs.base import action_mask_of
 from parlightning.errors import ConfigError
 
 FIELDS = ("outcome", "critical_steps", "serial_steps", "n_subagents", "assigned", "completed")
@@ -37,11 +42,12 @@ class Episodes:
     trace: Optional[list[dict[str, Tensor]]] = None  # per round of actor 0: what ran (see SwarmEnv.trace)
 
 
-def run_episodes(env: Any, act: Callable[[Tensor], Tensor], seed: int, max_rounds: int = 10_000,
-                 trace: Optional[int] = None) -> Episodes:
+def run_episodes(env: Any, act: Callable[..., Tensor], seed: int, max_rounds: int = 10_000,
+                 trace: Optional[int] = None, masked: bool = False) -> Episodes:
     """Reset `env` (actor i on task i mod K) with `seed`, step `act(obs)` until every actor has
     finished one episode, and keep that first episode of each (host reads are fine here: this is
-    evaluation, not the training hot path). `trace`: an actor whose rounds to record (`--gantt`)."""
+    evaluation, not the training hot path). `trace`: an actor whose rounds to record (`--gantt`).
+    `masked`: call `act(obs, mask)` with the world's action mask (`env.action_masks()`, or None)."""
     N = env.num_envs
     task = torch.arange(N, device=env.device) % len(env.task_ids)
     obs = env.reset(seed=seed, task_index=task)
@@ -53,7 +59,7 @@ def run_episodes(env: Any, act: Callable[[Tensor], Tensor], seed: int, max_round
     env.trace_actor = trace or 0
     try:
         for t in range(max_rounds):
-            res = env.step(act(obs), task)
+            res = env.step(act(obs, action_mask_of(env)) if masked else act(obs), task)
             if trace is not None and not bool(got[trace]):
                 rounds.append(env.last_round)
             done = (res.terminated | res.truncated) & ~got
@@ -103,20 +109,24 @@ def by_family(ep: Episodes, serial: Optional[Episodes], task_ids: list[str], thr
 
 
 # ---------------------------------------------------------------------------------- policies
-def greedy_action(policy: torch.nn.Module, obs: Tensor) -> Tensor:
-    """The most likely action of a trained policy (per dimension; the mean for a Gaussian)."""
+def greedy_action(policy: torch.nn.Module, obs: Tensor, mask: Optional[Tensor] = None) -> Tensor:
+    """The most likely action of a trained policy (per live dimension, action 0 where `mask` masks
+    it; the mean for a Gaussian)."""
     from parlightning.policies import CategoricalHead
-    from parlightning.slots_policy import SlotsActorCritic
 
-    if isinstance(policy, SlotsActorCritic):
-        flat = policy._features(obs)[0]
-    else:
-        flat = policy._forward(policy.actor, obs.flatten(1), None)
+    flat = policy.action_logits(obs, mask=mask)
     head = policy.head
     if not isinstance(head, CategoricalHead):
         return flat
-    action = head._log_probs(flat).argmax(0)  # [D, B]
-    return action[0] if head.scalar else action.t().contiguous()
+    return head.greedy(flat, mask)
+
+
+def policy_action(policy: torch.nn.Module, obs: Tensor, mask: Optional[Tensor], greedy: bool,
+                  generator: Optional[torch.Generator] = None) -> Tensor:
+    """A trained policy's action for `obs` under the world's mask (None: unmasked)."""
+    if greedy:
+        return greedy_action(policy, obs, mask)
+    return policy.act(obs, generator, **({} if mask is None else {"mask": mask}))[0]
 
 
 def load_policy(path: str, env: Any) -> torch.nn.Module:
@@ -136,7 +146,8 @@ def load_policy(path: str, env: Any) -> torch.nn.Module:
         raise ConfigError(f"--ckpt_path: evaluate runs mlp and slots policies; this checkpoint's is {hp['policy']!r}")
     if "key_table.weight" in state:
         raise ConfigError("--ckpt_path: a keyed (TensorParallel) policy needs each task's key; evaluate runs unkeyed policies")
-    module = PPOModule(**{k: v for k, v in hp.items() if k in PPOModule.__init__.__code__.co_varnames})
+    skip = ("init_from", "prior")  # how training started: the weights below replace it
+    module = PPOModule(**{k: v for k, v in hp.items() if k in PPOModule.__init__.__code__.co_varnames and k not in skip})
     policy = module.build_policy(env.observation_shape, env.action_spec)
     try:
         policy.load_state_dict(state)
@@ -277,10 +288,14 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", action="append", default=[], help="the fit config(s) naming data.env (repeatable)")
     p.add_argument("--ckpt_path", help="a checkpoint written by python -m parlightning.fit")
-    p.add_argument("--policy", choices=("serial", "oracle", "random"), help="a scripted baseline of the world instead")
+    p.add_argument("--policy", choices=("serial", "oracle", "optimal", "random"),
+                   help="a scripted baseline of the world instead (optimal: the round-optimal oracle, the ceiling)")
     p.add_argument("--split", help="task bank to evaluate on: heldout (default for worlds with splits) or train")
     p.add_argument("--episodes", type=int, default=4, help="episodes per task (Gymnasium worlds: in all)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--bank_seeds", type=int, nargs="+", help="several task banks (bank_seed each): per-bank rows, "
+                   "mean and spread")
+    p.add_argument("--seeds", type=int, nargs="+", help="several evaluation seeds (with or without --bank_seeds)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--greedy", dest="greedy", action="store_true", default=True, help="most likely action (default)")
     g.add_argument("--sample", dest="greedy", action="store_false", help="sample actions from the policy")
@@ -298,6 +313,10 @@ def evaluate(a: argparse.Namespace) -> dict[str, Any]:
         raise ConfigError("--ckpt_path / --policy: give exactly one (a trained checkpoint or a scripted baseline)")
     if a.episodes <= 0:
         raise ConfigError(f"--episodes: must be a positive integer, got {a.episodes}")
+    banks, seeds = getattr(a, "bank_seeds", None), getattr(a, "seeds", None)
+    for flag, values in (("--bank_seeds", banks), ("--seeds", seeds)):
+        if values is not None and (not values or any(v < 0 for v in values) or len(set(values)) != len(values)):
+            raise ConfigError(f"{flag}: needs distinct integers >= 0, got {values}")
     cls, init_args = env_spec(a.config)
     if a.video:  # checked before anything runs or is written
         if not init_args.get("env_id"):
@@ -309,6 +328,25 @@ def evaluate(a: argparse.Namespace) -> dict[str, Any]:
             raise ConfigError("--video: needs imageio (pip install imageio); drop --video or install it") from None
     if a.trace and not os.path.isdir(os.path.dirname(os.path.abspath(a.trace))):  # before anything runs
         raise ConfigError(f"--trace: the folder of {a.trace!r} does not exist; create it or pick another path")
+    import inspect
+
+    params = inspect.signature(cls.__init__).parameters
+    if banks is not None and "bank_seed" not in params:
+        raise ConfigError(f"--bank_seeds: {cls.__name__} has no task banks (no bank_seed argument); drop --bank_seeds")
+    if banks is not None or seeds is not None:
+        if a.gantt or a.video:
+            raise ConfigError("--gantt / --video: draw one bank and seed; drop --bank_seeds / --seeds for them")
+        return evaluate_many(a, cls, init_args, banks, seeds)
+    result = evaluate_one(a, cls, init_args)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(result, f, indent=2)
+    return result
+
+
+def evaluate_one(a: argparse.Namespace, cls: type, init_args: dict, quiet: bool = False) -> dict[str, Any]:
+    """One bank (`init_args`' bank) and one evaluation seed (`a.seed`): the policy, the serial policy
+    and, where the world has one, the ceiling (its best scripted policy, `CEILING`) on the same tasks."""
     import inspect
 
     split = a.split
@@ -327,39 +365,56 @@ def evaluate(a: argparse.Namespace) -> dict[str, Any]:
         raise ConfigError(f"--policy: {cls.__name__} provides no scripted policies; pass --ckpt_path")
     gen = torch.Generator(device=env.device)
 
-    def act(obs: Tensor) -> Tensor:
+    def act(obs: Tensor, mask: Optional[Tensor] = None) -> Tensor:
         if policy is None:
             return env.scripted_action(a.policy, obs, gen)
         with torch.inference_mode():
-            obs = normalize(obs)
-            return greedy_action(policy, obs) if a.greedy else policy.act(obs, gen)[0]
+            return policy_action(policy, normalize(obs), mask, a.greedy, gen)
 
     name = a.policy or f"{a.ckpt_path} ({'greedy' if a.greedy else 'sampled'})"
     if not tasks:  # a Gymnasium world: mean return
         ep_return = run_returns(env, act, a.seed)
         result = {"policy": name, "episodes": n, "mean_return": float(ep_return.mean()),
                   "std_return": float(ep_return.std()) if n > 1 else 0.0}
-        print(f"{name}: mean return {result['mean_return']:.2f} ± {result['std_return']:.2f} over {n} episodes")
+        if not quiet:
+            print(f"{name}: mean return {result['mean_return']:.2f} ± {result['std_return']:.2f} over {n} episodes")
         if a.video:
             record_video(init_args.get("env_id", ""), policy, a.video, a.seed, a.greedy, normalize)
-    else:
-        gen.manual_seed(a.seed + 1)
-        ep = run_episodes(env, act, a.seed)
-        serial = None
-        if callable(getattr(env, "scripted_action", None)):
+        return result
+    gen.manual_seed(a.seed + 1)
+    ep = run_episodes(env, act, a.seed, masked=True)
+    serial = ceiling = None
+    if callable(getattr(env, "scripted_action", None)):
+        def scripted(which: str) -> Episodes:
             senv = build_env(cls, init_args, n, a.seed, split, a.device)
-            serial = ep if a.policy == "serial" else run_episodes(senv, lambda o: senv.scripted_action("serial", o), a.seed)
-        threshold = float(getattr(env, "solved_threshold", 1.0))
-        overall = summarise(ep, serial, threshold)
-        families = by_family(ep, serial, list(tasks), threshold)
-        result = {"policy": name, "split": split, "seed": a.seed, **overall, "families": families}
+            return run_episodes(senv, lambda o: senv.scripted_action(which, o), a.seed)
+
+        serial = ep if a.policy == "serial" else scripted("serial")
+        best = getattr(__import__(cls.__module__, fromlist=["CEILING"]), "CEILING", None)
+        if best is not None:
+            ceiling = ep if a.policy == best else scripted(best)
+    threshold = float(getattr(env, "solved_threshold", 1.0))
+    overall = summarise(ep, serial, threshold)
+    if ceiling is not None:
+        top = summarise(ceiling, serial, threshold)
+        overall["ceiling_success_rate"] = top["success_rate"]
+        overall["ceiling_speedup_vs_serial"] = top.get("speedup_vs_serial", float("nan"))
+        overall["ceiling_critical_steps"] = top["critical_steps"]
+    families = by_family(ep, serial, list(tasks), threshold)
+    result = {"policy": name, "split": split, "seed": a.seed, "bank_seed": init_args.get("bank_seed"), **overall,
+              "families": families}
+    if not quiet:
         print_table(overall, families, f"{name} on {split or 'the'} tasks")
-        if a.gantt:  # the busiest episode, replayed from the same seeds with its rounds recorded
-            busiest = int(ep.parts["n_subagents"].argmax())
-            gen.manual_seed(a.seed + 1)
-            replay = run_episodes(build_env(cls, init_args, n, a.seed, split, a.device), act, a.seed, trace=busiest)
-            outcome = float(replay.parts["outcome"][busiest])
-            draw_gantt(replay.trace or [], a.gantt, f"{name}: {tasks[busiest % len(tasks)]} ({split}), outcome {outcome:g}")
+        if ceiling is not None:
+            print(f"ceiling (the world's best scripted policy) on the same tasks: success "
+                  f"{overall['ceiling_success_rate']:.3f}, speed-up vs serial {overall['ceiling_speedup_vs_serial']:.3f}")
+    if a.gantt:  # the busiest episode, replayed from the same seeds with its rounds recorded
+        busiest = int(ep.parts["n_subagents"].argmax())
+        gen.manual_seed(a.seed + 1)
+        replay = run_episodes(build_env(cls, init_args, n, a.seed, split, a.device), act, a.seed, trace=busiest,
+                              masked=True)
+        outcome = float(replay.parts["outcome"][busiest])
+        draw_gantt(replay.trace or [], a.gantt, f"{name}: {tasks[busiest % len(tasks)]} ({split}), outcome {outcome:g}")
     if a.trace:  # every episode again, from the same seeds and draws, recorded round by round
         from parlightning.trace import trace_episodes, write_trace
 
@@ -367,6 +422,49 @@ def evaluate(a: argparse.Namespace) -> dict[str, Any]:
         replay_env = build_env(cls, init_args, n, a.seed, split, a.device)
         write_trace(trace_episodes(replay_env, act, a.seed, list(tasks) if tasks else None), a.trace,
                     policy=name, split=split, seed=a.seed)
+    return result
+
+
+SPREAD_KEYS = ("success_rate", "speedup_vs_serial", "critical_steps", "subagents_per_episode", "finish_rate",
+               "serial_success_rate", "ceiling_success_rate", "ceiling_speedup_vs_serial")
+
+
+def evaluate_many(a: argparse.Namespace, cls: type, init_args: dict, banks: Optional[list[int]],
+                  seeds: Optional[list[int]]) -> dict[str, Any]:
+    """`evaluate_one` on every (bank seed, evaluation seed); the mean and the spread (std over all
+    runs, and over the banks' means) of the headline numbers."""
+    import copy
+    import statistics
+
+    banks = banks if banks is not None else [init_args.get("bank_seed")]
+    seeds = seeds if seeds is not None else [a.seed]
+    runs = []
+    for bank in banks:
+        args = dict(init_args) if bank is None else {**init_args, "bank_seed": bank}
+        for seed in seeds:
+            one = copy.copy(a)
+            one.seed = seed
+            runs.append(evaluate_one(one, cls, args, quiet=True))
+    keys = [k for k in SPREAD_KEYS if k in runs[0]]
+    summary: dict[str, Any] = {}
+    for k in keys:
+        xs = [r[k] for r in runs]
+        bank_means = [statistics.fmean(r[k] for r in runs if r["bank_seed"] == b) for b in banks] if banks else xs
+        summary[k] = {"mean": statistics.fmean(xs), "std": statistics.stdev(xs) if len(xs) > 1 else 0.0,
+                      "std_over_banks": statistics.stdev(bank_means) if len(bank_means) > 1 else 0.0,
+                      "min": min(xs), "max": max(xs)}
+    name = runs[0]["policy"]
+    result = {"policy": name, "split": runs[0]["split"], "bank_seeds": banks, "seeds": seeds, "summary": summary,
+              "runs": [{k: v for k, v in r.items() if k != "families"} for r in runs]}
+    print(f"{name} on {runs[0]['split']} tasks: {len(banks)} bank(s) x {len(seeds)} evaluation seed(s)")
+    cols = [k for k in ("success_rate", "speedup_vs_serial", "subagents_per_episode", "ceiling_success_rate",
+                        "ceiling_speedup_vs_serial") if k in summary]
+    print(f"{'bank':>8}{'seed':>6}" + "".join(f"{c:>27}" for c in cols))
+    for r in runs:
+        print(f"{str(r['bank_seed']):>8}{r['seed']:>6}" + "".join(f"{r[c]:>27.3f}" for c in cols))
+    print(f"{'mean':>14}" + "".join(f"{summary[c]['mean']:>27.3f}" for c in cols))
+    print(f"{'std':>14}" + "".join(f"{summary[c]['std']:>27.3f}" for c in cols))
+    print(f"{'std(banks)':>14}" + "".join(f"{summary[c]['std_over_banks']:>27.3f}" for c in cols))
     if a.json:
         with open(a.json, "w") as f:
             json.dump(result, f, indent=2)

@@ -4,6 +4,7 @@ plain torch, no parlightning import:
 
     policy = torch.export.load("policy.pt2").module()
     actions = policy(obs)            # obs [B, *observation_shape] float32
+    actions = policy(obs, mask)      # a masked world (e.g. SwarmEnv): mask [B, M] bool, as its action_masks()
 
 A run trained in a `NormalizeEnv` (observation normalisation) exports with its frozen statistics
 inside the program: it takes the world's raw observations, as `parlightning.load_policy` does.
@@ -34,8 +35,9 @@ FORMATS = ("pt2", "onnx")
 
 
 class GreedyPolicy(nn.Module):
-    """obs [B, ...] -> greedy action: [B] discrete, [B, D] multi-discrete, [B, *shape] continuous;
-    with `normalizer` the raw observation is normalised first (the run's frozen statistics)."""
+    """obs [B, ...] (and, for a masked world, its action mask [B, M] bool) -> greedy action: [B]
+    discrete, [B, D] multi-discrete (0 on masked dimensions), [B, *shape] continuous; with
+    `normalizer` the raw observation is normalised first (the run's frozen statistics)."""
 
     def __init__(self, policy: ActorCritic, normalizer: Optional[ObsNormalizer] = None) -> None:
         super().__init__()
@@ -49,20 +51,20 @@ class GreedyPolicy(nn.Module):
         self.spec = policy.action_spec
         self.normalizer = normalizer
 
-    def forward(self, obs: Tensor) -> Tensor:
+    def forward(self, obs: Tensor, mask: Optional[Tensor] = None) -> Tensor:
         if self.normalizer is not None:
             obs = self.normalizer(obs)
         out = self.policy.actor(obs.flatten(1))
         head = self.policy.head
         if isinstance(head, CategoricalHead):
-            best = head._log_probs(out).argmax(0)  # [D, B], padding never wins (-1e9)
-            return best[0] if head.scalar else best.t()
+            return head.greedy(out, mask)  # padding and masked categories never win
         return out.reshape(obs.shape[0], *self.spec.shape)
 
 
 def load_policy(ckpt_path: str | os.PathLike) -> tuple[ActorCritic, tuple[int, ...]]:
     """Rebuild the trained policy and its observation shape from a `PPOModule` checkpoint
-    (`torch.load(weights_only=True)`), without building the env."""
+    (`torch.load(weights_only=True)`), without building the env. `policy.mask_width` is the
+    width of the world's action mask (None: an unmasked world)."""
     if not os.path.isfile(ckpt_path):
         raise ConfigError(f"--ckpt_path: no checkpoint file at {str(ckpt_path)!r}; pass a .ckpt written by "
                           "python -m parlightning.fit (e.g. lightning_logs/version_0/checkpoints/last.ckpt)")
@@ -88,6 +90,7 @@ def load_policy(ckpt_path: str | os.PathLike) -> tuple[ActorCritic, tuple[int, .
     obs_shape = tuple(spaces["observation_shape"])
     policy = ActorCritic(obs_shape, spec, hp.get("hidden_sizes", (64, 64)), hp.get("activation", "tanh"))
     policy.load_state_dict(weights)
+    policy.mask_width = spaces.get("action_mask_width")
     return policy.eval(), obs_shape
 
 
@@ -97,9 +100,11 @@ def load_normalizer(ckpt_path: str | os.PathLike) -> Optional[ObsNormalizer]:
 
 
 def export_policy(policy: ActorCritic, observation_shape: Sequence[int], out: str | os.PathLike,
-                  fmt: str = "pt2", normalizer: Optional[ObsNormalizer] = None) -> Path:
+                  fmt: str = "pt2", normalizer: Optional[ObsNormalizer] = None,
+                  mask_width: Optional[int] = None) -> Path:
     """Write `GreedyPolicy(policy)` to `out` with a dynamic batch dimension; nothing is left at
-    `out` if export fails."""
+    `out` if export fails. `mask_width` (default: `policy.mask_width` when set): the program
+    takes the world's action mask [B, mask_width] as a second input."""
     if fmt not in FORMATS:
         raise ConfigError(f"--format: unknown {fmt!r}; choose one of {list(FORMATS)}")
     if fmt == "onnx":
@@ -110,18 +115,26 @@ def export_policy(policy: ActorCritic, observation_shape: Sequence[int], out: st
             raise ConfigError("--format onnx: needs the onnx extra (onnx, onnxscript): "
                               "pip install 'parlightning[onnx]', or export --format pt2") from None
     model = GreedyPolicy(policy, normalizer).eval()
-    example = torch.zeros(4, *observation_shape)
+    if mask_width is None:
+        mask_width = getattr(policy, "mask_width", None)
+    example: tuple[Tensor, ...] = (torch.zeros(4, *observation_shape),)
     batch = torch.export.Dim("batch")
+    dynamic: dict[str, dict] = {"obs": {0: batch}}
+    names = ["obs"]
+    if mask_width is not None:
+        example = (*example, torch.ones(4, int(mask_width), dtype=torch.bool))
+        dynamic["mask"] = {0: batch}
+        names.append("mask")
     out = Path(out)
     tmp = out.with_name(f".partial-{out.name}")  # same suffix: torch.export.save wants .pt2
     try:
         with torch.no_grad():
             if fmt == "pt2":
-                program = torch.export.export(model, (example,), dynamic_shapes={"obs": {0: batch}})
+                program = torch.export.export(model, example, dynamic_shapes=dynamic)
                 torch.export.save(program, tmp)
             else:
-                onnx_program = torch.onnx.export(model, (example,), dynamo=True, dynamic_shapes={"obs": {0: batch}},
-                                                 input_names=["obs"], output_names=["action"], verbose=False)
+                onnx_program = torch.onnx.export(model, example, dynamo=True, dynamic_shapes=dynamic,
+                                                 input_names=names, output_names=["action"], verbose=False)
                 onnx_program.save(str(tmp))
         os.replace(tmp, out)
     finally:
@@ -147,9 +160,10 @@ def main(argv: Optional[list[str]] = None) -> None:
         out = export_policy(policy, obs_shape, a.out, fmt, normalizer)
     except ConfigError as err:
         raise SystemExit(f"error: {err}") from None
-    print(f"wrote {out} ({fmt}): observations [B, {', '.join(map(str, obs_shape))}] -> greedy actions "
-          f"({policy.action_spec.kind}){'; observations normalised inside' if normalizer is not None else ''}",
-          file=sys.stderr)
+    masked = "" if policy.mask_width is None else f" and action masks [B, {policy.mask_width}] (bool)"
+    normalised = "; observations normalised inside" if normalizer is not None else ""
+    print(f"wrote {out} ({fmt}): observations [B, {', '.join(map(str, obs_shape))}]{masked} -> greedy actions "
+          f"({policy.action_spec.kind}){normalised}", file=sys.stderr)
 
 
 if __name__ == "__main__":

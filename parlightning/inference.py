@@ -24,13 +24,18 @@ from parlightning.evaluate import greedy_action
 Observation = Union[Tensor, np.ndarray]
 
 
-def actor_output(policy: nn.Module, obs: Tensor) -> Tensor:
+def actor_output(policy: nn.Module, obs: Tensor, mask: Optional[Tensor] = None) -> Tensor:
     """The policy's flat action-head input [B, n]: logits (sum(nvec) of them, per dimension in order)
-    for discrete actions, the Gaussian mean for continuous ones."""
-    features = getattr(policy, "_features", None)
-    if callable(features):  # the slots policy
-        return features(obs)[0]
-    return policy._forward(policy.actor, obs.flatten(1), None)
+    for discrete actions, the Gaussian mean for continuous ones (`action_logits`, under `mask`)."""
+    return policy.action_logits(obs, mask=mask)
+
+
+def _value(policy: nn.Module, obs: Tensor, mask: Optional[Tensor]) -> Tensor:
+    """V(obs); a policy whose features pool over the mask (slots) gets it."""
+    import inspect
+
+    takes_mask = "mask" in inspect.signature(policy.value).parameters
+    return policy.value(obs, mask=mask) if takes_mask and mask is not None else policy.value(obs)
 
 
 class Policy:
@@ -57,13 +62,16 @@ class Policy:
     def normalize(self, obs: Tensor) -> Tensor:
         return obs if self.normalizer is None else self.normalizer(obs)
 
-    def predict(self, obs: Observation, deterministic: bool = True, *, generator: Optional[torch.Generator] = None,
-                return_logits: bool = False, return_value: bool = False) -> Any:
+    def predict(self, obs: Observation, deterministic: bool = True, *, mask: Optional[Observation] = None,
+                generator: Optional[torch.Generator] = None, return_logits: bool = False,
+                return_value: bool = False) -> Any:
         """Actions for a batch of observations `obs` [B, *observation_shape] (a tensor or a numpy
         array; one unbatched observation works too and gives one action).
 
         `deterministic`: the most likely action (per dimension; the Gaussian mean), else sampled with
-        `generator`. Returns the actions ([B] discrete, [B, D] multi-discrete, [B, *shape] continuous,
+        `generator`. `mask`: the world's action mask for `obs` (`env.action_masks()`, [B, M] bool) for
+        a masked world such as SwarmEnv, as training and evaluate apply it (masked dimensions take
+        action 0; the slots policy pools over live slots only). Returns the actions ([B] discrete, [B, D] multi-discrete, [B, *shape] continuous,
         0-based as the policy sees them), as the input's type; with `return_logits` / `return_value` a
         tuple `(actions, logits, value)` of what was asked (logits: `actor_output`, value: V(obs) [B]).
         """
@@ -75,14 +83,18 @@ class Policy:
         if self.observation_shape is not None and tuple(x.shape[1:]) != self.observation_shape:
             raise ValueError(f"obs: expected [B, {', '.join(map(str, self.observation_shape))}] (or one observation), "
                              f"got {list(x.shape)}")
+        m = None if mask is None else torch.as_tensor(mask, dtype=torch.bool, device=self.device)
+        if m is not None and single:
+            m = m.unsqueeze(0)
         with torch.inference_mode():
             x = self.normalize(x)
-            action = greedy_action(self.network, x) if deterministic else self.network.act(x, generator)[0]
+            masked = {} if m is None else {"mask": m}
+            action = greedy_action(self.network, x, m) if deterministic else self.network.act(x, generator, **masked)[0]
             out = [action]
             if return_logits:
-                out.append(actor_output(self.network, x))
+                out.append(actor_output(self.network, x, m))
             if return_value:
-                out.append(self.network.value(x))
+                out.append(_value(self.network, x, m))
         out = [o[0] if single else o for o in out]
         if as_numpy:
             out = [o.cpu().numpy() for o in out]

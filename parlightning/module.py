@@ -8,21 +8,84 @@ accumulation and DDP all behave as in any Lightning module. The rollout comes fr
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+import math
+import os
+from typing import Any, Optional, Sequence, Union
 
 import lightning.pytorch as pl
 import torch
 from torch import Tensor
 
 from parlightning.callbacks.planner import find_planner
+from parlightning.envs.base import action_mask_of
 from parlightning.errors import ConfigError
 from parlightning.loss import ppo_loss
-from parlightning.policies import ACTIVATIONS, ActorCritic
+from parlightning.policies import ACTIVATIONS, ActorCritic, set_action_prior
 from parlightning.recurrent import CELLS, RecurrentActorCritic
 
 LOSS_METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "old_approx_kl", "clipfrac")  # logged as losses/*
 
 POLICIES = ("mlp", "slots", *CELLS)  # model.policy
+
+
+def check_prior(prior: Any) -> None:
+    """Refuse a `model.prior` that is not a probability in (0, 1) (or {action, probability})."""
+    if prior is None:
+        return
+    fix = "give a probability in (0, 1), e.g. 0.998, or {action: 0, probability: 0.998}"
+    if isinstance(prior, dict):
+        unknown = set(prior) - {"action", "probability"}
+        if unknown or "probability" not in prior:
+            raise ConfigError(f"model.prior: unknown or missing keys in {prior!r}; {fix}")
+        action, p = prior.get("action", 0), prior["probability"]
+        if isinstance(action, bool) or not isinstance(action, int) or action < 0:
+            raise ConfigError(f"model.prior.action: must be an action index >= 0, got {action!r}")
+    else:
+        p = prior
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 < p < 1.0 or not math.isfinite(p):
+        raise ConfigError(f"model.prior: the probability must lie strictly between 0 and 1, got {p!r}; {fix}")
+
+
+def apply_prior(policy: Any, prior: Union[float, dict]) -> None:
+    """`set_action_prior` from a checked `model.prior`; an action outside a dimension is a ConfigError."""
+    action, p = (prior.get("action", 0), prior["probability"]) if isinstance(prior, dict) else (0, prior)
+    layer = getattr(policy, "prior_layer", None)
+    if not callable(layer):
+        raise ConfigError(f"model.prior: {type(policy).__name__} has no prior_layer(); drop model.prior")
+    nvec = policy.prior_nvec()
+    if not nvec or action >= min(nvec):
+        raise ConfigError(f"model.prior.action: {action} is not an action of every dimension (sizes {list(nvec)}); "
+                          f"pick one below {min(nvec) if nvec else 0}")
+    set_action_prior(policy, int(action), float(p))
+
+
+def load_policy_weights(policy: Any, path: str) -> None:
+    """The policy weights of a checkpoint (`model.init_from`); another policy's is one ConfigError."""
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # corrupt, truncated, not a torch file, pickled objects
+        raise ConfigError(f"model.init_from: {path!r} is not a readable checkpoint ({type(err).__name__}); pass one "
+                          "written by python -m parlightning.bc or parlightning.fit") from None
+    sd = ckpt.get("state_dict") if isinstance(ckpt, dict) else None
+    state = {k[len("policy."):]: v for k, v in (sd or {}).items() if k.startswith("policy.")}
+    if not state:
+        raise ConfigError(f"model.init_from: {path} holds no policy weights; pass one written by parlightning.bc or fit")
+    try:
+        policy.load_state_dict(state)
+    except RuntimeError as err:
+        last = str(err).strip().splitlines()[-1].strip()
+        raise ConfigError(f"model.init_from: {path} holds another policy ({last}); build this run's model like the "
+                          "checkpoint's (model.policy, model.hidden_sizes) and the same world") from None
+
+
+def delegation_share(buffer: Any) -> Optional[Tensor]:
+    """Share of the rollout's live decisions (masked-in action dimensions) whose action is not 0 (in
+    SwarmEnv: delegations, 0 being "do it yourself"); None for an unmasked world or a category mask."""
+    masks = getattr(buffer, "masks", None)
+    if masks is None or masks.shape[-1] != buffer.actions.shape[-1] or buffer.actions.dim() != masks.dim():
+        return None
+    live = masks.sum()
+    return ((buffer.actions != 0) & masks).sum().float() / live.clamp(min=1).float()
 
 
 class PPOModule(pl.LightningModule):
@@ -45,6 +108,14 @@ class PPOModule(pl.LightningModule):
             `tanh` on CPU); for a recurrent policy, its observation encoder.
         policy: `mlp` (default), or `gru` / `lstm` for a `RecurrentActorCritic` with `rnn_hidden`
             units, trained on whole per-actor chunks of `data.bptt_len` steps.
+        prior: the policy's initial action distribution (a serial prior): a probability p, or
+            `{action: a, probability: p}` (a defaults to 0, SwarmEnv's "do it yourself"): action a
+            starts with probability p in every action dimension, through the actor's output bias (an
+            ordinary trainable parameter; `parlightning.policies.set_action_prior`). None (default)
+            leaves the initialisation exactly as it was.
+        init_from: a checkpoint whose policy weights this run starts from (e.g. one written by
+            `python -m parlightning.bc`, behaviour cloning on a scripted policy); only the policy's
+            weights are read: the optimizer, the schedules and the counters start fresh.
         fused_adam: use Adam's fused implementation (`torch.optim.Adam(fused=True)`: one kernel per
             parameter tensor instead of a dozen ops each; torch >= 2.4 on CPU). The same update up
             to float rounding (~1e-7), about half the optimizer's time for a small policy on CPU;
@@ -68,8 +139,18 @@ class PPOModule(pl.LightningModule):
         policy: str = "mlp",
         rnn_hidden: int = 64,
         fused_adam: bool = False,
+        prior: Optional[Union[float, dict]] = None,
+        init_from: Optional[str] = None,
     ) -> None:
         super().__init__()
+        check_prior(prior)
+        if init_from is not None:
+            if prior is not None:
+                raise ConfigError("model.prior / model.init_from: give one; the checkpoint's weights would replace the "
+                                  "prior's bias")
+            if not isinstance(init_from, str) or not os.path.isfile(init_from):
+                raise ConfigError(f"model.init_from: no checkpoint file at {init_from!r}; pass one written by "
+                                  "python -m parlightning.bc or parlightning.fit")
         if policy not in POLICIES:
             raise ConfigError(f"model.policy: unknown {policy!r}; choose one of {list(POLICIES)}")
         if isinstance(rnn_hidden, bool) or not isinstance(rnn_hidden, int) or rnn_hidden <= 0:
@@ -125,6 +206,11 @@ class PPOModule(pl.LightningModule):
         if self.policy is None:
             env = self.trainer.datamodule.env
             self.policy = self.build_policy(env.observation_shape, env.action_spec)
+            prior = self.hparams.get("prior")
+            if prior is not None:
+                apply_prior(self.policy, prior)
+            if self.hparams.get("init_from") is not None:
+                load_policy_weights(self.policy, self.hparams.init_from)
         if getattr(self.policy, "is_recurrent", False):  # the data module carries every actor's hidden state
             self.trainer.datamodule.bind_memory(self.policy)
 
@@ -192,13 +278,14 @@ class PPOModule(pl.LightningModule):
     # ------------------------------------------------------------------ PPO step
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         hp = self.hparams
+        masked = {"mask": batch["masks"]} if "masks" in batch else {}  # the world's action masks, as stored
         if "state0" in batch:  # recurrent: whole per-actor chunks [B, L, ...], re-run from each chunk's first state
             new_logprob, entropy, new_value = self.policy.evaluate_sequences(
-                batch["obs"], batch["actions"], batch["episode_start"], batch["state0"]
+                batch["obs"], batch["actions"], batch["episode_start"], batch["state0"], **masked
             )
         else:
             keyed = {"key": batch["keys"]} if "keys" in batch else {}  # a keyed policy's table rows (TensorParallel)
-            new_logprob, entropy, new_value = self.policy.evaluate(batch["obs"], batch["actions"], **keyed)
+            new_logprob, entropy, new_value = self.policy.evaluate(batch["obs"], batch["actions"], **keyed, **masked)
         out = ppo_loss(
             new_logprob, entropy, new_value, batch["logprobs"], batch["values"], batch["advantages"],
             batch["returns"], hp.clip_coef, hp.ent_coef, hp.vf_coef, hp.norm_adv, hp.clip_vloss,
@@ -290,10 +377,12 @@ class PPOModule(pl.LightningModule):
         env = getattr(self.trainer.datamodule, "env", None)
         if self.policy is not None and env is not None:  # `parlightning.export` rebuilds the policy from these
             spec = self.policy.action_spec
+            mask = action_mask_of(env)  # export takes the world's mask as an input when it has one
             checkpoint["policy_spaces"] = {
                 "observation_shape": [int(d) for d in env.observation_shape],
                 "action_spec": {"kind": spec.kind, "nvec": [int(n) for n in spec.nvec],
                                 "shape": [int(d) for d in spec.shape], "low": spec.low, "high": spec.high},
+                "action_mask_width": None if mask is None else int(mask.shape[-1]),
             }
 
     def _log_rollout(self) -> None:
@@ -302,6 +391,9 @@ class PPOModule(pl.LightningModule):
             return
         sync = self.trainer.world_size > 1
         stats = {k: v.float() for k, v in rollout.stats.items()}
+        share = delegation_share(rollout.buffer)
+        if share is not None:  # a masked world: collapse to serial is visible as this falling to 0
+            stats["rollout/delegation_share"] = share
         once = dict(on_step=False, on_epoch=True, batch_size=1)
         self.log_dict(stats, sync_dist=sync, **once)
         lr = self.trainer.optimizers[0].param_groups[0]["lr"]

@@ -13,7 +13,7 @@ from typing import Optional, Sequence
 import torch
 from torch import Tensor, nn
 
-from parlightning.envs.base import ActionSpec
+from parlightning.envs.base import ActionSpec, mask_layout
 
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "gelu": nn.GELU, "silu": nn.SiLU}
 
@@ -74,16 +74,61 @@ class CategoricalHead(nn.Module):
         self.padded = any(n != width for n in self.nvec)
         self.scalar = len(self.nvec) == 1
 
-    def _log_probs(self, flat_logits: Tensor) -> Tensor:
-        """[B, sum(nvec)] -> [max(nvec), D, B] normalised log-probabilities (very negative on padding)."""
+    def _log_probs(self, flat_logits: Tensor, mask: Optional[Tensor] = None) -> Tensor:
+        """[B, sum(nvec)] -> [max(nvec), D, B] normalised log-probabilities (very negative on padding).
+
+        `mask` (see `parlightning.envs.base.BatchedEnv`): [B, D] live dimensions, whose others get the
+        logits (0, padding, ...) whatever the network said (action 0 with log-prob 0, entropy 0, no
+        gradient), or [B, sum(nvec)] live categories (the others padded, MaskablePPO's masking)."""
         width, dims = self._padding.shape[:2]
-        logits = flat_logits.t().index_select(0, self._rows).view(width, dims, flat_logits.shape[0])
+        B = flat_logits.shape[0]
+        logits = flat_logits.t().index_select(0, self._rows).view(width, dims, B)
         if self.padded:
             logits = logits.masked_fill(self._padding, padding_logit(logits.dtype))
+        if mask is not None:
+            logits = self.apply_mask(logits, mask)
         return logits.log_softmax(0)
 
-    def sample(self, flat_logits: Tensor, generator: Optional[torch.Generator]) -> tuple[Tensor, Tensor]:
-        logp = self._log_probs(flat_logits)
+    def apply_mask(self, logits: Tensor, mask: Tensor) -> Tensor:
+        """Masked [max(nvec), D, B] logits (see `_log_probs`)."""
+        width, dims, B = logits.shape
+        if mask.shape[0] != B:
+            raise ValueError(f"action mask: {mask.shape[0]} rows for a batch of {B}; pass one row per sample")
+        if mask_layout(ActionSpec("multi_discrete", self.nvec), mask.shape[-1]) == "dimensions":
+            fixed = torch.full((width, dims, 1), padding_logit(logits.dtype), dtype=logits.dtype, device=logits.device)
+            fixed[0] = 0.0
+            return torch.where(mask.t().unsqueeze(0), logits, fixed)
+        live = mask.t().index_select(0, self._rows).view(width, dims, B)
+        return logits.masked_fill(~live, padding_logit(logits.dtype))
+
+    def dimension_live(self, mask: Tensor) -> Tensor:
+        """[B, D] bool: the dimensions a mask (either layout) leaves a choice in (for a category mask:
+        two or more live categories)."""
+        if mask_layout(ActionSpec("multi_discrete", self.nvec), mask.shape[-1]) == "dimensions":
+            return mask
+        return torch.stack([m.sum(1) > 1 for m in mask.split(list(self.nvec), 1)], 1)
+
+    def greedy(self, flat_logits: Tensor, mask: Optional[Tensor] = None) -> Tensor:
+        """The most likely live action per dimension: [B] discrete, [B, D] multi-discrete (0 where masked)."""
+        action = self._log_probs(flat_logits, mask).argmax(0)  # [D, B]; padding never wins
+        return action[0] if self.scalar else action.t().contiguous()
+
+    def dimension_entropy(self, flat_logits: Tensor, mask: Optional[Tensor] = None) -> Tensor:
+        """[B, D]: each dimension's entropy (0 where masked); `log_prob_entropy`'s entropy is its row sum."""
+        logp = self._log_probs(flat_logits, mask)
+        return -(logp.exp() * logp).sum(0).t()
+
+    def log_probabilities(self, flat_logits: Tensor, mask: Optional[Tensor] = None) -> Tensor:
+        """[B, D, max(nvec)]: each dimension's log-probabilities (very negative on padding and masked categories)."""
+        return self._log_probs(flat_logits, mask).permute(2, 1, 0)
+
+    def probabilities(self, flat_logits: Tensor, mask: Optional[Tensor] = None) -> Tensor:
+        """[B, D, max(nvec)]: each dimension's action probabilities (0 on padding and masked categories)."""
+        return self._log_probs(flat_logits, mask).exp().permute(2, 1, 0)
+
+    def sample(self, flat_logits: Tensor, generator: Optional[torch.Generator],
+               mask: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
+        logp = self._log_probs(flat_logits, mask)
         # Inverse CDF: one uniform per (dimension, sample); the clamp keeps rounding off the padding.
         cdf = logp.exp().cumsum(0)
         u = torch.rand(cdf.shape[1:], generator=generator, device=cdf.device, dtype=cdf.dtype)
@@ -91,11 +136,17 @@ class CategoricalHead(nn.Module):
         chosen = logp.gather(0, action.unsqueeze(0)).sum((0, 1))
         return (action[0] if self.scalar else action.t().contiguous()), chosen
 
-    def log_prob_entropy(self, flat_logits: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
-        logp = self._log_probs(flat_logits)
+    def log_prob_entropy(self, flat_logits: Tensor, action: Tensor,
+                         mask: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
+        logp = self._log_probs(flat_logits, mask)
         action = action.long().reshape(action.shape[0], -1).t().unsqueeze(0)  # [1, D, B]
         chosen = logp.gather(0, action).sum((0, 1))
         return chosen, -(logp.exp() * logp).sum((0, 1))
+
+
+def _no_mask(mask: Optional[Tensor]) -> None:
+    if mask is not None:
+        raise ValueError("action mask: continuous actions take no mask; drop the world's action_masks()")
 
 
 class GaussianHead(nn.Module):
@@ -107,7 +158,9 @@ class GaussianHead(nn.Module):
         self.n_outputs = int(math.prod(shape))
         self.log_std = nn.Parameter(torch.zeros(self.n_outputs))
 
-    def sample(self, mean: Tensor, generator: Optional[torch.Generator]) -> tuple[Tensor, Tensor]:
+    def sample(self, mean: Tensor, generator: Optional[torch.Generator],
+               mask: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
+        _no_mask(mask)
         std = self.log_std.exp()
         action = mean + std * torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
         return action.reshape(mean.shape[0], *self.shape), self._log_prob(mean, action)
@@ -116,7 +169,9 @@ class GaussianHead(nn.Module):
         z = (action - mean) / self.log_std.exp()
         return (-0.5 * z.pow(2) - self.log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
 
-    def log_prob_entropy(self, mean: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
+    def log_prob_entropy(self, mean: Tensor, action: Tensor,
+                         mask: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
+        _no_mask(mask)
         entropy = (0.5 + 0.5 * math.log(2 * math.pi) + self.log_std).sum().expand(mean.shape[0])
         return self._log_prob(mean, action.reshape(mean.shape)), entropy
 
@@ -171,16 +226,50 @@ class ActorCritic(nn.Module):
         return self._forward(self.critic, obs.flatten(1), key).squeeze(-1)
 
     def act(
-        self, obs: Tensor, generator: Optional[torch.Generator] = None, key: Optional[Tensor] = None
+        self, obs: Tensor, generator: Optional[torch.Generator] = None, key: Optional[Tensor] = None,
+        mask: Optional[Tensor] = None,
     ) -> tuple[Tensor, Tensor, Tensor]:
         """Sample actions for a batch of observations: (action, log-prob, value); `key` [B] rows of
-        `key_table` when keyed."""
+        `key_table` when keyed; `mask` the world's action mask (see `CategoricalHead._log_probs`)."""
         x = obs.flatten(1)
-        action, logprob = self.head.sample(self._forward(self.actor, x, key), generator)
+        action, logprob = self.head.sample(self._forward(self.actor, x, key), generator, mask)
         return action, logprob, self._forward(self.critic, x, key).squeeze(-1)
 
-    def evaluate(self, obs: Tensor, action: Tensor, key: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor]:
+    def evaluate(self, obs: Tensor, action: Tensor, key: Optional[Tensor] = None,
+                 mask: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor]:
         """Score stored actions under the current parameters: (log-prob, entropy, value)."""
         x = obs.flatten(1)
-        logprob, entropy = self.head.log_prob_entropy(self._forward(self.actor, x, key), action)
+        logprob, entropy = self.head.log_prob_entropy(self._forward(self.actor, x, key), action, mask)
         return logprob, entropy, self._forward(self.critic, x, key).squeeze(-1)
+
+    def prior_layer(self) -> nn.Linear:
+        """The actor's output layer (its bias carries `set_action_prior`)."""
+        return self.actor[-1]
+
+    def prior_nvec(self) -> tuple[int, ...]:
+        return tuple(self.action_spec.nvec)
+
+    def action_logits(self, obs: Tensor, key: Optional[Tensor] = None, mask: Optional[Tensor] = None) -> Tensor:
+        """The actor's raw outputs [B, head.n_outputs] (greedy evaluation, export, behaviour cloning);
+        `mask` is accepted for the policies' common signature (the head applies it, not the network)."""
+        return self._forward(self.actor, obs.flatten(1), key)
+
+
+def prior_bias(probability: float, n: int) -> float:
+    """The logit bias that gives one of `n` categories `probability` when the others' logits are 0."""
+    return math.log(probability * (n - 1) / (1.0 - probability))
+
+
+def set_action_prior(policy: nn.Module, action: int, probability: float) -> None:
+    """Make `action` start with `probability` in every action dimension (e.g. SwarmEnv's 0, "do it
+    yourself", at 0.998): the actor's output bias, an ordinary trainable parameter, gets
+    `prior_bias` on that category and 0 on the others. The actor's last layer is initialised with
+    std 0.01, so the initial probability is `probability` up to that noise. The policy names its
+    output layer with `prior_layer()` (a Linear) and its layout with `prior_nvec()`."""
+    layer, nvec = policy.prior_layer(), policy.prior_nvec()
+    with torch.no_grad():
+        offset = 0
+        for n in nvec:
+            layer.bias[offset:offset + n] = 0.0
+            layer.bias[offset + action] = prior_bias(probability, n)
+            offset += n

@@ -65,6 +65,13 @@ class RecurrentActorCritic(nn.Module):
         self.actor = layer_init(nn.Linear(rnn_hidden, self.head.n_outputs), std=0.01)
         self.critic = layer_init(nn.Linear(rnn_hidden, 1), std=1.0)
 
+    def prior_layer(self) -> nn.Linear:
+        """The actor's output layer (its bias carries `parlightning.policies.set_action_prior`)."""
+        return self.actor
+
+    def prior_nvec(self) -> tuple[int, ...]:
+        return tuple(self.action_spec.nvec)
+
     def initial_state(self, num_envs: int, device: Any = None) -> Tensor:
         """A fresh (zero) hidden state for `num_envs` actors: [N, S, H]."""
         return torch.zeros(num_envs, self.state_layers, self.rnn_hidden, device=device)
@@ -90,12 +97,14 @@ class RecurrentActorCritic(nn.Module):
         return torch.stack(features, 1), state
 
     def act(
-        self, obs: Tensor, generator: Optional[torch.Generator], state: Tensor, episode_start: Tensor
+        self, obs: Tensor, generator: Optional[torch.Generator], state: Tensor, episode_start: Tensor,
+        mask: Optional[Tensor] = None,
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """One rollout step for N actors: (action, log-prob, value, new state)."""
+        """One rollout step for N actors: (action, log-prob, value, new state); `mask` the world's
+        action mask (see `CategoricalHead._log_probs`)."""
         features, state = self.unroll(obs.unsqueeze(1), state, episode_start.unsqueeze(1))
         features = features[:, 0]
-        action, logprob = self.head.sample(self.actor(features), generator)
+        action, logprob = self.head.sample(self.actor(features), generator, mask)
         return action, logprob, self.critic(features).squeeze(-1), state
 
     def value(self, obs: Tensor, state: Tensor, episode_start: Tensor) -> Tensor:
@@ -104,15 +113,16 @@ class RecurrentActorCritic(nn.Module):
         return self.critic(features[:, 0]).squeeze(-1)
 
     def evaluate_sequences(
-        self, obs: Tensor, actions: Tensor, episode_start: Tensor, state0: Tensor
+        self, obs: Tensor, actions: Tensor, episode_start: Tensor, state0: Tensor, mask: Optional[Tensor] = None
     ) -> tuple[Tensor, Tensor, Tensor]:
         """Score stored chunks under the current parameters with truncated BPTT from each chunk's
-        initial state: obs [B, L, ...], actions [B, L, ...], episode_start [B, L], state0 [B, S, H]
-        -> (log-prob, entropy, value), each [B, L] like the stored fields."""
+        initial state: obs [B, L, ...], actions [B, L, ...], episode_start [B, L], state0 [B, S, H],
+        mask [B, L, M] or None -> (log-prob, entropy, value), each [B, L] like the stored fields."""
         B, L = episode_start.shape
         features, _ = self.unroll(obs, state0, episode_start)
         features = features.reshape(B * L, -1)
-        logprob, entropy = self.head.log_prob_entropy(self.actor(features), actions.flatten(0, 1))
+        flat_mask = None if mask is None else mask.flatten(0, 1)
+        logprob, entropy = self.head.log_prob_entropy(self.actor(features), actions.flatten(0, 1), flat_mask)
         return logprob.reshape(B, L), entropy.reshape(B, L), self.critic(features).reshape(B, L)
 
 
@@ -134,13 +144,14 @@ class RecurrentRollout:
         self.policy, self.t = policy, 0
         return self
 
-    def act(self, obs: Tensor, generator: Optional[torch.Generator] = None) -> tuple[Tensor, Tensor, Tensor]:
+    def act(self, obs: Tensor, generator: Optional[torch.Generator] = None,
+            mask: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor]:
         """Step t of the rollout for every actor: (action, log-prob, value), as the MLP's `act`."""
         buf, t = self.buffer, self.t
         if t > 0:
             self.episode_start = buf.terminated[t - 1] | buf.truncated[t - 1]
         buf.write_memory(t, self.state, self.episode_start)
-        action, logprob, value, self.state = self.policy.act(obs, generator, self.state, self.episode_start)
+        action, logprob, value, self.state = self.policy.act(obs, generator, self.state, self.episode_start, mask)
         self.t = t + 1
         return action, logprob, value
 

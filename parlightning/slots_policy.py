@@ -61,12 +61,16 @@ class SlotsActorCritic(nn.Module):
         other.head = CategoricalHead(spec.nvec).to(next(self.parameters()).device)
         return other
 
-    def _features(self, obs: Tensor) -> tuple[Tensor, Tensor]:
-        """Per-slot logits [B, W * C] and the critic's input [B, 2H + F]."""
+    def _features(self, obs: Tensor, mask: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
+        """Per-slot logits [B, W * C] and the critic's input [B, 2H + F]. The pool reads the live slots:
+        the action mask's live dimensions when given, else the pending ones (feature 0 > 0)."""
         W = obs.shape[1] - 1
         slots, context = obs[:, :W], obs[:, W]
         h = self.encoder(torch.cat([slots, context.unsqueeze(1).expand(-1, W, -1)], -1))  # [B, W, H]
-        live = (slots[..., :1] > 0).to(h.dtype)  # pending slots (feature 0); others do not enter the pool
+        if mask is None:
+            live = (slots[..., :1] > 0).to(h.dtype)  # pending slots (feature 0); others do not enter the pool
+        else:
+            live = self.head.dimension_live(mask).unsqueeze(-1).to(h.dtype)
         mean = (h * live).sum(1) / live.sum(1).clamp(min=1.0)
         top = (h * live - (1.0 - live) * 1e4).amax(1) * (live.sum(1) > 0)
         pool = torch.cat([mean, top], -1)  # [B, 2H]
@@ -77,23 +81,36 @@ class SlotsActorCritic(nn.Module):
         if key is not None:
             raise ValueError("key: the slots policy has no per-key table; TensorParallel needs model.policy: mlp")
 
-    def value(self, obs: Tensor, key: Optional[Tensor] = None) -> Tensor:
+    def value(self, obs: Tensor, key: Optional[Tensor] = None, mask: Optional[Tensor] = None) -> Tensor:
         self._check_key(key)
-        return self.critic(self._features(obs)[1]).squeeze(-1)
+        return self.critic(self._features(obs, mask)[1]).squeeze(-1)
 
     def act(self, obs: Tensor, generator: Optional[torch.Generator] = None,
-            key: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor]:
+            key: Optional[Tensor] = None, mask: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor]:
         self._check_key(key)
-        logits, crit = self._features(obs)
-        action, logprob = self.head.sample(logits, generator)
+        logits, crit = self._features(obs, mask)
+        action, logprob = self.head.sample(logits, generator, mask)
         return action, logprob, self.critic(crit).squeeze(-1)
 
-    def evaluate(self, obs: Tensor, action: Tensor, key: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor]:
+    def evaluate(self, obs: Tensor, action: Tensor, key: Optional[Tensor] = None,
+                 mask: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor]:
         self._check_key(key)
-        logits, crit = self._features(obs)
-        logprob, entropy = self.head.log_prob_entropy(logits, action)
+        logits, crit = self._features(obs, mask)
+        logprob, entropy = self.head.log_prob_entropy(logits, action, mask)
         return logprob, entropy, self.critic(crit).squeeze(-1)
 
-    def logits(self, obs: Tensor) -> Tensor:
+    def prior_layer(self) -> nn.Linear:
+        """The shared head's output layer: one bias per category, for every slot (see `set_action_prior`)."""
+        return self.actor[-1]
+
+    def prior_nvec(self) -> tuple[int, ...]:
+        return (self.choices,)
+
+    def action_logits(self, obs: Tensor, key: Optional[Tensor] = None, mask: Optional[Tensor] = None) -> Tensor:
+        """The raw per-slot logits [B, W * C] (the pool over `mask`'s live slots when given)."""
+        self._check_key(key)
+        return self._features(obs, mask)[0]
+
+    def logits(self, obs: Tensor, mask: Optional[Tensor] = None) -> Tensor:
         """Per-slot action logits [B, W, C] (for tests and inspection)."""
-        return self._features(obs)[0].view(obs.shape[0], obs.shape[1] - 1, self.choices)
+        return self._features(obs, mask)[0].view(obs.shape[0], obs.shape[1] - 1, self.choices)

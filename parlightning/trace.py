@@ -19,6 +19,8 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 from torch import Tensor
 
+from parlightning.envs.base import action_mask_of
+
 KINDS = ("plain", "hard", "local")  # SwarmEnv slot features 2..4
 PARTS = ("outcome", "critical_steps", "serial_steps", "n_subagents", "assigned", "completed")
 
@@ -44,7 +46,7 @@ def _slots(obs: list, action: list, info: dict[str, list], i: int, n_splits: int
     return out
 
 
-def trace_episodes(env: Any, act: Callable[[Tensor], Tensor], seed: int, task_ids: Optional[Sequence[str]],
+def trace_episodes(env: Any, act: Callable[[Tensor, Optional[Tensor]], Tensor], seed: int, task_ids: Optional[Sequence[str]],
                    max_steps: int = 100_000) -> list[dict[str, Any]]:
     """Run every actor's first episode as `parlightning.evaluate` does (actor i on task i mod K, reset
     with `seed`) and return one trace record per actor. Host reads every round: evaluation only."""
@@ -59,7 +61,7 @@ def trace_episodes(env: Any, act: Callable[[Tensor], Tensor], seed: int, task_id
     ret = [0.0] * N
     try:
         for t in range(max_steps):
-            action = act(obs)
+            action = act(obs, action_mask_of(env))  # as evaluate acts: under the world's mask
             res = env.step(action, task) if task is not None else env.step(action)
             live = [i for i in range(N) if records[i] is None]
             obs_l, act_l, rew_l = obs.tolist(), action.tolist(), res.reward.tolist()

@@ -6,9 +6,11 @@ Arms (configs/arms/*.yaml on top of --config): (a) perf_only: r_perf only; (b) p
 constant; add others with --arms. Each cell of the grid (the product of the --axis values, dotted
 overrides of the world's constructor) trains every arm for --seeds seeds with the same explicit
 budget, evaluates the final checkpoint with `python -m parlightning.evaluate --split heldout
---json`, reads its learning curves back from TensorBoard (with how much they still moved over the
-last 20% of training), and replays a few held-out episodes with `PipelineChain` to find which
-kind of stage loses the most time. The scripted serial and oracle policies give each cell's bounds.
+--json` over --banks held-out banks (default 3) and --eval-seeds evaluation seeds, reads its
+learning curves back from TensorBoard (with how much they still moved over the last 20% of
+training), and replays a few held-out episodes with `PipelineChain` to find which kind of stage
+loses the most time. The scripted serial, oracle and optimal (the round-optimal oracle: the
+ceiling) policies give each cell's bounds. Runs go through scripts/experiment.py, the shared runner.
 
 Every finished run writes its result JSON atomically under OUT/results/; a restarted study skips
 them, so a killed study loses only the runs in progress (their processes die with it).
@@ -25,14 +27,9 @@ from __future__ import annotations
 
 import argparse
 import csv
-import ctypes
 import itertools
 import json
 import math
-import os
-import shutil
-import signal
-import subprocess
 import sys
 import time
 from datetime import datetime, timezone
@@ -41,8 +38,12 @@ from typing import Any, Optional
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run from a checkout without installing
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/: the shared experiment runner
+
+from experiment import (  # noqa: E402
+    ROOT, bank_seeds, cell_name, Job, nested_diff_ci, parse_axis, default_launch, eval_cmd, fit_cmd as run_fit_cmd, flat_eval, load_results as load_all,
+    log_dir, nested, open_study, read_curves as read_tags, run_jobs, tail_of, write_json_atomic,
+)
 
 ARM_LABELS = {"perf_only": "(a) r_perf only", "parl_annealed": "(b) PARL annealed", "parl_constant": "(c) PARL constant"}
 A, B, C = "perf_only", "parl_annealed", "parl_constant"
@@ -63,23 +64,6 @@ CURVE_TAGS = {  # curve name -> TensorBoard tags to try, first found wins
 
 
 # ---------------------------------------------------------------------------------------------- planning
-def parse_axis(text: str) -> tuple[str, list[Any]]:
-    """`data.env.init_args.NAME=v1,v2,v3` -> (key, [v1, v2, v3]) with YAML-typed values."""
-    key, sep, values = text.partition("=")
-    if not sep or not key or not values:
-        raise SystemExit(f"error: --axis {text!r}: write KEY=v1,v2,... (e.g. data.env.init_args.merge_cost=0.05,0.2,0.5)")
-    if not key.startswith(("data.", "model.", "trainer.")):
-        raise SystemExit(f"error: --axis {text!r}: KEY must be a dotted config key such as data.env.init_args.NAME")
-    parsed = [yaml.safe_load(v) for v in values.split(",")]
-    if len(set(map(str, parsed))) != len(parsed):
-        raise SystemExit(f"error: --axis {text!r}: repeated values")
-    return key, parsed
-
-
-def cell_name(cell: dict[str, Any]) -> str:
-    return "_".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in cell.items()) or "default"
-
-
 def arm_config(arm: str) -> Path:
     path = Path(arm) if arm.endswith((".yaml", ".yml")) else ROOT / "configs" / "arms" / f"{arm}.yaml"
     if not path.is_file():
@@ -101,16 +85,17 @@ def make_plan(args: argparse.Namespace) -> dict[str, Any]:
         "config": str(args.config), "arms": args.arms, "axes": axes, "seeds": args.seeds,
         "epochs": args.epochs, "num_envs": args.num_envs, "num_steps": args.num_steps,
         "env_steps": args.epochs * args.num_envs * args.num_steps, "anneal_frac": args.anneal_frac,
-        "episodes": args.episodes, "blame_episodes": args.blame_episodes, "eval_seed": 0,
+        "episodes": args.episodes, "blame_episodes": args.blame_episodes, "eval_seeds": args.eval_seeds,
+        "banks": args.banks,
         "launch": args.launch, "cells": [{"name": cell_name(c), "overrides": c} for c in cells],
     }
 
 
 def jobs_of(plan: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every unit of work: the serial and oracle bounds per cell, then (cell, arm, seed) runs, seeds outermost
+    """Every unit of work: the scripted bounds per cell, then (cell, arm, seed) runs, seeds outermost
     so that a half-finished study already has every arm in every cell."""
     jobs = [{"kind": "bound", "cell": c, "policy": p, "id": f"{c['name']}/bound_{p}"}
-            for c in plan["cells"] for p in ("serial", "oracle")]
+            for c in plan["cells"] for p in BOUNDS]
     for seed in range(plan["seeds"]):
         for c in plan["cells"]:
             for arm in plan["arms"]:
@@ -119,215 +104,74 @@ def jobs_of(plan: dict[str, Any]) -> list[dict[str, Any]]:
     return jobs
 
 
-# ---------------------------------------------------------------------------------------------- processes
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child
-    """Linux: the child gets SIGKILL when the study dies, so a killed study leaves no orphans behind."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
+# ---------------------------------------------------------------------------------------------- jobs
+BOUNDS = ("serial", "oracle", "optimal")  # optimal: the round-optimal oracle, the ceiling
 
 
-def _child_env() -> dict[str, str]:
-    return dict(os.environ, PYTHONWARNINGS="ignore", PYTHONPATH=os.pathsep.join(
-        [str(ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])))
-
-
-def _run_module(module: str, argv: list[str], log: str) -> None:  # pragma: no cover - runs in the child
-    """In a child forked from the preloaded server: `python -m module *argv` (or `python script.py *argv`
-    when `module` ends in .py) without re-importing what the server has imported."""
-    import runpy
-    import warnings
-
-    _die_with_parent()
-    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.chdir(ROOT)
-    warnings.simplefilter("ignore")
-    sys.argv = [module, *argv]
-    if module.endswith(".py"):
-        runpy.run_path(module, run_name="__main__")
-    else:
-        runpy.run_module(module, run_name="__main__", alter_sys=True)
-    sys.stdout.flush()
-    sys.stderr.flush()
-
-
-PRELOAD = ["parlightning.fit", "parlightning.evaluate", "parlightning.pipeline", "torch.utils.tensorboard",
-           "lightning.pytorch.loggers.tensorboard", "tensorboard.compat.tensorflow_stub", "attrs", "fsspec"]
-
-
-class Forked:
-    """A `python -m` run in a child of a fork server that has imported the CLIs once (Popen-like poll)."""
-
-    _context = None
-
-    def __init__(self, cmd: list[str], log: Path) -> None:
-        import multiprocessing as mp
-
-        if Forked._context is None:
-            os.environ.update(_child_env())
-            Forked._context = mp.get_context("forkserver")
-            Forked._context.set_forkserver_preload(PRELOAD)
-        module, argv = (cmd[2], cmd[3:]) if cmd[1] == "-m" else (cmd[1], cmd[2:])
-        self.process = Forked._context.Process(target=_run_module, args=(module, argv, str(log)), daemon=True)
-        self.process.start()
-
-    def poll(self) -> Optional[int]:
-        return None if self.process.is_alive() else self.process.exitcode
-
-    @property
-    def returncode(self) -> Optional[int]:
-        return self.process.exitcode
-
-
-def spawn(cmd: list[str], log: Path, launch: str) -> Any:
-    """Start `python -m ...` as a fresh interpreter (`exec`) or as a child of the preloaded fork server (`fork`)."""
-    (log.parent / "command.txt").open("a").write(" ".join(cmd) + "\n")  # the equivalent command line, to rerun by hand
-    if launch == "fork":
-        return Forked(cmd, log)
-    preexec = _die_with_parent if sys.platform.startswith("linux") else None
-    with open(log, "w") as out:
-        return subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=_child_env(), preexec_fn=preexec)
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-    os.replace(tmp, path)
-
-
-def overrides(cell: dict[str, Any]) -> list[str]:
-    return [f"--{k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in cell["overrides"].items()]
-
-
-def nested(flat: dict[str, Any]) -> dict[str, Any]:
-    """{"data.env.init_args.x": 1} -> {"data": {"env": {"init_args": {"x": 1}}}}."""
-    out: dict[str, Any] = {}
-    for key, value in flat.items():
-        node = out
-        *parents, leaf = key.split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = value
-    return out
-
-
-def eval_cmd(plan: dict, out_json: Path, *, config: list[Path], extra: list[str]) -> list[str]:
-    cmd = [sys.executable, "-m", "parlightning.evaluate"]
-    for c in config:
-        cmd += ["--config", str(c)]
-    cmd += ["--split", "heldout", "--json", str(out_json), "--seed", str(plan["eval_seed"])]
-    if plan["episodes"]:
-        cmd += ["--episodes", str(plan["episodes"])]
-    return cmd + extra
+def evaluate_args(plan: dict, work: Path, config: list[Path], extra: list[str]) -> list[str]:
+    return eval_cmd(config, work / "eval.json", banks=plan["banks"], seeds=plan["eval_seeds"],
+                    episodes=plan["episodes"], extra=extra)
 
 
 def fit_cmd(plan: dict, job: dict, root: Path) -> list[str]:
     budget = plan["env_steps"]
-    cmd = [sys.executable, "-m", "parlightning.fit", "--config", plan["config"], "--config", str(arm_config(job["arm"])),
-           f"--seed_everything={job['seed']}", f"--data.seed={job['seed']}", f"--trainer.default_root_dir={root}",
-           f"--trainer.max_epochs={plan['epochs']}", f"--data.num_envs={plan['num_envs']}",
-           f"--data.num_steps={plan['num_steps']}", "--trainer.enable_progress_bar=false",
-           "--trainer.enable_model_summary=false", "--torch_threads=1"]
+    extra = [f"--trainer.max_epochs={plan['epochs']}", f"--data.num_envs={plan['num_envs']}",
+             f"--data.num_steps={plan['num_steps']}"]
     for lam in annealed_lambdas(job["arm"]):
-        cmd.append(f"--data.reward.init_args.{lam}.init_args.horizon={max(1, round(plan['anneal_frac'] * budget))}")
-    return cmd + overrides(job["cell"])
+        extra.append(f"--data.reward.init_args.{lam}.init_args.horizon={max(1, round(plan['anneal_frac'] * budget))}")
+    return run_fit_cmd([plan["config"], arm_config(job["arm"])], root, job["seed"], job["cell"]["overrides"], extra)
 
 
-class Job:
-    """One unit of work as a small state machine of subprocesses: (fit ->) evaluate -> result JSON."""
+def make_job(spec: dict, plan: dict, out: Path) -> Job:
+    """bound: evaluate the scripted policy on the cell's world; run: fit -> evaluate -> blame."""
+    if spec["kind"] == "bound":
+        def bound(job: Job) -> tuple[str, list[str]]:
+            cell_yaml = job.work / "cell.yaml"  # the cell's overrides as a config layered on the base one
+            cell_yaml.write_text(yaml.safe_dump(nested(spec["cell"]["overrides"])))
+            return "evaluate", evaluate_args(plan, job.work, [Path(plan["config"]), cell_yaml], ["--policy", spec["policy"]])
 
-    def __init__(self, job: dict, plan: dict, out: Path) -> None:
-        self.job, self.plan, self.out = job, plan, out
-        self.work = out / "work" / job["id"]
-        self.result = out / "results" / f"{job['id']}.json"
-        shutil.rmtree(self.work, ignore_errors=True)  # leftovers of a run killed in progress
-        self.work.mkdir(parents=True)
-        self.start = time.perf_counter()
-        if job["kind"] == "bound":
-            self.phase = "evaluate"
-            cell_yaml = self.work / "cell.yaml"  # the cell's overrides as a config layered on the base one
-            cell_yaml.write_text(yaml.safe_dump(nested(job["cell"]["overrides"])))
-            cmd = eval_cmd(plan, self.work / "eval.json", config=[Path(plan["config"]), cell_yaml],
-                           extra=["--policy", job["policy"]])
-            self.proc = spawn(cmd, self.work / "evaluate.log", self.plan["launch"])
-        else:
-            self.phase = "fit"
-            self.proc = spawn(fit_cmd(plan, job, self.work), self.work / "fit.log", plan["launch"])
+        phases = [bound]
+    else:
+        def train(job: Job) -> tuple[str, list[str]]:
+            return "fit", fit_cmd(plan, spec, job.work)
 
-    def log_dir(self) -> Path:
-        versions = sorted((self.work / "lightning_logs").glob("version_*"), key=lambda p: int(p.name.split("_")[1]))
-        if not versions:
-            raise RuntimeError(f"no lightning_logs/version_* under {self.work}")
-        return versions[-1]
+        def evaluate(job: Job) -> tuple[str, list[str]]:
+            logs = log_dir(job.work)
+            return "evaluate", evaluate_args(plan, job.work, [logs / "config.yaml"],
+                                             ["--ckpt_path", str(logs / "checkpoints" / "last.ckpt")])
 
-    def poll(self) -> Optional[str]:
-        """None while running; 'done' once the result JSON is written; raises with the log tail on failure."""
-        if self.proc.poll() is None:
-            return None
-        log = self.work / f"{self.phase}.log"
-        if self.proc.returncode != 0:
-            tail = "\n".join(log.read_text(errors="replace").splitlines()[-12:])
-            raise RuntimeError(f"{self.job['id']}: {self.phase} failed (exit {self.proc.returncode}); log {log}:\n{tail}")
-        if self.phase == "fit":
-            self.phase = "evaluate"
-            logs = self.log_dir()
-            cmd = eval_cmd(self.plan, self.work / "eval.json", config=[logs / "config.yaml"],
-                           extra=["--ckpt_path", str(logs / "checkpoints" / "last.ckpt")])
-            self.proc = spawn(cmd, self.work / "evaluate.log", self.plan["launch"])
-            return None
-        if self.phase == "evaluate" and self.job["kind"] == "run" and self.plan["blame_episodes"]:
-            self.phase = "blame"
-            cmd = [sys.executable, str(Path(__file__).resolve()), "--blame-run", str(self.log_dir()),
-                   "--blame-json", str(self.work / "blame.json"), "--blame-episodes", str(self.plan["blame_episodes"]),
-                   "--blame-seed", str(self.plan["eval_seed"])]
-            self.proc = spawn(cmd, self.work / "blame.log", self.plan["launch"])
-            return None
-        write_json_atomic(self.result, self.finish())
-        return "done"
+        def blame(job: Job) -> Optional[tuple[str, list[str]]]:
+            if not plan["blame_episodes"]:
+                return None
+            return "blame", [sys.executable, str(Path(__file__).resolve()), "--blame-run", str(log_dir(job.work)),
+                             "--blame-json", str(job.work / "blame.json"), "--blame-episodes",
+                             str(plan["blame_episodes"]), "--blame-seed", str(plan["eval_seeds"][0])]
 
-    def finish(self) -> dict[str, Any]:
-        job, plan = self.job, self.plan
-        evaluation = json.loads((self.work / "eval.json").read_text())
-        record = {"id": job["id"], "kind": job["kind"], "cell": job["cell"]["name"], "overrides": job["cell"]["overrides"],
-                  "eval": evaluation, "eval_seed": plan["eval_seed"], "split": "heldout"}
-        if job["kind"] == "bound":
-            record["policy"] = job["policy"]
-        else:
-            logs = self.log_dir()
-            curves = read_curves(logs)
-            record.update(arm=Path(job["arm"]).stem, seed=job["seed"], env_steps=plan["env_steps"], epochs=plan["epochs"],
-                          num_envs=plan["num_envs"], num_steps=plan["num_steps"], curves=curves,
-                          tail_share={name: tail_of(points) for name, points in curves.items()},
-                          blame=json.loads((self.work / "blame.json").read_text()) if plan["blame_episodes"] else {},
-                          log_dir=str(logs.relative_to(self.out)))
-        record["wall_s"] = round(time.perf_counter() - self.start, 1)
-        return record
+        phases = [train, evaluate, blame]
+    return Job(spec, out, phases, lambda job: finish(job, plan), plan["launch"])
+
+
+def finish(job: Job, plan: dict) -> dict[str, Any]:
+    spec, out = job.spec, job.out
+    evaluation = flat_eval(json.loads((job.work / "eval.json").read_text()))
+    record = {"id": spec["id"], "kind": spec["kind"], "cell": spec["cell"]["name"], "overrides": spec["cell"]["overrides"],
+              "eval": evaluation, "eval_seeds": plan["eval_seeds"], "banks": plan["banks"], "split": "heldout"}
+    if spec["kind"] == "bound":
+        record["policy"] = spec["policy"]
+    else:
+        logs = log_dir(job.work)
+        curves = read_curves(logs)
+        record.update(arm=Path(spec["arm"]).stem, seed=spec["seed"], env_steps=plan["env_steps"], epochs=plan["epochs"],
+                      num_envs=plan["num_envs"], num_steps=plan["num_steps"], curves=curves,
+                      tail_share={name: tail_of(points) for name, points in curves.items()},
+                      blame=json.loads((job.work / "blame.json").read_text()) if plan["blame_episodes"] else {},
+                      log_dir=str(logs.relative_to(out)))
+    return record
 
 
 # ---------------------------------------------------------------------------------------------- per run
 def read_curves(logs: Path) -> dict[str, list[list[float]]]:
-    from parlightning.logs import read_scalars
-
-    scalars = read_scalars(logs)
-    out = {}
-    for name, tags in CURVE_TAGS.items():
-        for tag in tags:
-            if tag in scalars:
-                out[name] = [[float(s), float(v)] for s, v in scalars[tag]]
-                break
-    return out
-
-
-def tail_of(points: list[list[float]]) -> Optional[float]:
-    from parlightning.stats import tail_share
-
-    if len(points) < 5:  # too few iterations to say whether a curve flattened
-        return None
-    return tail_share([p[0] for p in points], [p[1] for p in points], frac=0.2)
+    return read_tags(logs, CURVE_TAGS)
 
 
 def run_blame(logs: Path, episodes: int, seed: int) -> dict[str, Any]:
@@ -383,33 +227,12 @@ def load_for_blame(logs: Path, split: str) -> tuple[Any, Any, Any]:
 
 # ---------------------------------------------------------------------------------------------- the loop
 def run_study(plan: dict, out: Path, jobs: int) -> None:
-    queue = [j for j in jobs_of(plan) if not (out / "results" / f"{j['id']}.json").is_file()]
-    done = len(jobs_of(plan)) - len(queue)
-    print(f"{len(jobs_of(plan))} jobs, {done} already finished (skipped), {len(queue)} to run, {jobs} at a time", flush=True)
-    running: list[Job] = []
-    failure: Optional[str] = None
-    while (queue and failure is None) or running:
-        while queue and failure is None and len(running) < jobs:
-            running.append(Job(queue.pop(0), plan, out))
-        time.sleep(0.2)
-        for job in list(running):
-            try:
-                state = job.poll()
-            except Exception as err:  # a failed run: let the others finish, then stop
-                running.remove(job)
-                failure = failure or str(err)
-                continue
-            if state == "done":
-                running.remove(job)
-                done += 1
-                print(f"  [{done}/{len(jobs_of(plan))}] {job.job['id']}  {time.perf_counter() - job.start:5.1f} s", flush=True)
-    if failure is not None:
-        raise SystemExit(f"error: {failure}")
+    run_jobs(jobs_of(plan), out, jobs, lambda spec: make_job(spec, plan, out))
 
 
 # ---------------------------------------------------------------------------------------------- outputs
 def load_results(out: Path, plan: dict) -> list[dict]:
-    return [json.loads((out / "results" / f"{j['id']}.json").read_text()) for j in jobs_of(plan)]
+    return load_all(out, jobs_of(plan))
 
 
 def write_runs(results: list[dict], out: Path) -> None:
@@ -433,7 +256,7 @@ def worst_kind(by_kind: dict[str, dict[str, float]]) -> Optional[str]:
 
 
 def summarize(results: list[dict], plan: dict, seed: int, flat_tol: float) -> dict[str, Any]:
-    from parlightning.stats import bootstrap_diff_ci, mean_std
+    from parlightning.stats import mean_std
 
     cells = []
     for cell in plan["cells"]:
@@ -449,19 +272,22 @@ def summarize(results: list[dict], plan: dict, seed: int, flat_tol: float) -> di
             stats["flat_measured"] = sum(1 for s in shares if s is not None)
             stats["seeds"] = len(runs)
             stats["values"] = {m: [r["eval"].get(m) for r in runs] for m in ("success_rate", "speedup_vs_serial", *BEHAVIOUR)}
+            # per seed, its evaluation values (banks x evaluation seeds): the CIs resample both levels
+            stats["eval_values"] = {m: [[e[m] for e in r["eval"].get("runs") or [r["eval"]]] for r in runs]
+                                    for m in ("success_rate", "speedup_vs_serial", *BEHAVIOUR)}
             arms[arm] = stats
         diffs = {}
         for other in (A, C):
             if B in arms and other in arms:
                 for m in ("success_rate", "speedup_vs_serial"):
-                    ci = bootstrap_diff_ci(arms[B]["values"][m], arms[other]["values"][m], seed=seed)
+                    ci = nested_diff_ci(arms[B]["eval_values"][m], arms[other]["eval_values"][m], seed=seed)
                     diffs[f"b-{'a' if other == A else 'c'}/{m}"] = ci.as_dict() | {"label": ci.label()}
         behaviour = {}  # how the arms act: do the shaping terms make more subagents, and do fewer of them finish?
         for other in (A, C):
             if B in arms and other in arms:
                 for m in BEHAVIOUR:
                     if None not in arms[B]["values"][m] + arms[other]["values"][m]:
-                        ci = bootstrap_diff_ci(arms[B]["values"][m], arms[other]["values"][m], seed=seed)
+                        ci = nested_diff_ci(arms[B]["eval_values"][m], arms[other]["eval_values"][m], seed=seed)
                         behaviour[f"b-{'a' if other == A else 'c'}/{m}"] = ci.as_dict() | {"label": ci.label()}
         cells.append({"name": cell["name"], "overrides": cell["overrides"], "bounds": bounds, "arms": arms, "diffs": diffs,
                       "behaviour_diffs": behaviour})
@@ -480,7 +306,8 @@ def summarize(results: list[dict], plan: dict, seed: int, flat_tol: float) -> di
     for kinds in (*blame.values(), *families.values()):
         for row in kinds.values():
             row["time_lost_mean"] = row["time_lost_total"] / max(row["stages"], 1)
-    budget = {k: plan[k] for k in ("env_steps", "epochs", "num_envs", "num_steps", "seeds", "anneal_frac", "episodes")}
+    budget = {k: plan[k] for k in ("env_steps", "epochs", "num_envs", "num_steps", "seeds", "anneal_frac", "episodes",
+                                   "banks", "eval_seeds")}
     return {"budget": budget, "axes": plan["axes"], "arms": plan["arms"], "bootstrap": {"seed": seed, "n_boot": 10000,
             "level": 0.95}, "flat_tol": flat_tol, "cells": cells, "blame": blame, "blame_by_family": families,
             "blame_worst_kind": {arm: worst_kind(k) for arm, k in blame.items()}}
@@ -511,13 +338,13 @@ def overview(summary: dict) -> str:
                           for a in arms)
 
     lines = [f"| {head} | success {tag} | speed-up {tag} | subagents / ep {tag} | finish rate {tag} | "
-             "success curves flat (b) | serial success | oracle success / speed-up |",
+             "success curves flat (b) | serial success | ceiling (optimal) success / speed-up |",
              "|---" * (len(keys) + 7) + "|"]
     for cell in summary["cells"]:
         vals = " | ".join(str(v) for v in cell["overrides"].values())
         bo = cell["bounds"]
         serial = f"{bo['serial']['success_rate']:.2f}" if "serial" in bo else "n/a"
-        oracle = f"{bo['oracle']['success_rate']:.2f} / {bo['oracle']['speedup_vs_serial']:.2f}x" if "oracle" in bo else "n/a"
+        oracle = f"{bo['optimal']['success_rate']:.2f} / {bo['optimal']['speedup_vs_serial']:.2f}x" if "optimal" in bo else "n/a"
         flat = flat_text(cell["arms"][B]) if B in cell["arms"] else "n/a"
         lines.append(f"| {vals} | {per_arm(cell, 'success_rate', 3)} | {per_arm(cell, 'speedup_vs_serial', 2)} | "
                      f"{per_arm(cell, 'subagents_per_episode', 1)} | {per_arm(cell, 'finish_rate', 2)} | {flat} | "
@@ -544,8 +371,9 @@ def overview(summary: dict) -> str:
 def table(summary: dict) -> str:
     b = summary["budget"]
     lines = [f"# PARL study: held-out evaluation ({b['seeds']} seeds per arm and cell; {b['env_steps']:,} env steps per run "
-             f"= {b['epochs']} iterations of {b['num_envs']} x {b['num_steps']}; mean ± std over seeds; "
-             f"95% bootstrap CI, seed {summary['bootstrap']['seed']})", "", "## The grid", "", overview(summary), ""]
+             f"= {b['epochs']} iterations of {b['num_envs']} x {b['num_steps']}; held out over banks {b['banks']} x "
+             f"evaluation seeds {b['eval_seeds']}; mean ± std over seeds; 95% two-level bootstrap CI (seeds, then "
+             f"banks x evaluation seeds), seed {summary['bootstrap']['seed']})", "", "## The grid", "", overview(summary), ""]
     for cell in summary["cells"]:
         lines += [f"## {cell['name']}", "",
                   "| arm | success | speed-up vs serial | critical steps | subagents / ep | finish rate | curves flat (success) |",
@@ -585,8 +413,8 @@ def table(summary: dict) -> str:
 
 HEATMAP_PANELS = [("b-a/success_rate", "(b)-(a) held-out success"), ("b-c/success_rate", "(b)-(c) held-out success"),
                   ("b-a/speedup_vs_serial", "(b)-(a) speed-up vs serial"), ("b-c/speedup_vs_serial", "(b)-(c) speed-up vs serial"),
-                  ("serial/success_rate", "bound: serial success"), ("oracle/success_rate", "bound: oracle success"),
-                  ("oracle/speedup_vs_serial", "bound: oracle speed-up")]
+                  ("serial/success_rate", "bound: serial success"), ("optimal/success_rate", "ceiling: optimal success"),
+                  ("optimal/speedup_vs_serial", "ceiling: optimal speed-up")]
 
 
 def heatmap_grid(summary: dict, key: str) -> tuple[list, list, list[list[float]], list[list[str]]]:
@@ -620,7 +448,7 @@ MIN_COLOUR_RANGE = {"success_rate": 0.05, "speedup_vs_serial": 0.25}
 
 def heatmaps(summary: dict, path: Path) -> Optional[str]:
     """The differences (b)-(a) and (b)-(c) on held-out success and speed-up over the grid, next to the
-    serial and oracle bounds; 'ns' marks a difference whose 95% CI covers 0."""
+    serial bound and the optimal ceiling; 'ns' marks a difference whose 95% CI covers 0."""
     try:
         import matplotlib
 
@@ -680,6 +508,9 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--episodes", type=int, default=None, help="held-out evaluation episodes per task (default: evaluate's; --quick 1)")
     p.add_argument("--blame-episodes", dest="blame_episodes", type=int, default=None,
                    help="held-out episodes per run replayed stage by stage with PipelineChain (default 8; --quick 2)")
+    p.add_argument("--banks", type=int, default=3, help="held-out task banks every run is evaluated on (default 3)")
+    p.add_argument("--eval-seeds", dest="eval_seeds", type=int, default=1,
+                   help="evaluation seeds per bank (default 1; their spread is inside the table's std)")
     p.add_argument("--jobs", type=int, default=1, help="runs in parallel processes (one CPU thread each)")
     p.add_argument("--out", type=Path, default=None, help="output folder (default: a fresh runs/parl_study/<time>); "
                    "an existing study folder is resumed")
@@ -707,13 +538,15 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     args.num_steps = pick(args.num_steps, 8, int(config["data"]["num_steps"]))
     args.episodes = pick(args.episodes, 1, None)
     args.blame_episodes = pick(args.blame_episodes, 2, 8)
-    args.launch = args.launch or ("fork" if q and sys.platform.startswith("linux") else "exec")
+    args.launch = args.launch or default_launch(q)
     args.arms = [a for a in args.arms.split(",") if a]
     for arm in args.arms:
         arm_config(arm)
-    for name in ("seeds", "epochs", "num_envs", "num_steps", "jobs"):
+    for name in ("seeds", "epochs", "num_envs", "num_steps", "jobs", "banks", "eval_seeds"):
         if getattr(args, name) <= 0:
             raise SystemExit(f"error: --{name.replace('_', '-')}: must be positive, got {getattr(args, name)}")
+    args.banks = bank_seeds(args.banks)
+    args.eval_seeds = list(range(args.eval_seeds))
     if not 0.0 < args.anneal_frac <= 1.0:
         raise SystemExit(f"error: --anneal-frac: must lie in (0, 1], got {args.anneal_frac}")
     return args
@@ -726,16 +559,7 @@ def main(argv: Optional[list[str]] = None) -> Optional[dict]:
         return None
     plan = make_plan(args)
     out = args.out or ROOT / "runs" / "parl_study" / datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    saved = out / "study.json"
-    if saved.is_file():
-        previous, current = json.loads(saved.read_text()), json.loads(json.dumps(plan))
-        changed = sorted(k for k in set(plan) | set(previous) if k != "launch" and previous.get(k) != current.get(k))
-        if changed:  # how runs are launched does not change their results; everything else does
-            raise SystemExit(f"error: --out {out} holds a study with other settings ({', '.join(changed)}); "
-                             "rerun with the same arguments to resume, or pass a fresh --out")
-        print(f"resuming the study in {out}")
-    else:
-        write_json_atomic(saved, plan)
+    open_study(out, plan)
     print(f"PARL study: {len(plan['arms'])} arms x {len(plan['cells'])} cells x {plan['seeds']} seeds, "
           f"{plan['env_steps']:,} env steps per run, out {out}", flush=True)
     start = time.perf_counter()

@@ -1,4 +1,8 @@
-"""SwarmEnv's scripted baselines on held-out tasks: serial, oracle and random, per family.
+"""SwarmEnv's scripted baselines on held-out tasks: serial, oracle, optimal and random, per family.
+
+`optimal` is the round-optimal oracle (SwarmEnv.scripted_action: per round the subagent-phase length
+that makes the round shortest), the ceiling comparisons use; `--banks` also prints, per task bank
+and split, its paired difference to the built-in `oracle` over seeds.
 
 Every policy plays the same tasks from the same seeds (actor i on task i mod K), so speed-ups
 are against the serial policy on the same tasks and draws. Seeds vary the world's draws (and the
@@ -7,6 +11,7 @@ random policy); the table gives mean ± std over seeds and a 95% t-interval of t
     python scripts/world_baselines.py                    # default config, 5 seeds x 4 episodes per task
     python scripts/world_baselines.py --wide             # configs/swarm_wide.yaml
     python scripts/world_baselines.py --quick            # 2 seeds x 1 episode
+    python scripts/world_baselines.py --banks 4          # + optimal - oracle on 4 banks x both splits
 Writes nothing unless --json is given.
 """
 
@@ -42,6 +47,7 @@ def main(argv=None) -> dict:
     p.add_argument("--split", default="heldout")
     p.add_argument("--quick", action="store_true", help="2 seeds x 1 episode per task")
     p.add_argument("--json", help="also write the results here")
+    p.add_argument("--banks", type=int, default=0, help="also compare optimal with oracle on this many banks")
     a = p.parse_args(argv)
     if a.quick:
         a.seeds, a.episodes = 2, 1
@@ -49,7 +55,7 @@ def main(argv=None) -> dict:
     cls, init_args = env_spec(configs)
     probe = build_env(cls, init_args, 1, 0, a.split, "cpu")
     n = len(probe.task_ids) * a.episodes
-    rows: dict[str, list[dict]] = {"serial": [], "oracle": [], "random": []}
+    rows: dict[str, list[dict]] = {"serial": [], "oracle": [], "optimal": [], "random": []}
     fams: dict[str, list[dict]] = {k: [] for k in rows}
     for seed in range(a.seeds):
         episodes = {}
@@ -87,9 +93,49 @@ def main(argv=None) -> dict:
         print(f"{name:<8}" + "".join(
             f"{fr[f]['success_rate']:>9.2f} /{fr[f]['critical_steps']:>7.1f} /{fr[f]['speedup_vs_serial']:>5.2f}"
             for f in families))
+    if a.banks:
+        out["optimal_minus_oracle"] = compare_banks(cls, init_args, a)
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=2))
     return out
+
+
+def compare_banks(cls, init_args: dict, a) -> list[dict]:
+    """optimal - oracle, paired on the same tasks and seeds, per bank seed and split."""
+    import torch
+
+    print(f"\noptimal - oracle per task bank (paired, {a.seeds} seeds x {a.episodes} episodes per task; mean [95% CI])")
+    print(f"{'bank':>6} {'split':<8}{'oracle succ':>12}{'optimal succ':>13}{'diff success':>24}{'diff speed-up':>24}")
+    table = []
+    for b in range(a.banks):
+        bank = 1234 + 1000 * b
+        for split in ("train", "heldout"):
+            args = {**init_args, "bank_seed": bank}
+            probe = build_env(cls, args, 1, 0, split, "cpu")
+            n = len(probe.task_ids) * a.episodes
+            diffs: dict[str, list[float]] = {"success_rate": [], "speedup_vs_serial": []}
+            base = {"oracle": [], "optimal": []}
+            for seed in range(a.seeds):
+                eps = {}
+                for name in ("serial", "oracle", "optimal"):
+                    env = build_env(cls, args, n, seed, split, "cpu")
+                    g = torch.Generator().manual_seed(seed + 1)
+                    eps[name] = run_episodes(env, lambda o, env=env, name=name: env.scripted_action(name, o, g), seed)
+                r = {k: summarise(eps[k], eps["serial"], env.solved_threshold) for k in ("oracle", "optimal")}
+                for k in diffs:
+                    diffs[k].append(r["optimal"][k] - r["oracle"][k])
+                for k in base:
+                    base[k].append(r[k]["success_rate"])
+            row = {"bank_seed": bank, "split": split}
+            cells = []
+            for k, xs in diffs.items():
+                m, _, h = mean_ci(xs)
+                row[k] = {"mean": m, "ci": [m - h, m + h]}
+                cells.append(f"{m:+.3f} [{m - h:+.3f}, {m + h:+.3f}]")
+            print(f"{bank:>6} {split:<8}{statistics.fmean(base['oracle']):>12.3f}{statistics.fmean(base['optimal']):>13.3f}"
+                  + "".join(f"{c:>24}" for c in cells))
+            table.append(row)
+    return table
 
 
 if __name__ == "__main__":

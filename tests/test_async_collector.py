@@ -83,7 +83,7 @@ def test_lag_stays_within_budget_and_stamps_name_the_weights_that_acted(tmp_cwd,
             policy = module.build_policy(dm.env.observation_shape, dm.env.action_spec)
             policy.load_state_dict(stamps.weights[v])
             with torch.no_grad():
-                logprob, _, _ = policy.evaluate(buf.obs[rows], buf.actions[rows])
+                logprob, _, _ = policy.evaluate(buf.obs[rows], buf.actions[rows], mask=buf.masks[rows])  # as stored
             torch.testing.assert_close(logprob, buf.logprobs[rows], atol=1e-5, rtol=1e-5)
         w = buf.is_weights
         assert float(w.max()) <= AsyncCollector.weight_clip and float(w.min()) > 0

@@ -55,7 +55,7 @@ FRESH_PROCESS = textwrap.dedent("""
     n = len(probe.task_ids)  # evaluate --episodes 1: one episode per held-out task, seed 0
     env = build_env(cls, init_args, n, 0, "heldout", "cpu")
     serial = build_env(cls, init_args, n, 0, "heldout", "cpu")
-    row = summarise(run_episodes(env, policy.predict, 0),
+    row = summarise(run_episodes(env, lambda o, m: policy.predict(o, mask=m), 0, masked=True),
                     run_episodes(serial, lambda o: serial.scripted_action("serial", o), 0), env.solved_threshold)
     # predict's actions, logits and values against the Lightning-loaded module, computed by hand
     net = PPOModule.load_from_checkpoint(ckpt).policy.eval()

@@ -76,14 +76,14 @@ def test_quick_study_runs_end_to_end_and_resumes_after_a_kill(tmp_path):
 
     code, log = finish(study(*args), timeout=400)
     assert code == 0, log
-    assert f"{len(done)} already finished (skipped), {16 - len(done)} to run" in log
+    assert f"{len(done)} already finished (skipped), {18 - len(done)} to run" in log
     after = run_results(out)
     assert len(after) == 12
     assert all(after[k] == v for k, v in finished.items())  # finished runs were not rerun
 
     lines = (out / "runs.jsonl").read_text().splitlines()
     runs = [json.loads(line) for line in lines]
-    assert len(runs) == 16  # 2 cells x (3 arms x 2 seeds + serial and oracle bounds)
+    assert len(runs) == 18  # 2 cells x (3 arms x 2 seeds + serial, oracle and optimal bounds)
     trained = [r for r in runs if r["kind"] == "run"]
     assert sorted({(r["cell"], r["arm"]) for r in trained}) == sorted(
         (c, a) for c in CELLS for a in ARMS)
@@ -94,7 +94,9 @@ def test_quick_study_runs_end_to_end_and_resumes_after_a_kill(tmp_path):
         assert r["blame"]["by_kind"] and r["blame"]["reference"] == "oracle"
     serial = [r for r in runs if r.get("policy") == "serial"]
     assert len(serial) == 2 and all(r["eval"]["speedup_vs_serial"] == pytest.approx(1.0) for r in serial)
-    assert len((out / "runs.csv").read_text().splitlines()) == 17
+    assert len((out / "runs.csv").read_text().splitlines()) == 19
+    for r in runs:  # held out over three banks (one evaluation seed in --quick)
+        assert r["eval"]["bank_seeds"] == [1234, 2234, 3234] and len(r["eval"]["runs"]) == 3
 
     summary = json.loads((out / "summary.json").read_text())
     assert summary["budget"]["env_steps"] == 256 and summary["budget"]["seeds"] == 2
@@ -105,10 +107,11 @@ def test_quick_study_runs_end_to_end_and_resumes_after_a_kill(tmp_path):
         for d in cell["diffs"].values():
             assert d["low"] <= d["diff"] <= d["high"]
             assert d["label"].endswith("not significant") == (not d["significant"])
-        assert set(cell["bounds"]) == {"serial", "oracle"}
+        assert set(cell["bounds"]) == {"serial", "oracle", "optimal"}
+        assert cell["bounds"]["optimal"]["speedup_vs_serial"] > cell["bounds"]["oracle"]["speedup_vs_serial"]
     table = (out / "table.md").read_text()
     for text in ("## merge_cost=0.05", "## merge_cost=0.5", "(a) r_perf only", "(b) PARL annealed", "(c) PARL constant",
-                 "scripted oracle", "scripted serial", "(b)-(a) held-out success", "(b)-(c) speed-up vs serial",
+                 "scripted oracle", "scripted optimal", "scripted serial", "(b)-(a) held-out success", "(b)-(c) speed-up vs serial",
                  "2 seeds per arm and cell; 256 env steps per run"):
         assert text in table
     grid = table.split("## The grid", 1)[1].split("\n## ", 1)[0]  # one row per cell: the arms' means, then the CIs

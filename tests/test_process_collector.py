@@ -68,7 +68,7 @@ def test_lag_budget_and_stamps_hold_with_the_loop_in_a_child_process(tmp_cwd, la
             policy = module.build_policy(dm.env.observation_shape, dm.env.action_spec)
             policy.load_state_dict(stamps.weights[v])
             with torch.no_grad():
-                logprob, _, _ = policy.evaluate(buf.obs[rows], buf.actions[rows])
+                logprob, _, _ = policy.evaluate(buf.obs[rows], buf.actions[rows], mask=buf.masks[rows])  # as stored
             torch.testing.assert_close(logprob, buf.logprobs[rows], atol=1e-5, rtol=1e-5)
         # the learner's sampler picked every task the child's actors started (the bank's ids)
         assert set(rollout.episodes.task.tolist()) <= set(range(len(dm.task_ids)))

@@ -123,13 +123,14 @@ def test_the_update_recomputes_the_rollouts_logprobs_and_values_exactly(tmp_path
     mismatch = 0.0
     with torch.no_grad():
         for b in batches:
-            logprob, _, value = policy.evaluate_sequences(b["obs"], b["actions"], b["episode_start"], b["state0"])
+            mask = b["masks"]  # SwarmEnv's action masks, stored per step: the log-probs were taken under them
+            logprob, _, value = policy.evaluate_sequences(b["obs"], b["actions"], b["episode_start"], b["state0"], mask)
             torch.testing.assert_close(logprob, b["logprobs"], rtol=0, atol=1e-4)
             torch.testing.assert_close(value, b["values"], rtol=0, atol=1e-4)
             # the check has teeth: a wrong initial state or forgotten resets move the numbers a lot
             obs, actions, start, state0 = b["obs"], b["actions"], b["episode_start"], b["state0"]
-            wrong0 = policy.evaluate_sequences(obs, actions, start, torch.zeros_like(state0))
-            no_reset = policy.evaluate_sequences(obs, actions, torch.zeros_like(start), state0)
+            wrong0 = policy.evaluate_sequences(obs, actions, start, torch.zeros_like(state0), mask)
+            no_reset = policy.evaluate_sequences(obs, actions, torch.zeros_like(start), state0, mask)
             mismatch = max(mismatch, (wrong0[0] - b["logprobs"]).abs().max(), (no_reset[0] - b["logprobs"]).abs().max())
     assert mismatch > 0.1
 
@@ -155,7 +156,8 @@ def test_episode_start_is_the_previous_steps_done_and_every_actor_starts_at_the_
 
 def _truncating_swarm(num_envs, device, seed):
     """A two-step limit: many episodes end truncated."""
-    return SwarmEnv(num_envs=num_envs, device=device, seed=seed, families=("pipeline",), max_episode_steps=2)
+    return SwarmEnv(num_envs=num_envs, device=device, seed=seed, families=("pipeline",), max_episode_steps=2,
+                    round_cap="truncation")  # the cap as a truncation (the default ends capped episodes)
 
 
 def test_truncated_episodes_bootstrap_from_the_state_after_their_last_step(tmp_path):

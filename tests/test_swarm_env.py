@@ -163,13 +163,18 @@ def test_time_limit_terminates_the_round_cap_truncates_and_outcomes_are_paid():
     # past late_window x budget the episode ends as a termination (the limit is in the observation), outcome 0
     assert res.terminated.item() and not res.truncated.item() and res.reward.item() == 0.0
     assert res.parts.critical_steps.item() > env.late_window * budget
-    # the round cap (not observed) is a truncation: LOCAL work delegated never finishes
-    capped = SwarmEnv(num_envs=1, seed=0, tasks_per_family=2, max_episode_steps=3)
-    capped.reset(task_index=torch.tensor([2]))
-    ends = [capped.step(torch.full((1, capped.max_width), 1)) for _ in range(3)]  # generic: fails on HARD/LOCAL
-    assert capped.bank.kind[2, 0][capped.bank.present[2, 0]].ne(PLAIN).any()  # fanout-0 starts with HARD work
-    assert not (ends[0].truncated | ends[0].terminated).item()
-    assert ends[-1].truncated.item() and not ends[-1].terminated.item()
+    # the round cap ends a stuck episode unfinished: a termination by default (round_cap: terminal), the
+    # earlier truncation with round_cap: truncation; generic delegation never finishes HARD work
+    for cap, as_truncation in (("terminal", False), ("truncation", True)):
+        capped = SwarmEnv(num_envs=1, seed=0, tasks_per_family=2, max_episode_steps=3, round_cap=cap)
+        capped.reset(task_index=torch.tensor([2]))
+        ends = [capped.step(torch.full((1, capped.max_width), 1)) for _ in range(3)]
+        assert capped.bank.kind[2, 0][capped.bank.present[2, 0]].ne(PLAIN).any()  # fanout-0 starts with HARD work
+        assert not (ends[0].truncated | ends[0].terminated).item()
+        assert ends[-1].truncated.item() == as_truncation and ends[-1].terminated.item() != as_truncation
+        assert ends[-1].reward.item() == 0.0 and ends[-1].parts.outcome.item() == 0.0
+    with pytest.raises(ConfigError, match="round_cap"):
+        SwarmEnv(num_envs=1, round_cap="never")
     # late: done after the budget but within the window earns late_credit
     late = SwarmEnv(num_envs=1, seed=0, tasks_per_family=4, late_window=10.0)
     fan = late.task_ids.index("fanout-1")
@@ -228,6 +233,7 @@ def _trajectory_digest(**kw):
     import hashlib
 
     n, steps = kw.pop("n"), kw.pop("steps")
+    kw.setdefault("round_cap", "truncation")  # the reference dynamics cut capped episodes as truncations
     env = SwarmEnv(num_envs=n, seed=3, tasks_per_family=4, **kw)
     g = torch.Generator().manual_seed(5)
     obs = env.reset(seed=7)
@@ -250,5 +256,54 @@ def _trajectory_digest(**kw):
 ])
 def test_step_is_bit_identical_to_the_reference_dynamics(kw, expected):
     """Digests computed by the straightforward step (bool masks, two observations per step) that the
-    fast float-mask step replaced: a speed-up must not change one bit of a trajectory."""
+    fast float-mask step replaced: a speed-up must not change one bit of a trajectory. The reference
+    cut episodes at the round cap as truncations (round_cap: truncation); the default differs only in
+    those flags (next test)."""
     assert _trajectory_digest(**kw) == expected
+
+
+def test_a_terminal_round_cap_changes_only_the_flags_of_capped_episodes():
+    def run(cap):
+        env = SwarmEnv(num_envs=32, seed=3, tasks_per_family=4, max_subagents=10, subagent_budget=30, round_cap=cap)
+        g = torch.Generator().manual_seed(5)
+        obs, out = env.reset(seed=7), []
+        for t in range(40):
+            r = env.step(env.scripted_action("random" if t % 3 else "oracle", obs, g))
+            obs = r.obs
+            out.append(r)
+        return out
+
+    capped = 0
+    for a, b in zip(run("terminal"), run("truncation")):
+        for x, y in zip((a.obs, a.reward, a.final_obs, *a.parts), (b.obs, b.reward, b.final_obs, *b.parts)):
+            assert torch.equal(x, y)
+        assert torch.equal(a.terminated, b.terminated | b.truncated) and not a.truncated.any()
+        capped += int(b.truncated.sum())
+    assert capped > 0
+
+
+@pytest.mark.parametrize("config", ["swarm.yaml", "swarm_wide.yaml"])
+def test_the_shipped_configs_budget_column_moves_and_binds_on_no_scripted_policy(config):
+    import os
+
+    from parlightning.evaluate import build_env, env_spec
+
+    root = os.path.join(os.path.dirname(__file__), "..", "configs")
+    cls, args = env_spec([os.path.join(root, "swarm.yaml")] + ([os.path.join(root, config)] if config != "swarm.yaml" else []))
+    assert args["subagent_budget"] > 0
+    wide = config != "swarm.yaml"
+    n = 16 if wide else 128
+    for name in ("oracle", "optimal"):
+        env = build_env(cls, args, n, 0, "heldout", "cpu")
+        free = build_env(cls, {**args, "subagent_budget": None}, n, 0, "heldout", "cpu")
+        seen = set()
+        obs = env.reset(seed=0)
+        for _ in range(3):
+            seen.update(obs[:, env.max_width, 4].tolist())
+            obs = env.step(env.scripted_action(name, obs)).obs
+        assert len(seen) > 3  # the share of the budget left is information, not a constant
+        if not wide:  # the same episodes with and without the budget: it never binds on them
+            a = run_episodes(env, lambda o: env.scripted_action(name, o), 0)
+            b = run_episodes(free, lambda o: free.scripted_action(name, o), 0)
+            for k in a.parts:
+                assert torch.equal(a.parts[k], b.parts[k]), (name, k)

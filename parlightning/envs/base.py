@@ -80,6 +80,15 @@ class BatchedEnv(abc.ABC):
     callable `done_mask -> [N] bank indices` the env calls once per step so the sampler picks
     only for actors that reset) and `task_index` in `reset`; they may expose
     `solved_threshold` (outcome counted as solved).
+
+    Action masks (optional, discrete worlds; sb3-contrib's `MaskablePPO` semantics): a world may
+    define `action_masks()` returning a bool tensor for the observation it last returned (from
+    `reset` or `step`, after auto-reset), one row per actor, True = live. Two layouts:
+    `[N, D]` (one flag per action dimension: a dimension that is not live takes the fixed action
+    0 and adds nothing to the log-prob, entropy, ratio or KL) or `[N, sum(nvec)]` (one flag per
+    category, each dimension's categories in turn, as MaskablePPO's flattened masks: the policy
+    samples and scores only the live categories; every dimension needs at least one). A world
+    without the method is unmasked. `check_action_mask` validates a world's mask once.
     """
 
     num_envs: int
@@ -112,3 +121,47 @@ class BatchedEnv(abc.ABC):
 def task_ids_of(env: Any) -> Optional[Sequence[str]]:
     """The env's task bank ids, or None for a world without tasks."""
     return getattr(env, "task_ids", None)
+
+
+def action_mask_of(env: Any) -> Optional[Tensor]:
+    """The world's action mask for its last observation (`env.action_masks()`), or None when the
+    world declares none. No validation and no host sync (called once per step)."""
+    masks = getattr(env, "action_masks", None)
+    return masks() if callable(masks) else None
+
+
+def mask_layout(spec: ActionSpec, width: int) -> Literal["dimensions", "categories"]:
+    """Which layout a mask of `width` columns has for `spec` (`dimensions` when both fit)."""
+    if width == len(spec.nvec):
+        return "dimensions"
+    if width == sum(spec.nvec):
+        return "categories"
+    raise ValueError(
+        f"action mask: {width} columns fit neither layout of actions {list(spec.nvec)}: pass [N, {len(spec.nvec)}] "
+        f"(one flag per dimension) or [N, {sum(spec.nvec)}] (one flag per category)")
+
+
+def check_action_mask(mask: Any, spec: ActionSpec, num_envs: int, where: str = "action_masks()") -> None:
+    """Refuse a world's mask that the policy cannot use, naming what is wrong and the fix (one host
+    sync: call it once, e.g. at the first reset, never per step)."""
+    name = f"{where}"
+    if not isinstance(mask, Tensor):
+        raise ValueError(f"{name}: must return a bool tensor, got {type(mask).__name__}")
+    if not spec.is_discrete:
+        raise ValueError(f"{name}: action masks apply to discrete actions only; this world's are {spec.kind}: "
+                         "drop action_masks() or use discrete actions")
+    if mask.dtype != torch.bool:
+        raise ValueError(f"{name}: must be a bool tensor (True = live), got {mask.dtype}; return mask.bool()")
+    if mask.dim() != 2 or mask.shape[0] != num_envs:
+        raise ValueError(f"{name}: must be [num_envs, D] or [num_envs, sum(nvec)] with num_envs = {num_envs}, got "
+                         f"shape {list(mask.shape)}")
+    try:
+        layout = mask_layout(spec, mask.shape[1])
+    except ValueError as err:
+        raise ValueError(f"{name}: {str(err).split(': ', 1)[1]}") from None
+    if layout == "categories":
+        empty = torch.stack([m.any(1) for m in mask.split(list(spec.nvec), 1)], 1).logical_not()
+        if bool(empty.any()):
+            actor, dim = (int(i) for i in empty.nonzero()[0])
+            raise ValueError(f"{name}: actor {actor}'s action dimension {dim} has no live category; every dimension "
+                             "needs at least one (mask the whole dimension with a [N, D] mask instead)")

@@ -25,7 +25,11 @@ wait, unassigned, for a later round.
 Outcome (r_perf, paid at the end): 1 when done within the task's budget of critical steps,
 `late_credit` when done within `late_window` x budget, 0 when the elapsed time passes
 `late_window` x budget: a hard time limit shown in the observation, so a *termination*. The
-`max_episode_steps` round cap is a truncation (not in the observation; bootstrap from it).
+`max_episode_steps` round cap ends the episode unfinished (outcome 0) as a *termination* too
+(`round_cap: terminal`, the default): a stuck episode that reaches the cap through cheap rounds
+(re-delegating work that cannot finish) has failed, and bootstrapping it as a truncation paid it
+the value of carrying on. The cap is not in the observation (the time limit usually ends an episode
+first); `round_cap: truncation` gives the earlier behaviour (bootstrap from the cut observation).
 
 Observation [W + 1, 6]: one row per slot (pending, size / max_cost, kind one-hot, failed last
 round; zeros for slots with nothing pending) and a context row (time left to the budget and to
@@ -50,7 +54,8 @@ from parlightning.errors import ConfigError
 
 __all__ = ["FAMILIES", "SPLITS", "SCRIPTED", "SwarmEnv", "TaskBank"]
 SLOT_FEATURES = 6  # pending, size, plain, hard, local, failed last round
-SCRIPTED = ("serial", "oracle", "random")
+SCRIPTED = ("serial", "oracle", "optimal", "random")
+CEILING = "optimal"  # the best scripted policy: the ceiling every comparison reports against
 
 
 def _check_int(name: str, value: Any, low: int = 1) -> None:
@@ -106,6 +111,7 @@ class SwarmEnv(BatchedEnv):
         late_credit: float = 0.1,
         late_window: float = 2.0,
         compile: bool = False,
+        round_cap: str = "terminal",
     ) -> None:
         for name in ("num_envs", "tasks_per_family", "max_levels", "max_width", "max_cost", "max_subagents",
                      "max_episode_steps"):
@@ -132,6 +138,9 @@ class SwarmEnv(BatchedEnv):
         self.costs = Costs(splits, float(spawn_steps), float(merge_cost), float(brief_cost))
         self.reliability, self.late_credit, self.late_window = float(subagent_reliability), float(late_credit), float(late_window)
         self.max_episode_steps = max_episode_steps
+        if round_cap not in ("terminal", "truncation"):
+            raise ConfigError(f"SwarmEnv: `round_cap` must be terminal or truncation, got {round_cap!r}")
+        self.round_cap = round_cap
         self.bank = TaskBank(families, tasks_per_family, split, max_levels, max_width, max_cost, self.costs,
                              bank_seed, self.device)
         self.task_ids = self.bank.task_ids
@@ -233,6 +242,11 @@ class SwarmEnv(BatchedEnv):
     def pending(self) -> Tensor:
         """[W, N] bool: subtasks of the current stage still to do."""
         return self._pend > 0
+
+    def action_masks(self) -> Tensor:
+        """[N, W] bool: the live action dimensions of the observation last returned (the pending
+        slots; a slot with nothing pending ignores its entry). See `BatchedEnv` for the contract."""
+        return self._pend.t() > 0
 
     @property
     def failed(self) -> Tensor:
@@ -351,7 +365,18 @@ class SwarmEnv(BatchedEnv):
             raise ValueError(f"SwarmEnv.step: `action` must be a tensor of shape [num_envs, max_width] = "
                              f"[{self.num_envs}, {self.max_width}] (one entry per actor and subtask slot), got {got}")
         if self._compiled is not None and not self.trace:  # the same round, bitwise, as C++ kernels
-            return self._compiled.step(self, action, next_task)
+            return self._cap(self._compiled.step(self, action, next_task))
+        return self._cap(self._eager_step(action, next_task))
+
+    def _cap(self, res: StepResult) -> StepResult:
+        """`round_cap: terminal`: an episode cut by the round cap ends as a termination (plain torch,
+        after either step)."""
+        if self.round_cap == "truncation":
+            return res
+        return res._replace(terminated=res.terminated | res.truncated, truncated=torch.zeros_like(res.truncated))
+
+    def _eager_step(self, action: Tensor, next_task: Optional[Tensor | Callable[[Tensor], Tensor]] = None) -> StepResult:
+        """The round in tensor ops (see `step`)."""
         S, c, W = len(self.splits), self.costs, self.max_width
         N = self.num_envs
         task, pend, counts, row = self.task, self._pend, self._counts, self._row
@@ -481,6 +506,8 @@ class SwarmEnv(BatchedEnv):
             return torch.zeros(obs.shape[0], W, dtype=torch.long, device=obs.device)
         if name == "random":
             return torch.randint(0, 1 + 2 * S, (obs.shape[0], W), generator=generator, device=obs.device)
+        if name == "optimal":
+            return self._round_optimal(obs)
         if name != "oracle":
             raise ConfigError(f"scripted policy: unknown {name!r}; choose one of {list(SCRIPTED)}")
         pending = slots[..., 0] > 0.5
@@ -496,6 +523,42 @@ class SwarmEnv(BatchedEnv):
         fits = (splits[j] * deleg).sum(1) <= free
         j = j * fits.unsqueeze(1)
         return torch.where(deleg, 1 + j + S * (kind == HARD), torch.zeros_like(j))
+
+    def _round_optimal(self, obs: Tensor) -> Tensor:
+        """`optimal`: the round-optimal oracle, from the observation only. For every subagent-phase
+        length T in 0..max_cost (0: nothing delegated) each pending subtask takes the cheaper, in main-
+        agent time, of doing it yourself (its size) or the smallest split k with ceil(size / k) <= T
+        (merge_cost x k, + brief_cost when HARD; briefed exactly when HARD; LOCAL work never delegated;
+        a tie goes to doing it yourself, which never fails); the round's time is 1 + that main time +
+        spawn + the longest delegated shard; the T with the shortest round wins (so the all-serial
+        round when it is faster). A plan whose shards exceed the subagents free this round is not
+        considered. It ignores failures (reliability) and later stages: optimal per round, not overall."""
+        W, S, c = self.max_width, len(self.splits), self.costs
+        slots = obs[:, :W]
+        pending = slots[..., 0] > 0.5  # [N, W]
+        size = torch.round(slots[..., 1] * self.max_cost) * pending
+        kind = slots[..., 2:5].argmax(-1)
+        hard = (kind == HARD).float()
+        splits = self._splits.to(obs.device)
+        T = torch.arange(self.max_cost + 1, device=obs.device, dtype=size.dtype).view(1, -1, 1, 1)  # [1, C, 1, 1]
+        shard_time = torch.ceil(size.unsqueeze(-1) / splits)  # [N, W, S]
+        fits = shard_time.unsqueeze(1) <= T  # [N, C, W, S]
+        any_fit = fits.any(-1)
+        j = fits.float().argmax(-1)  # the smallest split that fits (the first True)
+        k = splits[j]  # [N, C, W]
+        cost = c.merge * k + c.brief * hard.unsqueeze(1)
+        deleg = any_fit & (pending & (kind != LOCAL)).unsqueeze(1) & (cost < size.unsqueeze(1))
+        main = 1.0 + torch.where(deleg, cost, size.unsqueeze(1)).sum(-1)  # [N, C]
+        longest = (torch.ceil(size.unsqueeze(1) / k) * deleg).amax(-1)
+        time = main + torch.where(deleg.any(-1), c.spawn + longest, torch.zeros_like(longest))
+        free = torch.full_like(size[:, :1], float(self.max_subagents))
+        if self.subagent_budget is not None:
+            free = torch.minimum(free, torch.round(obs[:, W, 4:5] * self.subagent_budget))
+        time = torch.where((k * deleg).sum(-1) <= free, time, torch.full_like(time, float("inf")))
+        best = time.argmin(-1)  # [N]; T = 0 (nothing delegated) is always feasible
+        pick = lambda t: t.gather(1, best.view(-1, 1, 1).expand(-1, 1, W)).squeeze(1)  # noqa: E731
+        d, jj = pick(deleg), pick(j.long())
+        return torch.where(d, 1 + jj + S * (kind == HARD), torch.zeros_like(jj))
 
     # ------------------------------------------------------------------ checkpoints
     _STATE = ("task", "level", "attempts", "pending", "failed", "elapsed", "serial", "n_subagents", "assigned",

@@ -1,0 +1,88 @@
+"""scripts/collapse_study.py (issue 23 item 6) and the shared runner scripts/experiment.py: the quick map
+end to end through the real fit / bc / evaluate CLIs (resumed without rerunning), its page, its refusals,
+and the runner's statistics."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "collapse_study.py"
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import experiment  # noqa: E402
+
+
+def _run(*args, timeout=600):
+    return subprocess.run([sys.executable, str(SCRIPT), *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def test_quick_map_runs_every_phase_and_resumes(tmp_path):
+    out = tmp_path / "c"
+    args = ["--quick", "--priors", "0.998,bc", "--seeds", "1", "--jobs", "2", "--out", str(out)]
+    proc = _run(*args)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    cells = {c["prior"]: c for c in summary["cells"]}
+    strong = cells["0.998"]
+    # P(do it yourself) = 0.998 and two tiny iterations: outcome-only PPO never delegates, which is collapse
+    assert strong["a_collapses"] and strong["arms"]["perf_only"]["collapsed"] == 1
+    assert strong["arms"]["perf_only"]["final_delegation_share"] < 0.05
+    assert set(strong["horizons"]) == {"0.3", "0.6"}  # the horizon axis ran in the collapse region
+    bc = [json.loads(p.read_text()) for p in (out / "results").rglob("seed0.json") if "prior=bc" in str(p)]
+    assert len(bc) == 3 and all("bc_loss" in r["bc"] for r in bc)  # every bc run cloned the serial policy first
+    for r in bc:
+        assert r["eval"]["bank_seeds"] == [1234, 2234, 3234] and len(r["eval"]["runs"]) == 3
+    runs = (out / "runs.csv").read_text().splitlines()
+    assert len(runs) == 1 + 6 + 1  # header, 2 cells x 3 arms, one horizon run
+    page = (out / "collapse.md").read_text()
+    assert "Not yet run at full budget" in page and "quick smoke run" in page and "Collapse" in page
+    assert (out / "heatmaps.png").read_bytes()[:4] == b"\x89PNG" and (out / "delegation.png").read_bytes()[:4] == b"\x89PNG"
+    mtimes = {p: p.stat().st_mtime_ns for p in (out / "results").rglob("*.json")}
+    again = _run(*args)
+    assert again.returncode == 0 and "7 jobs, 7 already finished (skipped), 0 to run" in again.stdout
+    assert all(p.stat().st_mtime_ns == t for p, t in mtimes.items())
+
+
+def test_the_plan_page_has_no_numbers_and_bad_arguments_are_one_error_line(tmp_path):
+    doc = tmp_path / "collapse.md"
+    proc = _run("--plan", "--docs", str(doc))
+    assert proc.returncode == 0, proc.stderr
+    text = doc.read_text()
+    assert "**Not yet run at full budget.**" in text and "No numbers are shown here" in text
+    assert "0.998" in text and "983,040 env steps" in text  # the design names the budget it will use
+    for args, message in ((["--priors", "1.5"], "error: --priors"), (["--plan"], "error: --plan: writes the page only"),
+                          (["--seeds", "0"], "error: --seeds: must be positive"),
+                          (["--config", "nope.yaml"], "error: --config: no config file")):
+        bad = _run(*args, "--out", str(tmp_path / "never"))
+        assert bad.returncode != 0 and bad.stderr.strip().splitlines()[-1].startswith(message), bad.stderr
+    assert not (tmp_path / "never").exists()
+
+
+def test_nested_bootstrap_puts_the_evaluation_spread_inside_the_interval():
+    a = [[0.60, 0.70, 0.50], [0.62, 0.72, 0.52], [0.61, 0.71, 0.51]]
+    b = [[0.40, 0.41, 0.39]] * 3
+    wide = experiment.nested_diff_ci(a, b, seed=0)
+    tight = experiment.nested_diff_ci([[sum(g) / 3] for g in a], [[sum(g) / 3] for g in b], seed=0)
+    assert wide.low <= wide.diff <= wide.high and wide.diff == pytest.approx(0.21, abs=1e-9)
+    assert (wide.high - wide.low) > 2 * (tight.high - tight.low)  # the banks' spread widens it
+    assert wide.significant
+    same = experiment.nested_diff_ci([[0.5, 0.6]] * 3, [[0.55, 0.55]] * 3, seed=0)
+    assert not same.significant and "not significant" in same.label()
+    assert "n/a" in experiment.nested_diff_ci([[0.5]], [[0.4]]).label()
+
+
+def test_flat_eval_and_a_changed_study_is_refused(tmp_path):
+    multi = {"policy": "p", "split": "heldout", "bank_seeds": [1, 2], "seeds": [0],
+             "summary": {"success_rate": {"mean": 0.5, "std": 0.1, "std_over_banks": 0.1, "min": 0.4, "max": 0.6}},
+             "runs": [{"success_rate": 0.4}, {"success_rate": 0.6}]}
+    flat = experiment.flat_eval(multi)
+    assert flat["success_rate"] == 0.5 and len(flat["runs"]) == 2 and flat["spread"]["success_rate"]["std"] == 0.1
+    assert experiment.flat_eval({"success_rate": 0.3}) == {"success_rate": 0.3}
+    experiment.open_study(tmp_path, {"seeds": 2, "launch": "fork"})
+    experiment.open_study(tmp_path, {"seeds": 2, "launch": "exec"})  # how runs start does not matter
+    with pytest.raises(SystemExit, match="holds a study with other settings \\(seeds\\)"):
+        experiment.open_study(tmp_path, {"seeds": 3, "launch": "fork"})
