@@ -372,6 +372,16 @@ def evaluate_one(a: argparse.Namespace, cls: type, init_args: dict, quiet: bool 
             return policy_action(policy, normalize(obs), mask, a.greedy, gen)
 
     name = a.policy or f"{a.ckpt_path} ({'greedy' if a.greedy else 'sampled'})"
+
+    def save_trace() -> None:
+        if a.trace:  # every episode again, from the same seeds and draws, recorded round by round
+            from parlightning.trace import trace_episodes, write_trace
+
+            gen.manual_seed(a.seed + 1)
+            replay_env = build_env(cls, init_args, n, a.seed, split, a.device)
+            write_trace(trace_episodes(replay_env, act, a.seed, list(tasks) if tasks else None), a.trace,
+                        policy=name, split=split, seed=a.seed)
+
     if not tasks:  # a Gymnasium world: mean return
         ep_return = run_returns(env, act, a.seed)
         result = {"policy": name, "episodes": n, "mean_return": float(ep_return.mean()),
@@ -380,6 +390,7 @@ def evaluate_one(a: argparse.Namespace, cls: type, init_args: dict, quiet: bool 
             print(f"{name}: mean return {result['mean_return']:.2f} ± {result['std_return']:.2f} over {n} episodes")
         if a.video:
             record_video(init_args.get("env_id", ""), policy, a.video, a.seed, a.greedy, normalize)
+        save_trace()
         return result
     gen.manual_seed(a.seed + 1)
     ep = run_episodes(env, act, a.seed, masked=True)
@@ -415,13 +426,7 @@ def evaluate_one(a: argparse.Namespace, cls: type, init_args: dict, quiet: bool 
                               masked=True)
         outcome = float(replay.parts["outcome"][busiest])
         draw_gantt(replay.trace or [], a.gantt, f"{name}: {tasks[busiest % len(tasks)]} ({split}), outcome {outcome:g}")
-    if a.trace:  # every episode again, from the same seeds and draws, recorded round by round
-        from parlightning.trace import trace_episodes, write_trace
-
-        gen.manual_seed(a.seed + 1)
-        replay_env = build_env(cls, init_args, n, a.seed, split, a.device)
-        write_trace(trace_episodes(replay_env, act, a.seed, list(tasks) if tasks else None), a.trace,
-                    policy=name, split=split, seed=a.seed)
+    save_trace()
     return result
 
 
