@@ -120,7 +120,7 @@ class PPOModule(pl.LightningModule):
 
     def setup(self, stage: str) -> None:
         if self.policy is None:
-            env = self.trainer.datamodule.env
+            env = self.trainer.datamodule.collector.env
             self.policy = self.build_policy(env.observation_shape, env.action_spec)
         if getattr(self.policy, "is_recurrent", False):  # the data module carries every actor's hidden state
             self.trainer.datamodule.bind_memory(self.policy)
@@ -272,7 +272,7 @@ class PPOModule(pl.LightningModule):
         # Any save (every_n_train_steps, a user's call). A collective, but saves run on every rank
         # after ModelCheckpoint has read (and so synced) the epoch metrics on every rank.
         self._raise_if_nonfinite()
-        env = getattr(self.trainer.datamodule, "env", None)
+        env = getattr(getattr(self.trainer.datamodule, "collector", None), "env", None)
         if self.policy is not None and env is not None:  # `parlightning.export` rebuilds the policy from these
             spec = self.policy.action_spec
             checkpoint["policy_spaces"] = {
