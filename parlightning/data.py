@@ -204,6 +204,7 @@ class RolloutDataModule(pl.LightningDataModule):
         self.collector: Optional[Collector] = None  # this rank's, made by `build`
         self.planner: Optional[RoundPlanner] = None  # plans each round across ranks, with a StrategyPlanner
         self.last_rollout: Optional[Rollout] = None
+        self._hooks: Optional[LightningHooks] = None
         self._built = False
 
     # ------------------------------------------------------------------ setup
@@ -237,8 +238,7 @@ class RolloutDataModule(pl.LightningDataModule):
                                      self.artifact_key, type(collector.env).__name__)
             if collector.task_ids is not None:
                 self._check_thresholds(collector.env)
-            hooks = LightningHooks(trainer) if trainer is not None else None
-            collector.start(self.sampler, self.planner, hooks, round_index=0)
+            collector.start(self.sampler, self.planner, round_index=0)
             self._check_reward_cap(collector.env)
         except BaseException:
             self.collector.close()  # a collector process or an env's workers never outlive a failed start
@@ -321,7 +321,9 @@ class RolloutDataModule(pl.LightningDataModule):
     def collect(self) -> Rollout:
         """One round from this rank's collector (also clears a target-KL stop of the last round)."""
         self.stop_update = False
-        rollout = self.collector.collect(self.round_index, self.env_steps)
+        if self._hooks is None or self._hooks.trainer is not self.trainer:
+            self._hooks = LightningHooks(self.trainer)
+        rollout = self.collector.collect(self.round_index, self.env_steps, self._hooks)
         self.env_steps = rollout.env_steps
         self.last_rollout = rollout
         self.round_index = rollout.round_index + 1

@@ -76,12 +76,10 @@ class Collector:
         """[N] bank index each actor is working on (as of the newest round's end in a child process)."""
         return self.transport.current_task
 
-    def start(self, sampler: Any, planner: Any = None, hooks: Optional[RoundHooks] = None,
-              round_index: int = 0) -> None:
-        """Bind the sampler (and planner, hooks), plan round `round_index` and reset every actor on
-        the sampler's picks from its shard."""
+    def start(self, sampler: Any, planner: Any = None, round_index: int = 0) -> None:
+        """Bind the sampler (and planner), plan round `round_index` and reset every actor on the
+        sampler's picks from its shard."""
         self.planner = planner
-        self.hooks = hooks if hooks is not None else RoundHooks()
         if self.task_ids is None:
             self.transport.reset(None)
             return
@@ -133,8 +131,11 @@ class Collector:
             self.transport.issue(context)
             self._released += 1
 
-    def collect(self, round_index: int, env_steps: int) -> Rollout:
-        """Round `round_index`, finished (`env_steps`: global env steps before it)."""
+    def collect(self, round_index: int, env_steps: int, hooks: Optional[RoundHooks] = None) -> Rollout:
+        """Round `round_index`, finished (`env_steps`: global env steps before it); `hooks`: the
+        trainer side (rollout callbacks, the learner's policy, the cross-rank sum)."""
+        if hooks is not None:
+            self.hooks = hooks
         policy = self.hooks.policy()
         self._version = round_index  # updates the learner's policy has had
         call_start = time.perf_counter()
