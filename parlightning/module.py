@@ -30,9 +30,11 @@ class PPOModule(pl.LightningModule):
     Args:
         lr: Adam learning rate (eps `adam_eps`). With `anneal_lr` it is set at the start of every
             PPO iteration i (0-based) to `lr * (1 - i / trainer.max_epochs)` (CleanRL's schedule),
-            computed from the iteration count, not by stepping a scheduler: an update cut short by
-            `target_kl` still anneals, and a run resumed with a larger `max_epochs` continues on
-            the anneal over the new horizon (never at lr 0).
+            computed from the iteration count in one place (`on_train_epoch_start`), with no lr
+            scheduler beside it: an update cut short by `target_kl` still anneals, and a run
+            resumed with a larger `max_epochs` continues on the anneal over the new horizon (never
+            at lr 0). It is logged as `charts/learning_rate`; for another schedule, set
+            anneal_lr: false and override `configure_optimizers`.
         clip_coef, clip_vloss, ent_coef, vf_coef, norm_adv: the PPO loss (see `ppo_loss`).
         max_grad_norm: global grad-norm clip, used when the trainer's `gradient_clip_val` is unset.
         target_kl: after each update epoch (CleanRL), stop the rollout's remaining update epochs
@@ -136,13 +138,9 @@ class PPOModule(pl.LightningModule):
             optimizer = torch.optim.Adam(self.parameters(), lr=self.hparams.lr, eps=self.hparams.adam_eps, **fused)
         except RuntimeError as err:  # e.g. torch < 2.4 has no fused Adam on CPU
             raise ConfigError(f"model.fused_adam: not available here ({err}); set it false") from None
-        if not self.hparams.anneal_lr:
-            return optimizer
-        self._iterations()  # refuse a run without max_epochs before the first rollout
-        # A LambdaLR for Lightning's bookkeeping (checkpointed, visible to LearningRateMonitor); its
-        # position and the lr are set from the iteration count in on_train_epoch_start/_end.
-        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: max(1.0 - i / self._iterations(), 0.0))
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "epoch"}}
+        if self.hparams.anneal_lr:
+            self._iterations()  # refuse a run without max_epochs before the first rollout
+        return optimizer  # the lr: `annealed_lr`, applied at each iteration's start (no scheduler beside it)
 
     def _iterations(self) -> int:
         iterations = self.trainer.max_epochs
@@ -156,13 +154,12 @@ class PPOModule(pl.LightningModule):
         return self.hparams.lr * max(1.0 - iteration / self._iterations(), 0.0)
 
     def on_train_epoch_start(self) -> None:
-        if self.hparams.anneal_lr:  # from the iteration count: nothing depends on a scheduler having stepped
-            self._set_schedule(self.current_epoch, self.annealed_lr(self.current_epoch))
-
-    def _set_schedule(self, iteration: int, lr: Optional[float]) -> None:
-        for config in self.trainer.lr_scheduler_configs:
-            config.scheduler.last_epoch = iteration
-        if lr is not None:
+        """The one place the learning rate is set: from the iteration count (`annealed_lr`), so an
+        update cut short by target_kl still anneals, a resume continues where it left off, and no
+        scheduler's position can disagree with it (a Lightning scheduler would not step after an
+        epoch that ended early)."""
+        if self.hparams.anneal_lr:
+            lr = self.annealed_lr(self.current_epoch)
             for optimizer in self.trainer.optimizers:
                 for group in optimizer.param_groups:
                     group["lr"] = lr
@@ -251,8 +248,6 @@ class PPOModule(pl.LightningModule):
         )
 
     def on_train_epoch_end(self) -> None:
-        if self.hparams.anneal_lr:  # the saved schedule position counts this iteration, even one cut by target_kl
-            self._set_schedule(self.current_epoch + 1, None)
         # No collective here (see on_train_batch_end): the non-finite check already ran at the end
         # of the epoch's last update epoch, before ModelCheckpoint's epoch-end save.
         self._log_losses()

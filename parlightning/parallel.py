@@ -24,6 +24,8 @@ from typing import Any, Callable, Optional, Protocol, Sequence, Union, runtime_c
 import torch
 from torch import Tensor
 
+from parlightning.counters import AgreedCounters
+
 __all__ = [
     "WorkUnit",
     "ParallelStrategy",
@@ -171,25 +173,49 @@ class DataParallel:
 # -- CP --------------------------------------------------------------------------------------
 
 
-class _SyncedCounters:
-    """Counters agreed across ranks: `_pending` holds this rank's increments since the last
-    sync; `stats_tensor` hands them out for an all-reduce (SUM) and the subclass's `merge_stats`
-    adds the reduced total and retires what was handed out. Shared by CP and TP."""
+class _AgreedStatistics:
+    """The distributed contract CP and TP share, over one `AgreedCounters` (`self._counts`, under
+    `self._lock`): `stats_tensor` hands this rank's increments since the last sync out for an
+    all-reduce (SUM), `merge_stats` adds the reduced union and retires what was handed out, and
+    `sync` does both; `counters_state` / `load_counters_state` keep both parts in checkpoints."""
+
+    _counts: AgreedCounters
+    _lock: threading.Lock
 
     @_normal_tensors
     def stats_tensor(self) -> Tensor:
         """This rank's increments since the last sync; all-reduce SUM it and pass it to `merge_stats`."""
         with self._lock:
-            self._inflight = self._pending.clone()
-            return self._inflight.clone()
+            return self._counts.handout()
+
+    @_normal_tensors
+    def merge_stats(self, global_increments: Tensor) -> None:
+        """Add the all-reduced increments to the agreed statistics and retire what was handed out."""
+        with self._lock:
+            try:
+                self._counts.merge(global_increments)
+            except ValueError:
+                raise ValueError(
+                    f"merge_stats: got shape {tuple(global_increments.shape)}, expected "
+                    f"{tuple(self._counts.agreed.shape)}; every rank must bind/plan the same task ids before syncing"
+                ) from None
 
     def sync(self, all_reduce_sum: Optional[Callable[[Tensor], Tensor]] = None) -> None:
         """One round of agreement: `all_reduce_sum(stats_tensor())` (identity when None) -> `merge_stats`."""
         inc = self.stats_tensor()
         self.merge_stats(inc if all_reduce_sum is None else all_reduce_sum(inc))
 
+    @staticmethod
+    def combine_states(states: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        """One state from every rank's `state_dict()` (resuming on another number of ranks): the
+        agreed statistics plus every rank's increments since the last sync, all agreed."""
+        out = dict(states[0])
+        if all("counters" in s for s in states):  # (older checkpoints saved agreed totals only)
+            out["counters"] = AgreedCounters.combine([s["counters"] for s in states])
+        return out
 
-class ClusterParallel(_SyncedCounters):
+
+class ClusterParallel(_AgreedStatistics):
     """Lease whole task clusters to workers, best UCB first, with a difficulty filter on outcome
     spread.
 
@@ -234,9 +260,8 @@ class ClusterParallel(_SyncedCounters):
         self._task_cluster_list: list[int] = []  # task row -> cluster row
         self._bank_rows: Optional[Tensor] = None  # [K] bank index -> task row (after bind)
         self._device = torch.device("cpu")
-        self._merged = torch.zeros(0, 3, dtype=torch.float64)  # [T, (episodes, room, room^2)] agreed by all ranks
-        self._pending = torch.zeros(0, 3, dtype=torch.float64)  # local increments since the last sync
-        self._inflight: Optional[Tensor] = None  # the snapshot handed out by stats_tensor()
+        # [T, (episodes, room, room^2)]: agreed by all ranks + this rank's increments since the last sync
+        self._counts = AgreedCounters.zeros(0, 3, dtype=torch.float64)
 
     # registry ---------------------------------------------------------------------------------
     @_normal_tensors
@@ -251,9 +276,7 @@ class ClusterParallel(_SyncedCounters):
             self._task_index[t] = len(self.tasks)
             self.tasks.append(t)
             self._task_cluster_list.append(self._cluster_index[self.cluster_of(t)])
-        grow = torch.zeros(len(new), 3, dtype=torch.float64, device=self._device)
-        self._merged = torch.cat([self._merged, grow])
-        self._pending = torch.cat([self._pending, grow])
+        self._counts.grow(len(new))
 
     @_normal_tensors
     def bind(self, task_ids: Sequence[str], device: Optional[torch.device] = None) -> None:
@@ -261,8 +284,7 @@ class ClusterParallel(_SyncedCounters):
         with self._lock:
             if device is not None:
                 self._device = torch.device(device)
-                self._merged = self._merged.to(self._device)
-                self._pending = self._pending.to(self._device)
+                self._counts.to(self._device)
             self._register(task_ids)
             self._bank_rows = torch.tensor([self._task_index[t] for t in task_ids], dtype=torch.long,
                                            device=self._device)
@@ -281,7 +303,8 @@ class ClusterParallel(_SyncedCounters):
                     "planned; call bind(task_ids) or plan() with the task bank first"
                 )
             room = 1.0 - float(score)
-            self._pending[row] += torch.tensor([1.0, room, room * room], dtype=torch.float64, device=self._device)
+            self._counts.pending[row] += torch.tensor([1.0, room, room * room], dtype=torch.float64,
+                                                      device=self._device)
 
     def observe_batch(self, task_index: Union[Tensor, Sequence[str]], scores: Tensor) -> None:
         """E finished episodes at once: task bank indices (long tensor, after `bind`) or task ids,
@@ -304,24 +327,9 @@ class ClusterParallel(_SyncedCounters):
         room = 1.0 - scores.to(self._device, torch.float64).reshape(-1).clamp(0.0, 1.0)
         inc = torch.stack([torch.ones_like(room), room, room * room], dim=1)
         with self._lock:
-            self._pending.index_add_(0, task_rows, inc)
+            self._counts.pending.index_add_(0, task_rows, inc)
 
-    # distributed agreement (stats_tensor / sync from _SyncedCounters) ---------------------------
-    @_normal_tensors
-    def merge_stats(self, global_increments: Tensor) -> None:
-        """Add the all-reduced increments to the agreed statistics and retire what was handed out."""
-        with self._lock:
-            rows = self._merged.shape[0]
-            if global_increments.dim() != 2 or global_increments.shape[1] != 3 or global_increments.shape[0] > rows:
-                raise ValueError(
-                    f"merge_stats: got shape {tuple(global_increments.shape)}, expected {tuple(self._merged.shape)}; "
-                    "every rank must bind/plan the same task ids before syncing"
-                )
-            grow = rows - global_increments.shape[0]  # tasks registered since the snapshot: no increments yet
-            self._merged[: rows - grow] += global_increments.to(self._device, torch.float64)
-            if self._inflight is not None:
-                self._pending[: self._inflight.shape[0]] -= self._inflight
-                self._inflight = None
+    # distributed agreement: stats_tensor / merge_stats / sync (_AgreedStatistics) ---------------
 
     # planning -----------------------------------------------------------------------------------
     def _by_cluster(self, per_task: Tensor) -> Tensor:
@@ -336,7 +344,7 @@ class ClusterParallel(_SyncedCounters):
     def scores(self) -> Tensor:
         """UCB score per registered cluster from the merged statistics, [C] float64 on the CPU."""
         with self._lock:
-            cl = self._by_cluster(self._merged)
+            cl = self._by_cluster(self._counts.agreed)
         n, ss = cl[:, 0], cl[:, 2]
         spread = torch.where(n > 0, ss / n.clamp_min(1.0), torch.full_like(n, 0.25))  # untried: optimistic
         signal = (4.0 * spread).clamp(0.0, 1.0)
@@ -365,12 +373,14 @@ class ClusterParallel(_SyncedCounters):
 
     # checkpoints --------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """Everything this instance has seen (merged + local pending); exact when synced just before.
-        `stats` [C, 2] is the per-cluster (episodes, room) summary; `task_stats` [T, 3] the state."""
+        """This rank's view, exact: `counters` holds the agreed per-task statistics [T, 3] and this
+        rank's increments since the last sync (each rank saves its own; `combine_states` folds them
+        together for another number of ranks). `task_stats` [T, 3] is everything seen (agreed +
+        pending) and `stats` [C, 2] its per-cluster (episodes, room) summary, for reading."""
         with self._lock:
-            per_task = (self._merged + self._pending).cpu().clone()
+            per_task = self._counts.total().cpu().clone()
             return {"clusters": list(self.clusters), "tasks": list(self.tasks), "task_stats": per_task,
-                    "stats": self._by_cluster(per_task)[:, :2].clone()}
+                    "stats": self._by_cluster(per_task)[:, :2].clone(), "counters": self._counts.state_dict()}
 
     @_normal_tensors
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -386,12 +396,16 @@ class ClusterParallel(_SyncedCounters):
                     self._task_index[t] = len(self.tasks)
                     self.tasks.append(t)
                     self._task_cluster_list.append(self._cluster_index[self.cluster_of(t)])
-            self._merged = torch.zeros(len(self.tasks), 3, dtype=torch.float64, device=self._device)
-            if saved is not None:
-                for i, t in enumerate(tasks):
-                    self._merged[self._task_index[t]] = saved[i].to(self._device, torch.float64)
-            self._pending = torch.zeros_like(self._merged)
-            self._inflight = None
+            counters = state.get("counters")  # older checkpoints: `task_stats` as agreed totals
+            parts = counters if counters is not None else {"agreed": saved, "pending": None}
+            laid_out = {}
+            for name in ("agreed", "pending"):
+                value = torch.zeros(len(self.tasks), 3, dtype=torch.float64, device=self._device)
+                if parts.get(name) is not None:
+                    for i, t in enumerate(tasks):
+                        value[self._task_index[t]] = parts[name][i].to(self._device, torch.float64)
+                laid_out[name] = value
+            self._counts = AgreedCounters(laid_out["agreed"], laid_out["pending"])
 
     def __repr__(self) -> str:
         return f"ClusterParallel(c={self.c})"
@@ -420,7 +434,7 @@ def assign_key_sections(keys: Sequence[str], n_sections: int) -> list[tuple[str,
     return out
 
 
-class TensorParallel(_SyncedCounters):
+class TensorParallel(_AgreedStatistics):
     """Split a per-key parameter table (one row per declared artifact key) into `n_sections`
     disjoint sections, one per worker; a worker updates only its section's rows.
 
@@ -445,9 +459,8 @@ class TensorParallel(_SyncedCounters):
         self.route = route
         self._lock = threading.Lock()
         self.keys: Optional[tuple[str, ...]] = None
-        self._merged = torch.zeros(2, dtype=torch.long)  # (delivered, violations) agreed by all ranks
-        self._pending = torch.zeros(2, dtype=torch.long)  # local increments since the last sync
-        self._inflight: Optional[Tensor] = None
+        # (delivered, violations): agreed by all ranks + this rank's increments since the last sync
+        self._counts = AgreedCounters.zeros(2, dtype=torch.long)
         self._owner_cache: dict[torch.device, Tensor] = {}
         if keys is not None:
             self.declare_keys(keys)
@@ -562,10 +575,9 @@ class TensorParallel(_SyncedCounters):
         n_in = inside.sum()
         inc = torch.stack([n_in, inside.numel() - n_in])
         with self._lock:
-            if self._pending.device != inc.device:
-                self._pending = self._pending.to(inc.device)
-                self._merged = self._merged.to(inc.device)
-            self._pending += inc
+            if self._counts.device != inc.device:
+                self._counts.to(inc.device)
+            self._counts.pending += inc
         return inside
 
     def gradient_mask(self, section: int, world_size: int = 1, device: Optional[torch.device] = None) -> Tensor:
@@ -590,34 +602,26 @@ class TensorParallel(_SyncedCounters):
     def updates_delivered(self) -> int:
         """In-section updates: agreed total at the last sync plus this rank's since then."""
         with self._lock:
-            return int(self._merged[0] + self._pending[0])
+            return int(self._counts.total()[0])
 
     @property
     def section_violations(self) -> int:
         """Out-of-section updates rejected: agreed total at the last sync plus this rank's since then."""
         with self._lock:
-            return int(self._merged[1] + self._pending[1])
-
-    @_normal_tensors
-    def merge_stats(self, global_increments: Tensor) -> None:
-        """Add the all-reduced counter increments to the agreed totals."""
-        with self._lock:
-            self._merged += global_increments.to(self._merged.device, torch.long)
-            if self._inflight is not None:
-                self._pending -= self._inflight
-                self._inflight = None
+            return int(self._counts.total()[1])
 
     def state_dict(self) -> dict[str, Any]:
-        """The counters this instance knows (agreed + local pending); exact when synced just before."""
+        """This rank's counters, exact: agreed totals and this rank's increments since the last
+        sync (`combine_states` folds every rank's together for another number of ranks)."""
         with self._lock:
-            return {"counters": (self._merged + self._pending).cpu().clone()}
+            return {"counters": self._counts.state_dict()}
 
     @_normal_tensors
     def load_state_dict(self, state: dict[str, Any]) -> None:
         with self._lock:
-            self._merged = state["counters"].to(self._merged.device, torch.long).clone()
-            self._pending = torch.zeros_like(self._merged)
-            self._inflight = None
+            device = self._counts.device
+            self._counts = AgreedCounters(torch.zeros(2, dtype=torch.long, device=device))
+            self._counts.load_state_dict(state["counters"])  # older checkpoints: one agreed [2] tensor
 
     def __repr__(self) -> str:
         keys = ", keys=..." if self.keys is not None else ""

@@ -19,6 +19,8 @@ from typing import Any, Callable, Optional, Protocol, Sequence, runtime_checkabl
 import torch
 from torch import Tensor
 
+from parlightning.counters import AgreedCounters
+
 
 @runtime_checkable
 class TaskSampler(Protocol):
@@ -369,21 +371,25 @@ class _LearningSampler:
         counts recorded since the last sync, then refit what derives from them (e.g. a posterior)
         on the union, identically on every rank. Every rank must call it (a collective)."""
         with self._lock:
-            counts = torch.stack([getattr(self, n).to(torch.float64) for n in self.COUNTS])
-            base = getattr(self, "_synced", None)
-            if base is None or base.shape != counts.shape or base.device != counts.device:
-                base = torch.zeros_like(counts)
-            total = base + reduce_sum(counts - base)
+            counters = AgreedCounters.from_total(self._stacked_counts(), getattr(self, "_synced", None))
+            counters.sync(reduce_sum)
+            total = counters.total()
             for i, name in enumerate(self.COUNTS):
                 mine = getattr(self, name)
                 setattr(self, name, total[i].to(mine.dtype))
-            self._synced = total
+            self._synced = counters.agreed  # the union as of this sync, the same on every rank
             self._dirty = True
             self._learn_if_dirty()  # derived statistics from the union (the logged signals read them)
 
+    def _stacked_counts(self) -> Tensor:
+        return torch.stack([getattr(self, n).to(torch.float64) for n in self.COUNTS])
+
     # -- checkpoints -------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """Tensors and plain containers only (loads with torch.load(weights_only=True))."""
+        """Tensors and plain containers only (loads with torch.load(weights_only=True)). Under DDP
+        `synced` [3, K] is the part of the counts all ranks agreed at the last sync: each rank saves
+        its own state, so its picks and records since then are all-reduced at the first sync after
+        a resume (counting them as agreed would leave the ranks apart forever)."""
         with self._lock:
             state: dict[str, Any] = {
                 "task_ids": list(self._ids),
@@ -391,6 +397,9 @@ class _LearningSampler:
                 "dirty": self._dirty,
                 "rng": self._rng.get_state(),
             }
+            synced = getattr(self, "_synced", None)  # None: never synced (one rank)
+            ok = synced is not None and synced.shape == (len(self.COUNTS), len(self._ids))
+            state["synced"] = synced.detach().cpu().clone() if ok else None
             state.update({k: v.detach().clone() for k, v in self._per_task().items()})
             state.update(self._extra_state())
         return state
@@ -424,8 +433,16 @@ class _LearningSampler:
             self._load_extra(state)
             self._layout(state["task_ids"], {k: state[k] for k in self.PER_TASK})
             self._dirty = bool(state.get("dirty", False))
-            # every rank loads the same (already synced) counts: the next sync adds only what follows
-            self._synced = torch.stack([getattr(self, n).to(torch.float64) for n in self.COUNTS])
+            # the agreed part: the next sync all-reduces everything counted since (this rank's own)
+            synced = state.get("synced", "absent")
+            counts = self._stacked_counts()
+            if synced is None:  # never synced (one rank): nothing agreed yet
+                self._synced = None
+            elif isinstance(synced, Tensor) and list(state["task_ids"]) == list(self._ids) \
+                    and synced.shape == counts.shape:
+                self._synced = synced.to(counts.device, counts.dtype).clone()
+            else:  # older checkpoints, another bank: everything loaded counts as agreed
+                self._synced = counts
 
 
 class DifficultyWeighted(_LearningSampler):

@@ -335,20 +335,51 @@ def test_cp_thread_safe_observe_loses_no_counts():
 
 
 def test_cp_state_dict_round_trip_weights_only():
+    """A rank's state is exact: agreed statistics, and its increments since the last sync stay
+    pending (all-reduced at the next sync, once: each rank reloads its own)."""
     cp = ClusterParallel()
     cp.bind(TASKS)
     feed(cp, "gamma", [0.0, 1.0, 1.0])
     cp.sync()
-    feed(cp, "alpha", [0.0])  # pending at checkpoint time is folded in
+    feed(cp, "alpha", [0.0])  # pending at checkpoint time
     state = roundtrip(cp.state_dict())
     fresh = ClusterParallel()
     fresh.load_state_dict(state)
     fresh.bind(TASKS)
+    assert torch.equal(fresh.scores(), cp.scores())  # plans read the agreed part only
+    assert torch.equal(fresh.stats_tensor(), cp.stats_tensor())  # the same increments to hand out
     cp.sync()
+    fresh.sync()
     assert fresh.clusters == cp.clusters
     assert torch.equal(fresh.scores(), cp.scores())
     assert checked_plan(fresh, 2, 3, TASKS) == checked_plan(cp, 2, 3, TASKS)
-    assert torch.count_nonzero(fresh.stats_tensor()) == 0  # nothing pending, so no double count on sync
+    assert torch.count_nonzero(fresh.stats_tensor()) == 0
+
+
+def test_strategy_states_of_every_rank_combine_for_another_number_of_ranks():
+    """Resuming on another number of ranks: every saved rank's pending increments are folded into
+    the agreed statistics once (none lost, none counted twice)."""
+    ranks = [ClusterParallel() for _ in range(2)]
+    for cp in ranks:
+        cp.bind(TASKS)
+    feed(ranks[0], "gamma", [0.0, 1.0])
+    summed = ranks[0].stats_tensor() + ranks[1].stats_tensor()
+    for cp in ranks:
+        cp.merge_stats(summed.clone())
+    feed(ranks[0], "alpha", [0.0])
+    feed(ranks[1], "beta", [1.0, 0.0])
+    combined = ClusterParallel.combine_states([roundtrip(cp.state_dict()) for cp in ranks])
+    fresh = ClusterParallel()
+    fresh.load_state_dict(combined)
+    fresh.bind(TASKS)
+    assert torch.count_nonzero(fresh.stats_tensor()) == 0
+    assert int(fresh.state_dict()["task_stats"][:, 0].sum()) == 2 + 1 + 2
+    tps = [TensorParallel(2, keys=KEYS) for _ in range(2)]
+    tps[0].record_updates(torch.tensor([0, 2]), 0)
+    tps[1].record_updates(torch.tensor([1, 2, 3]), 1)
+    one = TensorParallel(2, keys=KEYS)
+    one.load_state_dict(TensorParallel.combine_states([roundtrip(tp.state_dict()) for tp in tps]))
+    assert (one.updates_delivered, one.section_violations) == (1 + 2, 1 + 1)
 
 
 def test_stats_can_be_fed_inside_the_rollouts_inference_mode():
@@ -460,7 +491,13 @@ def test_tp_counters_state_dict_round_trip():
     fresh = TensorParallel(2, keys=KEYS)
     fresh.load_state_dict(roundtrip(tp.state_dict()))
     assert (fresh.updates_delivered, fresh.section_violations) == (1, 1)
+    assert fresh.stats_tensor().tolist() == [1, 1]  # still this rank's to all-reduce at the next sync
+    fresh.sync()
+    assert (fresh.updates_delivered, fresh.section_violations) == (1, 1)
     assert torch.count_nonzero(fresh.stats_tensor()) == 0
+    old = TensorParallel(2, keys=KEYS)  # a checkpoint of an older release: one agreed [2] tensor
+    old.load_state_dict({"counters": torch.tensor([4, 2])})
+    assert (old.updates_delivered, old.section_violations) == (4, 2)
 
 
 # -- PP ----------------------------------------------------------------------------------------

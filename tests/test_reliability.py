@@ -418,7 +418,7 @@ def _stress_objects():
                 cp.sync()  # one coordinator per rank merges while the others observe
 
         def count():
-            stats = cp._merged + cp._pending
+            stats = cp.state_dict()["task_stats"]
             return {"episodes": int(stats[:, 0].sum()), "room": int(stats[:, 1].sum())}
 
         return op, count, lambda total: {"episodes": total, "room": total}

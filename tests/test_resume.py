@@ -70,12 +70,13 @@ def test_two_plus_two_iterations_resumed_equal_four_uninterrupted(tmp_path, monk
     # ... and identical everything else a further resume would need
     a = torch.load(last_ckpt(tmp_path / "full"), weights_only=True)
     b = torch.load(last_ckpt(tmp_path / "cut", version=1), weights_only=True)
-    for key in ("epoch", "global_step", "state_dict", "optimizer_states", "lr_schedulers", "RolloutDataModule"):
+    for key in ("epoch", "global_step", "state_dict", "optimizer_states", "RolloutDataModule"):
         assert_same(a[key], b[key], key)
     for name, state in a["callbacks"].items():
         if not name.startswith("ModelCheckpoint"):  # its state holds this run's paths
             assert_same(state, b["callbacks"][name], name)
-    assert a["RolloutDataModule"]["round_index"] == 4 and a["lr_schedulers"][0]["last_epoch"] == 4
+    assert a["RolloutDataModule"]["round_index"] == 4
+    assert not a["lr_schedulers"]  # the lr comes from the iteration count alone (PPOModule.annealed_lr)
 
     # identical logged metrics for the overlapping iterations 3 and 4, on the same env-step axis
     logged_full = scalars(tmp_path / "full" / "lightning_logs" / "version_0")
@@ -102,7 +103,7 @@ def test_checkpoint_loads_weights_only_and_holds_the_whole_run_state(tmp_cwd):
             "sampler", "rng"} <= rank.keys()
     assert rank["sampler"]["attempts"].sum() > 0  # the sampler's statistics, not an empty shell
     assert {"torch", "numpy", "python"} <= rank["rng"].keys()
-    assert ckpt["optimizer_states"][0]["state"] and ckpt["lr_schedulers"][0]["last_epoch"] == 1
+    assert ckpt["optimizer_states"][0]["state"] and not ckpt["lr_schedulers"]
     assert any(k.startswith("PARLAnnealing") for k in ckpt["callbacks"])
     assert not list(tmp_cwd.rglob("*.partial"))
 

@@ -393,3 +393,70 @@ def test_record_batch_with_a_mask_counts_only_finished_episodes(make):
     adapter.bind(ids, CPU)
     adapter.record_batch(task, score, mask=done)
     assert adapter.sampler.count == {"a": 2, "c": 1}
+
+
+def _sync_ranks(samplers):
+    """Sync every 'rank' (a thread each, meeting in an all-reduce SUM, as DDP's reduce would)."""
+    import threading
+
+    barrier, inbox = threading.Barrier(len(samplers)), [None] * len(samplers)
+
+    def reduce_for(rank):
+        def reduce(t):
+            inbox[rank] = t.clone()
+            barrier.wait()
+            total = sum(inbox)
+            barrier.wait()
+            return total
+        return reduce
+
+    threads = [threading.Thread(target=s.sync, args=(reduce_for(r),)) for r, s in enumerate(samplers)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=60)
+
+
+@pytest.mark.parametrize("cls", [DifficultyWeighted, PosteriorSignal])
+def test_ranks_resumed_from_their_own_states_agree_again_at_the_next_sync(cls):
+    """Issue 22 bug 5. Under DDP with a lag budget each rank picks for rounds in flight after the
+    last sync, so the ranks' saved counts differ by those picks. Loaded as if agreed, the
+    difference never went away (`picks` apart forever); the agreed part is now saved and the
+    picks since are all-reduced at the next sync, so the ranks agree again."""
+    ids = [f"fanout-{i}" for i in range(8)]
+    cpu = torch.device("cpu")
+    ranks = [cls(seed=r) for r in range(2)]
+    for s in ranks:
+        s.bind(ids, cpu)
+    shard, everyone = torch.arange(8), torch.ones(6, dtype=torch.bool)
+    for r, s in enumerate(ranks):
+        s.pick_batch(shard, 0, everyone, torch.Generator().manual_seed(r))
+        s.record_batch(torch.arange(8), torch.tensor([1.0, 0.0] * 4))
+    _sync_ranks(ranks)
+    assert torch.equal(ranks[0].picks, ranks[1].picks)
+    for r, s in enumerate(ranks):  # rounds in flight: rank r picks r + 1 more actors than agreed
+        s.pick_batch(shard, 1, torch.ones(r + 1, dtype=torch.bool), torch.Generator().manual_seed(10 + r))
+    saved = [s.state_dict() for s in ranks]  # each rank's own (the data module gathers them all)
+    resumed = [cls(seed=r) for r in range(2)]
+    for s, state in zip(resumed, saved):
+        s.bind(ids, cpu)
+        s.load_state_dict(state)
+    for r, s in enumerate(resumed):  # training goes on
+        s.pick_batch(shard, 2, everyone, torch.Generator().manual_seed(20 + r))
+    _sync_ranks(resumed)
+    a, b = resumed
+    assert torch.equal(a.picks, b.picks) and torch.equal(a.attempts, b.attempts)
+    assert int(a.picks.sum()) == 2 * 6 + (1 + 2) + 2 * 6  # every pick of every rank, counted once
+
+
+def test_one_rank_resume_keeps_every_count():
+    ids = [f"solo-{i}" for i in range(4)]
+    s = DifficultyWeighted(seed=0)
+    s.bind(ids, torch.device("cpu"))
+    s.pick_batch(torch.arange(4), 0, torch.ones(5, dtype=torch.bool), torch.Generator().manual_seed(0))
+    state = s.state_dict()
+    assert state["synced"] is None  # never synced: nothing agreed yet
+    t = DifficultyWeighted(seed=0)
+    t.bind(ids, torch.device("cpu"))
+    t.load_state_dict(state)
+    assert int(t.picks.sum()) == 5 and torch.equal(t.picks, s.picks)

@@ -47,6 +47,8 @@ SCENARIOS = {  # name -> extra arguments; DP also stops each rollout's update ea
     "tp": ["--config", "configs/parallel/tp.yaml"],
     "tp_route": ["--config", "configs/parallel/tp_route.yaml"],
     "user": ["--config", "{out}/user.yaml"],
+    # TP resumed from the last checkpoint of "tp" for one more epoch: every rank's counters survive
+    "tp_resume": ["--config", "configs/parallel/tp.yaml", "--ckpt_path", "{out}/tp/lightning_logs/version_0/checkpoints/last.ckpt"],
     "rank_dependent": ["--config", "{out}/rank_dependent.yaml"],  # must fail: last
 }
 DUMPED = [name for name in SCENARIOS if name != "rank_dependent"]
@@ -173,6 +175,8 @@ def _rank_main(out: str) -> None:
         args = ["--config", CONFIG, *[a.format(out=out) for a in extra], *TINY, *DDP,
                 "--trainer.default_root_dir", f"{out}/{name}",
                 "--trainer.callbacks+=test_strategies_ddp.Recorder", f"--trainer.callbacks.out={out}/{name}"]
+        if name == "tp_resume":
+            args += ["--trainer.max_epochs", str(EPOCHS + 1)]
         if name != "rank_dependent":
             main(args)
             continue
@@ -317,6 +321,23 @@ def test_section_violations_count_the_trained_key_rows_the_mask_rejects(runs):
     route = runs["tp_route"][0]["summary"]
     assert route["section_violations"] == 0
     assert route["keys"] == route["tasks"]  # every task of the bank was rolled out by its owner
+
+
+def test_tp_counters_of_every_rank_survive_a_resume(runs):
+    """The checkpoint is written by rank 0, after the last epoch's updates were counted but before
+    the end-of-training sync: every rank's counts since the last sync must be in it, so the resumed
+    run's totals are those of both runs (rank 0's alone were saved before: rank 1's were lost)."""
+    sections = _sections()
+    owner = torch.tensor([next(s for s, sec in enumerate(sections) if k in sec) for k in KEYS])
+    dumps = [*runs["tp"], *runs["tp_resume"]]
+    rejected = sum(int((owner[k] != d["rank"]).sum()) for d in dumps for k in d["keys_trained"])
+    trained = sum(k.numel() for d in dumps for k in d["keys_trained"])
+    a, b = runs["tp_resume"]
+    assert a["summary"] == b["summary"]
+    assert a["summary"]["rounds"] == EPOCHS + 1
+    assert (a["summary"]["updates_delivered"], a["summary"]["section_violations"]) == (trained - rejected, rejected)
+    first = runs["tp"][0]["summary"]
+    assert first["episodes"] < a["summary"]["episodes"]
 
 
 def test_rollout_statistics_are_weighted_by_episodes_over_all_ranks(runs):

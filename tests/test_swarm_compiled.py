@@ -27,7 +27,7 @@ def _bits(x):
     return x.view(torch.int32) if x.dtype == torch.float32 else x
 
 
-def _trajectory(compile, n, steps, next_task="callable", seed=3, **kw):
+def _trajectory(compile, n, steps, next_task="callable", seed=3, extreme=False, **kw):
     env = SwarmEnv(num_envs=n, seed=seed, tasks_per_family=4, compile=compile, **kw)
     g = torch.Generator().manual_seed(5)
     obs = env.reset(seed=7)
@@ -40,6 +40,11 @@ def _trajectory(compile, n, steps, next_task="callable", seed=3, **kw):
             action = torch.randint(-2, 2 * len(env.splits) + 3, (n, env.max_width), generator=g)
             if t % 5 == 0:
                 action = action.float()
+            if extreme and t % 3 == 1:  # huge, negative and fractional entries
+                big = torch.tensor([-2**40, -7, 2**31 - 1, 2**40, 10**9], dtype=torch.long)
+                action = big[torch.randint(0, 5, (n, env.max_width), generator=g)]
+            elif extreme and t % 3 == 2:
+                action = torch.empty(n, env.max_width).uniform_(-3.0, 2 * len(env.splits) + 3.0, generator=g)
         if next_task == "callable":
             pick = lambda done: torch.randint(0, K, done.shape, generator=g)  # noqa: E731
         elif next_task == "tensor":
@@ -67,6 +72,83 @@ def _assert_same(a, b):
 def test_compiled_step_is_bitwise_the_eager_step(name):
     kw = dict(CONFIGS[name])
     _assert_same(_trajectory(False, **kw), _trajectory(True, **kw))
+
+
+def _random_worlds(count, seed=2026):
+    """World parameterizations drawn at random: actor counts around the kernels' block size, widths,
+    caps that bind or not, reliabilities 0 and 1, odd costs and splits."""
+    import random
+
+    rng = random.Random(seed)
+    block = swarm_compiled.BLOCK
+    worlds = []
+    for i in range(count):
+        splits = sorted(rng.sample([1, 2, 3, 4, 5, 8], rng.randint(1, 3)))
+        worlds.append(dict(
+            n=rng.choice([1, 2, block - 1, block, block + 1, 2 * block + 1]),
+            steps=rng.randint(20, 40),
+            max_width=rng.choice([1, 2, 5, 12, 17]),
+            max_levels=rng.randint(1, 5),
+            max_cost=rng.randint(1, 12),
+            splits=tuple(splits),
+            max_subagents=rng.choice([1, 3, 10, 128]),
+            subagent_budget=rng.choice([None, 1, 7, 50]),
+            subagent_reliability=rng.choice([0.0, 1.0, 0.5, 0.99]),
+            spawn_steps=rng.choice([0.0, 0.3, 1.0, 2.5]),
+            merge_cost=rng.choice([0.0, 0.05, 0.37]),
+            brief_cost=rng.choice([0.0, 0.5, 1.3]),
+            late_credit=rng.choice([0.0, 0.1, 0.9]),
+            late_window=rng.choice([1.0, 2.0, 3.7]),
+            max_episode_steps=rng.choice([1, 4, 16]),
+            seed=rng.randint(0, 10**6),
+            extreme=True,
+        ))
+    return worlds
+
+
+@needs_compiler
+@pytest.mark.parametrize("kw", _random_worlds(12), ids=lambda kw: f"n{kw['n']}-w{kw['max_width']}-r{kw['subagent_reliability']}")
+def test_compiled_step_is_bitwise_the_eager_step_on_random_worlds(kw):
+    """Sizes around the block size, caps, reliabilities 0 and 1, extreme and fractional actions."""
+    _assert_same(_trajectory(False, **kw), _trajectory(True, **kw))
+
+
+@pytest.mark.parametrize("compile", [False, pytest.param(True, marks=needs_compiler)])
+def test_an_action_of_any_shape_but_actors_by_slots_is_refused(compile):
+    """A [W] action with W == N used to broadcast over the actor axis; [N, W] is the only shape."""
+    env = SwarmEnv(num_envs=12, seed=0, tasks_per_family=2, compile=compile)  # N == W == 12
+    env.reset(seed=0)
+    for bad in (torch.zeros(12, dtype=torch.long), torch.zeros(1, 12, dtype=torch.long),
+                torch.zeros(12, 12, 1, dtype=torch.long), torch.zeros(12, 1, dtype=torch.long)):
+        with pytest.raises(ValueError, match=r"shape \[num_envs, max_width\] = \[12, 12\]"):
+            env.step(bad)
+    env.step(torch.zeros(12, 12, dtype=torch.long))  # the right shape steps
+
+
+@needs_compiler
+def test_the_kernels_check_every_buffer_they_are_handed():
+    env = SwarmEnv(num_envs=4, seed=0, tasks_per_family=2, compile=True)
+    env.reset(seed=0)
+    env._compiled.scratch = torch.empty(3)  # too small: the kernels would write past it
+    with pytest.raises(TypeError, match="buffer `scratch` must be a contiguous cpu torch.float32 tensor"):
+        env.step(torch.zeros(4, 12, dtype=torch.long))
+    with pytest.raises(TypeError, match="buffer `x` .* not contiguous"):
+        swarm_compiled._checked("x", torch.zeros(4, 4).t(), torch.float32, 16)
+    with pytest.raises(TypeError, match="buffer `x` .* torch.int64"):
+        swarm_compiled._checked("x", torch.zeros(16), torch.int64, 16)
+
+
+def test_the_kernel_source_ships_as_package_data_and_keys_the_cache_with_the_compiler_version(monkeypatch):
+    import tomllib
+    from pathlib import Path
+
+    assert swarm_compiled.SOURCE_FILE.name == "swarm_step.cpp" and "swarm_step_a" in swarm_compiled.source()
+    data = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert "envs/*.cpp" in data["package-data"]["parlightning"]
+    monkeypatch.setattr(swarm_compiled, "_compiler_version", lambda cxx: "g++ 12.2.0")
+    old = swarm_compiled.cache_key("/usr/bin/g++")
+    monkeypatch.setattr(swarm_compiled, "_compiler_version", lambda cxx: "g++ 13.1.0")
+    assert swarm_compiled.cache_key("/usr/bin/g++") != old
 
 
 @needs_compiler

@@ -141,6 +141,24 @@ def test_lr_anneals_from_the_iteration_count_even_when_target_kl_cuts_every_upda
     assert rec.lrs == pytest.approx([1e-3, 1e-3 * 2 / 3, 1e-3 / 3], rel=1e-12)
 
 
+def test_a_resume_with_a_larger_max_epochs_continues_the_anneal_over_the_new_horizon(tmp_path):
+    """The lr is a function of the iteration count and trainer.max_epochs alone: iterations 2 and 3
+    of a run resumed with max_epochs 4 run at lr x (1 - 2/4) and lr x (1 - 3/4), not at 0, and
+    the checkpoint holds no lr scheduler that could disagree."""
+    def dm():
+        return RolloutDataModule(env=small_env(), num_envs=8, num_steps=4, update_epochs=1, num_minibatches=1)
+
+    first = LrAndBatches()
+    trainer = _trainer(tmp_path, 2, [first])
+    trainer.fit(PPOModule(lr=1e-3), datamodule=dm())
+    assert first.lrs == pytest.approx([1e-3, 5e-4], rel=1e-12)
+    trainer.save_checkpoint(tmp_path / "last.ckpt")
+    assert not torch.load(tmp_path / "last.ckpt", weights_only=True)["lr_schedulers"]
+    resumed = LrAndBatches()
+    _trainer(tmp_path, 4, [resumed]).fit(PPOModule(lr=1e-3), datamodule=dm(), ckpt_path=str(tmp_path / "last.ckpt"))
+    assert resumed.lrs == pytest.approx([1e-3 * 2 / 4, 1e-3 * 1 / 4], rel=1e-12)
+
+
 def test_target_kl_stop_takes_effect_only_between_update_epochs(tmp_path):
     """The loader honours a stop only at an update-epoch boundary, whichever epoch it came in."""
     dm = RolloutDataModule(env=small_env(), num_envs=8, num_steps=4, update_epochs=3, num_minibatches=4)

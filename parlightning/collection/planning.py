@@ -278,30 +278,56 @@ class RoundPlanner:
 
     def state_dict(self) -> dict[str, Any]:
         """Rounds, per-task episode counts and the strategy's own statistics (tensors and plain
-        containers; agreed across ranks, as the sync ran at the end of the round)."""
+        containers). `episodes` is the part every rank agreed at the last sync; what each rank
+        counted since (TP's counters of the updates after the round's sync, say) is in `ranks`,
+        one entry per rank, gathered here (a collective: every rank dumps the checkpoint), so no
+        rank's increments are lost with the checkpoint that rank 0 writes."""
         state: dict[str, Any] = {"rounds": self.rounds, "carried_episodes": self.carried_episodes}
+        mine: dict[str, Any] = {}
         if self._episodes is not None:
-            state["episodes"] = (self._episodes + self._pending).cpu().clone()
+            state["episodes"] = self._episodes.cpu().clone()
+            mine["episodes_pending"] = self._pending.cpu().clone()
         save = getattr(self.strategy, "state_dict", None)
         if callable(save):
-            state["strategy"] = save()
+            mine["strategy"] = save()
+        state["ranks"] = gather_ranks(mine, self.world_size)
+        if "strategy" in mine:
+            state["strategy"] = state["ranks"][0]["strategy"]  # rank 0's, for readers of the file
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore `state_dict()` (held until the bank is bound when called before set-up)."""
-        if not self._ready:
+        """Restore `state_dict()` (held until the bank is bound when called before set-up): each
+        rank its own saved part; on another number of ranks, every saved rank's increments folded
+        into the agreed statistics (the strategy's `combine_states`, where it has one)."""
+        if not self._ready:  # restored before set-up: applied once the bank is bound
             self._restored = state
             return
         self._restored = None
         self.rounds = int(state.get("rounds", 0))
         self.carried_episodes = int(state.get("carried_episodes", 0))
+        ranks = state.get("ranks") or []
+        exact = len(ranks) == self.world_size
+        mine = ranks[self.rank] if exact else {}
         episodes = state.get("episodes")
         if episodes is not None and self._episodes is not None and episodes.numel() == self._episodes.numel():
             self._episodes = episodes.to(self._episodes.device, torch.long).clone()
             self._pending.zero_()
+            if exact and mine.get("episodes_pending") is not None:
+                self._pending += mine["episodes_pending"].to(self._pending.device, torch.long)
+            elif not exact:
+                for other in ranks:
+                    if other.get("episodes_pending") is not None:
+                        self._episodes += other["episodes_pending"].to(self._episodes.device, torch.long)
         load = getattr(self.strategy, "load_state_dict", None)
-        if state.get("strategy") and callable(load):
-            load(state["strategy"])
+        saved = [r["strategy"] for r in ranks if r.get("strategy")]
+        if exact and mine.get("strategy"):
+            strategy_state = mine["strategy"]
+        elif saved and len(saved) == len(ranks) and callable(getattr(self.strategy, "combine_states", None)):
+            strategy_state = self.strategy.combine_states(saved)
+        else:  # older checkpoints (rank 0's view only), or a user strategy without combine_states
+            strategy_state = saved[0] if saved else state.get("strategy")
+        if strategy_state and callable(load):
+            load(strategy_state)
 
     def __repr__(self) -> str:
         return f"RoundPlanner({self.strategy!r})"

@@ -343,7 +343,13 @@ class SwarmEnv(BatchedEnv):
         return ws
 
     def step(self, action: Tensor, next_task: Optional[Tensor | Callable[[Tensor], Tensor]] = None) -> StepResult:
-        """One round for every actor; what it returns is new (never written later), so `parts` needs no copies."""
+        """One round for every actor; what it returns is new (never written later), so `parts` needs no copies.
+
+        `action` is [N, W]: one entry per actor and subtask slot (any other shape is refused, never broadcast)."""
+        if not isinstance(action, Tensor) or tuple(action.shape) != (self.num_envs, self.max_width):
+            got = list(action.shape) if isinstance(action, Tensor) else type(action).__name__
+            raise ValueError(f"SwarmEnv.step: `action` must be a tensor of shape [num_envs, max_width] = "
+                             f"[{self.num_envs}, {self.max_width}] (one entry per actor and subtask slot), got {got}")
         if self._compiled is not None and not self.trace:  # the same round, bitwise, as C++ kernels
             return self._compiled.step(self, action, next_task)
         S, c, W = len(self.splits), self.costs, self.max_width
