@@ -7,7 +7,7 @@ import lightning.pytorch as pl
 import pytest
 import torch
 
-from parlightning.collector import stream_seed
+from parlightning.collection import stream_seed
 from parlightning.data import RolloutDataModule
 from parlightning.envs import CartPoleEnv
 from parlightning.fit import main

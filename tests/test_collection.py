@@ -5,6 +5,7 @@ code, where it fails:
 
 #1  a lagged round is finished with its own shard, plan and unit (carried episodes, observe);
 #2  an inexact world resumes every actor on a task its sampler picks from the shard;
+#3  (new code only) the rounds a process collector answers picks for change under the lock;
 #4  a checkpoint of a process collector is consistent (picks answered == picks applied);
 #6  `Rollout.policy_version` counts PPO iterations in every schedule;
 #7  sampler signals are read at the round's end, in thread and process mode alike;
@@ -135,6 +136,55 @@ def test_an_inexact_world_resumes_every_actor_on_a_task_its_sampler_picks(tmp_cw
     _fit(dm(), 3, [tasks], ckpt_path=str(tmp_cwd / "ckpt" / "last.ckpt"))
     assert len(tasks.tasks) == 1  # the resumed round
     assert tasks.tasks[0].tolist() == [last] * 8  # every actor restarted on its sampler's pick, none on i mod K
+
+
+# ------------------------------------------------------------------------------------------ bug 3
+class LockedDict(dict):
+    """The process transport's issued contexts, asserting every access holds the sampler's lock."""
+
+    def __init__(self, lock):
+        super().__init__()
+        self.lock, self.accesses = lock, 0
+
+    def _check(self):
+        assert self.lock.held(), "the issued rounds were touched without the sampler's lock"
+        self.accesses += 1
+
+    def __setitem__(self, key, value):
+        self._check()
+        super().__setitem__(key, value)
+
+    def __getitem__(self, key):
+        self._check()
+        return super().__getitem__(key)
+
+    def __delitem__(self, key):
+        self._check()
+        super().__delitem__(key)
+
+    def __iter__(self):
+        self._check()
+        return super().__iter__()
+
+
+def test_the_rounds_a_process_collector_answers_picks_for_change_only_under_the_samplers_lock(tmp_cwd):
+    """Issue 22 bug 3: the link thread iterated the issued rounds while the learner inserted one
+    ('dictionary changed size during iteration' killed the link). Every read and write of them now
+    holds the sampler's lock (this cannot be forced through public behaviour on the old code: the
+    window is a few bytecodes wide)."""
+    from parlightning.collection.transports import ProcessTransport
+
+    class Swap(pl.Callback):
+        def setup(self, trainer, pl_module, stage):
+            transport = trainer.datamodule.collector.transport
+            assert isinstance(transport, ProcessTransport) and not transport._contexts
+            self.contexts = transport._contexts = LockedDict(transport.lock)
+
+    swap = Swap()
+    dm = RolloutDataModule(env=swarm, num_envs=16, num_steps=8, update_epochs=1, num_minibatches=2, max_policy_lag=2,
+                           collect_in="process", sampler=DifficultyWeighted())
+    _fit(dm, 4, [swap])
+    assert swap.contexts.accesses > 4 and dm.round_index == 4  # issued, answered from, dropped: all locked
 
 
 # ------------------------------------------------------------------------------------------ bug 4

@@ -62,6 +62,7 @@ class Collector:
         self.hooks: RoundHooks = RoundHooks()
         self.key_row: Optional[Tensor] = None
         self._released = 0  # next round to release
+        self._version = 0  # the learner's policy version (PPO iterations) as of the last collect
         self._started_collecting = False
         self._last_collect_start: Optional[float] = None
         self._learner_wait = 0.0
@@ -148,23 +149,26 @@ class Collector:
             self._started_collecting = True
         self.transport.publish(policy, round_index)
         self._release(self.schedule.horizon(round_index))
-        start = time.perf_counter()
-        iteration_time = None if self._last_collect_start is None else start - self._last_collect_start
-        self._last_collect_start = start
+        iteration_time = None if self._last_collect_start is None else call_start - self._last_collect_start
+        self._last_collect_start = call_start
         result = self.transport.result()
         wait = time.perf_counter() - call_start
         if result.context.round_index != round_index:
             raise RuntimeError(f"Collector: got round {result.context.round_index}, expected {round_index}")
+        waits: dict[str, Tensor] = {}
+        if self.schedule.lag:  # how much each side waited for the other
+            if iteration_time is not None:
+                waits["perf/learner_wait_frac"] = torch.tensor(min(self._learner_wait / iteration_time, 1.0))
+            waits["perf/collector_wait_frac"] = torch.tensor(result.wait_frac)
         steps = self.num_envs * result.buffer.num_steps * self.hooks.world_size
         rollout = finish_round(
             result, hooks=self.hooks, sampler=self.sampler, picks=self.picks, lock=self.lock, reward=self.reward,
-            planner=self.planner, schedule=_WithWaits(self, result, iteration_time), policy=policy, gamma=self.gamma,
+            planner=self.planner, schedule=self.schedule, policy=policy, gamma=self.gamma,
             gae_lambda=self.gae_lambda, env_steps=env_steps + steps,
-            solved_threshold=float(getattr(self.env, "solved_threshold", 1.0)), iteration_time=iteration_time)
+            solved_threshold=float(getattr(self.env, "solved_threshold", 1.0)), iteration_time=iteration_time,
+            extra_stats=waits)
         self._learner_wait = wait  # counted against the iteration it starts
         return rollout
-
-    _version = 0
 
     @staticmethod
     def _sendable(sampler: Any) -> bool:
@@ -211,25 +215,6 @@ class Collector:
 
     def close(self) -> None:
         self.transport.close()
-
-
-class _WithWaits:
-    """The schedule as `finish_round` sees it, plus the learner's and collector's wait shares of a
-    lag budget (timings of this collector, not of the schedule)."""
-
-    def __init__(self, collector: Collector, result: Any, iteration_time: Optional[float]) -> None:
-        self.collector, self.result, self.iteration_time = collector, result, iteration_time
-
-    def policy_version(self, result: Any) -> int:
-        return self.collector.schedule.policy_version(result)
-
-    def finish(self, result: Any, rollout: Rollout, policy: Any) -> None:
-        c = self.collector
-        c.schedule.finish(result, rollout, policy)
-        if c.schedule.lag:
-            if self.iteration_time is not None:
-                rollout.stats["perf/learner_wait_frac"] = torch.tensor(min(c._learner_wait / self.iteration_time, 1.0))
-            rollout.stats["perf/collector_wait_frac"] = torch.tensor(result.wait_frac)
 
 
 def make_collector(factory: Callable, num_envs: int, num_steps: int, seed: int, device: torch.device, *,

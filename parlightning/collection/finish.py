@@ -46,9 +46,11 @@ def at_position(reward: Any, position: Optional[int]) -> Iterator[None]:
 
 def finish_round(result: RoundResult, *, hooks: RoundHooks, sampler: Any, picks: Optional[Picks], lock: SamplerLock,
                  reward: Any, planner: Any, schedule: Any, policy: Any, gamma: float, gae_lambda: float,
-                 env_steps: int, solved_threshold: float, iteration_time: Optional[float]) -> Rollout:
+                 env_steps: int, solved_threshold: float, iteration_time: Optional[float],
+                 extra_stats: Optional[dict[str, Tensor]] = None) -> Rollout:
     """Finish `result` into its `Rollout` (see the module docstring). `env_steps`: global env steps
-    after this round; `policy`: the learner's current policy (a lag schedule scores the round with it)."""
+    after this round; `policy`: the learner's current policy (a lag schedule scores the round with
+    it); `extra_stats`: the collector's own (e.g. its wait shares), logged with the round."""
     ctx, buf = result.context, result.buffer
     done = buf.done
     with at_position(reward, ctx.reward_position):
@@ -85,6 +87,7 @@ def finish_round(result: RoundResult, *, hooks: RoundHooks, sampler: Any, picks:
         if signals is not None:  # informative share, pass-rate spread, ... (same keys on every rank)
             stats.update({f"sampler/{k}": v.detach().float() for k, v in signals.items()})
         schedule.finish(result, rollout, policy)
+        stats.update(extra_stats or {})
         if planner is not None:
             planner.finish(ctx, rollout, hooks.reduce_sum)
         hooks.on_rollout_end(rollout)

@@ -64,6 +64,10 @@ class SamplerLock:
     def release(self) -> None:
         self._lock.release()
 
+    def held(self) -> bool:
+        """Whether the calling thread holds it."""
+        return self._lock._is_owned()  # RLock's own ownership test (what Condition uses)
+
     def __enter__(self) -> "SamplerLock":
         self._lock.acquire()
         return self
