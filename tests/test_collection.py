@@ -262,20 +262,23 @@ def test_policy_version_counts_ppo_iterations_in_every_schedule(tmp_cwd, lag):
 
 
 # ------------------------------------------------------------------------------------------ bug 7
+class Picks(pl.Callback):
+    """Per round: the logged pick count and the episodes that ended."""
+
+    def __init__(self):
+        self.rows = []
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        stats = trainer.datamodule.last_rollout.stats
+        self.rows.append((float(stats["sampler/picks"]), float(stats["rollout/episodes"])))
+
+
 @pytest.mark.parametrize("collect_in, make", [("thread", RoundRobin), ("thread", DifficultyWeighted),
                                               ("process", DifficultyWeighted)],
                          ids=["thread-RoundRobin", "thread-DifficultyWeighted", "process-DifficultyWeighted"])
 def test_sampler_signals_are_read_at_the_rounds_end_in_thread_and_process_mode(tmp_cwd, collect_in, make):
     """The logged pick count of round v is the N first picks plus one per episode that ended in
     rounds 0..v, whatever the transport (the picks of rounds still in flight are not counted)."""
-
-    class Picks(pl.Callback):
-        def __init__(self):
-            self.rows = []
-
-        def on_train_epoch_end(self, trainer, pl_module):
-            stats = trainer.datamodule.last_rollout.stats
-            self.rows.append((float(stats["sampler/picks"]), float(stats["rollout/episodes"])))
 
     picks = Picks()
     dm = RolloutDataModule(env=swarm, num_envs=16, num_steps=8, update_epochs=1, num_minibatches=2, max_policy_lag=1,

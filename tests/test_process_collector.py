@@ -24,6 +24,7 @@ from parlightning.collection.transports import ProcessTransport, RemoteEnv
 from parlightning.reward import LinearSchedule, PARLReward
 from parlightning.sampling import DifficultyWeighted
 from tests.test_async_collector import FailingPoolWorld, Stamps, _fit, swarm
+from tests.test_collection import Picks
 from tests.test_external_env import ROOT, CountWorld, _alive
 
 
@@ -100,14 +101,6 @@ def test_checkpoints_carry_the_childs_state_and_resume(tmp_cwd):
 def test_a_reward_blind_sampler_picks_in_the_child_and_its_counts_are_exact(tmp_cwd):
     """RoundRobin never reads records, so the child picks from its own copy (no round trip per pick):
     the logged pick count is the N first picks plus one per episode that ended, round by round."""
-
-    class Picks(pl.Callback):
-        def __init__(self):
-            self.rows = []
-
-        def on_train_epoch_end(self, trainer, pl_module):
-            stats = trainer.datamodule.last_rollout.stats
-            self.rows.append((float(stats["sampler/picks"]), float(stats["rollout/episodes"])))
 
     picks = Picks()
     dm = RolloutDataModule(env=swarm, num_envs=16, num_steps=8, update_epochs=1, num_minibatches=2, max_policy_lag=1,

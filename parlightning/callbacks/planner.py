@@ -10,19 +10,15 @@ key) and the gradient mask's removal at teardown.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import lightning.pytorch as pl
 
 from parlightning.callbacks.base import RolloutCallback
-from parlightning.errors import ConfigError
-from parlightning.parallel import DataParallel, ParallelStrategy
+from parlightning.collection.planning import RoundPlanner, checked_strategy
+from parlightning.parallel import ParallelStrategy
 
-FIELD = "trainer.callbacks.StrategyPlanner.strategy"
 CHECKPOINT_KEY = "StrategyPlanner"  # the checkpoint entry of the planner in force
-
-if TYPE_CHECKING:
-    from parlightning.collection.planning import RoundPlanner
 
 
 def find_planner(trainer: Optional["pl.Trainer"]) -> Optional["RoundPlanner"]:
@@ -50,13 +46,7 @@ class StrategyPlanner(RolloutCallback):
     """
 
     def __init__(self, strategy: Optional[ParallelStrategy] = None) -> None:
-        strategy = strategy if strategy is not None else DataParallel()
-        if not isinstance(strategy, ParallelStrategy):
-            raise ConfigError(
-                f"{FIELD}: {type(strategy).__name__} is not a ParallelStrategy; it needs a `name` and "
-                "plan(n_workers, round_index, keys) -> list[WorkUnit]"
-            )
-        self.strategy = strategy
+        self.strategy = checked_strategy(strategy)
 
     @staticmethod
     def strategy_in_force(callbacks: Sequence[Any]) -> Optional[ParallelStrategy]:

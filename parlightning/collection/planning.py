@@ -28,6 +28,17 @@ from parlightning.parallel import DataParallel, ParallelStrategy, TensorParallel
 FIELD = "trainer.callbacks.StrategyPlanner.strategy"
 
 
+def checked_strategy(strategy: Optional[ParallelStrategy]) -> ParallelStrategy:
+    """`strategy` (default `DataParallel()`), refused with one error unless it is a ParallelStrategy."""
+    strategy = strategy if strategy is not None else DataParallel()
+    if not isinstance(strategy, ParallelStrategy):
+        raise ConfigError(
+            f"{FIELD}: {type(strategy).__name__} is not a ParallelStrategy; it needs a `name` and "
+            "plan(n_workers, round_index, keys) -> list[WorkUnit]"
+        )
+    return strategy
+
+
 class RoundPlanner:
     """Plans every round for `world_size` ranks; see the module docstring.
 
@@ -40,13 +51,7 @@ class RoundPlanner:
     """
 
     def __init__(self, strategy: Optional[ParallelStrategy] = None) -> None:
-        strategy = strategy if strategy is not None else DataParallel()
-        if not isinstance(strategy, ParallelStrategy):
-            raise ConfigError(
-                f"{FIELD}: {type(strategy).__name__} is not a ParallelStrategy; it needs a `name` and "
-                "plan(n_workers, round_index, keys) -> list[WorkUnit]"
-            )
-        self.strategy = strategy
+        self.strategy = checked_strategy(strategy)
         self.world_size, self.rank = 1, 0
         self.rounds = 0
         self.carried_episodes = 0  # episodes that ended outside the plan they started under (all ranks)

@@ -53,12 +53,37 @@ READY_TIMEOUT = 300.0  # seconds the collector process may take to import and bu
 FACTS = ("max_subagents", "solved_threshold", "checkpoint_exact", "worker_pids")  # the world's, for the learner
 
 
-class InlineTransport:
+class _LoopHere:
+    """What a transport whose step loop runs in this process answers from the loop itself."""
+
+    def __init__(self, loop: StepLoop) -> None:
+        self.loop, self.env = loop, loop.env
+
+    def reset(self, first: Optional[Tensor]) -> None:
+        self.loop.reset(first)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.loop.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.loop.load_state_dict(state)
+
+    @property
+    def current_task(self) -> Optional[Tensor]:
+        return self.loop.current_task
+
+    def _close_env(self) -> None:
+        close = getattr(self.env, "close", None)
+        if callable(close):
+            close()  # worker processes of async Gymnasium envs, external worlds
+
+
+class InlineTransport(_LoopHere):
     """The step loop in the caller: `result()` collects the oldest issued round with the newest
     published policy (lock-step: the learner's own)."""
 
     def __init__(self, loop: StepLoop) -> None:
-        self.loop, self.env = loop, loop.env
+        super().__init__(loop)
         self._issued: collections.deque = collections.deque()
         self._policy: Any = None
 
@@ -74,36 +99,22 @@ class InlineTransport:
     def result(self) -> RoundResult:
         return self.loop.run(self._policy, self._issued.popleft())
 
-    def reset(self, first: Optional[Tensor]) -> None:
-        self.loop.reset(first)
-
     def consistent(self) -> Any:
         return contextlib.nullcontext()
 
-    def state_dict(self) -> dict[str, Any]:
-        return self.loop.state_dict()
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.loop.load_state_dict(state)
-
-    @property
-    def current_task(self) -> Optional[Tensor]:
-        return self.loop.current_task
-
     def close(self) -> None:
-        close = getattr(self.env, "close", None)
-        if callable(close):
-            close()  # worker processes of async Gymnasium envs, external worlds
+        self._close_env()
 
 
-class ThreadTransport:
+class ThreadTransport(_LoopHere):
     """The step loop in a background thread; see the module docstring. `join_timeout`: seconds
     `close` waits for the thread (it may be inside a slow env step)."""
 
     join_timeout = 10.0
 
     def __init__(self, loop: StepLoop, lock: SamplerLock, lag: int, rank: int = 0) -> None:
-        self.loop, self.env, self.lock, self.lag, self.rank = loop, loop.env, lock, lag, rank
+        super().__init__(loop)
+        self.lock, self.lag, self.rank = lock, lag, rank
         loop.step_lock = threading.Lock()  # env, observations and counters: held over each whole env step
         self.behaviour: Optional[torch.nn.Module] = None
         self._weights_lock = threading.Lock()
@@ -178,23 +189,10 @@ class ThreadTransport:
         except BaseException as err:  # handed to the learner, which raises it
             self._ready.put(err)
 
-    def reset(self, first: Optional[Tensor]) -> None:
-        self.loop.reset(first)
-
     def consistent(self) -> Any:
         """Between two env steps of the thread (it touches the sampler only inside a step); from a
         rollout hook (the learner holds the sampler's lock, the thread may wait mid-step for it) as is."""
         return contextlib.nullcontext() if self.lock.learner_depth else self.loop.step_lock
-
-    def state_dict(self) -> dict[str, Any]:
-        return self.loop.state_dict()
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.loop.load_state_dict(state)
-
-    @property
-    def current_task(self) -> Optional[Tensor]:
-        return self.loop.current_task
 
     def close(self) -> None:
         """Stop the thread (after its current env step) and close the env (ending its worker processes)."""
@@ -204,9 +202,7 @@ class ThreadTransport:
         self._tickets.put(None)
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(self.join_timeout)  # a hung world: give up on it; closing the env ends its processes
-        close = getattr(self.env, "close", None)
-        if callable(close):
-            close()
+        self._close_env()
 
 
 # ---------------------------------------------------------------------------------- the process

@@ -226,4 +226,5 @@ class Child:
         if self.closed:
             return
         self.closed = True
-        stop([self.process], [self.conn], grace)
+        with self._send_lock:  # not in the middle of another thread's message
+            stop([self.process], [self.conn], grace)
