@@ -7,7 +7,8 @@ per mode, printed with the load average (a shared machine: read ratios, not abso
 only `RolloutDataModule`'s config keys and the logged stats, so it measures any checkout: run it
 with `PYTHONPATH=<checkout>` to compare two side by side.
 
-    python scripts/bench_collect.py                              # N=256, T=32, 30 iterations per mode
+    python scripts/bench_collect.py                              # N=256, T=32, 30 iterations per mode (~30 s)
+    python scripts/bench_collect.py --quick                      # smoke run
     PYTHONPATH=/path/to/old python scripts/bench_collect.py --json old.json
 """
 
@@ -70,7 +71,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--epochs", type=int, default=30, help="PPO iterations per mode")
     p.add_argument("--warmup", type=int, default=3, help="iterations not counted")
     p.add_argument("--json", default=None, help="also write the results here")
+    p.add_argument("--quick", action="store_true", help="smoke run: N=64, 6 iterations per mode")
     a = p.parse_args(argv)
+    if a.quick:
+        a.num_envs, a.epochs, a.warmup = 64, 6, 2
     import parlightning
 
     print(f"parlightning from {Path(parlightning.__file__).parent}; load average {os.getloadavg()}", flush=True)
