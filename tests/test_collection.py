@@ -305,3 +305,30 @@ def test_a_world_that_raises_in_the_collector_process_ends_the_run_with_its_own_
                            collect_in="process")
     with pytest.raises(ExternalWorldError, match=r"actor 1 on task 't-\d': step raised ValueError: the tool call failed"):
         _fit(dm, 4, [SlowUpdate()])
+
+
+# ------------------------------------------------------------------------------ λ of the round's context
+def test_a_lagged_round_is_shaped_and_logged_at_its_own_lambda_position(tmp_cwd):
+    """PARLAnnealing sets λ when a round is issued; under lag 1 round v is issued in iteration v - 1
+    (env steps (v - 1) x N x T), and its bonus and its logged λ are those, not the λ of the round
+    issued after it."""
+    from parlightning.callbacks import PARLAnnealing
+    from parlightning.reward import LinearSchedule, PARLReward
+
+    schedule = LinearSchedule(0.1, 0.0, 1000)
+    reward = PARLReward(max_subagents=16, lambda1=schedule, lambda2=LinearSchedule(0.1, 0.0, 1000))
+
+    class Lambdas(RolloutCallback):
+        def __init__(self):
+            self.rows = []
+
+        def on_rollout_end(self, trainer, pl_module, rollout):
+            self.rows.append((rollout.round_index, float(rollout.stats["parl/lambda1"])))
+
+    lambdas = Lambdas()
+    dm = RolloutDataModule(env=swarm, num_envs=8, num_steps=8, update_epochs=1, num_minibatches=1, max_policy_lag=1,
+                           reward=reward)
+    _fit(dm, 5, [PARLAnnealing(), lambdas])
+    assert [v for v, _ in lambdas.rows] == list(range(5))
+    for v, logged in lambdas.rows:
+        assert logged == pytest.approx(schedule(max(v - 1, 0) * 8 * 8)), f"round {v}"
