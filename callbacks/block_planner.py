@@ -1,7 +1,7 @@
 """An example custom parallelism strategy: contiguous blocks of the sorted task list.
 
 A plain class with `name` and `plan` is a `ParallelStrategy` structurally; name it by
-`class_path: callbacks.block_planner.BlockPlanner` in the YAML config.
+`class_path: parlightning.examples.block_planner.BlockPlanner` in the YAML config.
 """
 
 from __future__ import annotations

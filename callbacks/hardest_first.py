@@ -4,7 +4,7 @@ Copy and adapt it; name it in the YAML config:
 
     data:
       sampler:
-        class_path: callbacks.hardest_first.HardestFirst
+        class_path: parlightning.examples.hardest_first.HardestFirst
 
 The data module wraps it with `parlightning.sampling.as_batched`, which asks `pick` for a queue
 of tasks at each round and replays finished episodes into `record` at rollout end.

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -365,7 +366,9 @@ def run_returns(env: Any, act: Callable[[Tensor], Tensor], seed: int, max_steps:
 
 
 def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
-    a = parse_args(argv)
+    from parlightning.packaged import resolve_config_args  # `--config swarm`: the packaged file, as in fit
+
+    a = parse_args(resolve_config_args(sys.argv[1:] if argv is None else argv))
     try:
         return evaluate(a)
     except ConfigError as err:

@@ -29,6 +29,8 @@ from parlightning.config_log import LoggedConfig
 from parlightning.data import RolloutDataModule
 from parlightning.errors import ConfigError, parser_error_line, root_error_line
 from parlightning.module import PPOModule
+from parlightning.packaged import moved_hint, resolve_config_args
+from parlightning.cli_defaults import default_callbacks
 from parlightning.preflight import check_arguments, check_config
 
 
@@ -51,8 +53,14 @@ class ParlCLI(LightningCLI):
         )
 
     def parse_arguments(self, parser, args) -> None:
-        super().parse_arguments(parser, args)
+        # `args` is always the full argument list (main() reads sys.argv itself), so parse it as is:
+        # LightningCLI.parse_arguments warns whenever `args` is given while sys.argv has arguments.
+        self.config = parser.parse_args(args)
         check_config(self.config)  # cross-field checks and seed ranges, before LightningCLI seeds or builds anything
+
+    def instantiate_trainer(self, **kwargs):
+        trainer_config = {**(self.config_init.get("trainer") or {}), **kwargs}
+        return super().instantiate_trainer(**kwargs, callbacks=default_callbacks(trainer_config))  # progress bar, last.ckpt
 
     def before_instantiate_classes(self) -> None:
         config = self.config
@@ -73,7 +81,7 @@ def main(args: Optional[list[str]] = None) -> ParlCLI:
     rollout's memory or the checkpoint) ends the program with one `error: ...` line naming the
     field, before any rollout and before anything is written.
     """
-    args = list(sys.argv[1:] if args is None else args)
+    args = resolve_config_args(sys.argv[1:] if args is None else args)  # `--config swarm`: the packaged file
     cli = build_cli(args)
     ckpt = cli.config.get("ckpt_path")
     try:
@@ -120,7 +128,7 @@ def build_cli(args: list[str]) -> ParlCLI:
             parser_kwargs={"description": __doc__, "exit_on_error": False},
         )
     except ArgumentError as err:  # the parser: unknown keys, wrong types, bad class paths, bad --config file
-        raise SystemExit(f"error: {parser_error_line(str(err))}") from None
+        raise SystemExit(f"error: {moved_hint(parser_error_line(str(err)))}") from None
     except (ValueError, TypeError, MisconfigurationException) as err:  # __init__ checks (ours and the Trainer's)
         raise SystemExit(f"error: {root_error_line(err)}") from None
 

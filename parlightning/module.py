@@ -91,7 +91,7 @@ class PPOModule(pl.LightningModule):
             raise ConfigError(f"model.hidden_sizes: needs positive integer widths, got {list(hidden_sizes)}")
         if target_kl is not None and target_kl <= 0:
             raise ConfigError(f"model.target_kl: must be positive or null, got {target_kl!r}")
-        self.save_hyperparameters()
+        self.save_hyperparameters(logger=False)  # the loggers get the whole config once, as `model.lr` etc. (config_log)
         self.policy: Optional[ActorCritic] = None
         self._epoch_kl: list[Tensor] = []
         self._nonfinite_step: Optional[Tensor] = None  # first optimizer step with a NaN/inf loss (-1: none)

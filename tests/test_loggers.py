@@ -34,8 +34,11 @@ def test_tensorboard_event_file_has_cleanrl_tags_on_the_env_step_axis(tmp_cwd):
     assert [s for s, _ in scalars["charts/SPS"]] == STEPS[1:]  # whole-iteration SPS needs one finished iteration
     assert [v for _, v in scalars["charts/learning_rate"]] == pytest.approx([2.5e-4, 1.25e-4])
     hparams = yaml.safe_load(open(os.path.join(run, "hparams.yaml")))
-    assert (hparams["lr"], hparams["data.num_envs"], hparams["trainer.max_epochs"]) == (2.5e-4, 8, 2)
+    assert (hparams["model.lr"], hparams["data.num_envs"], hparams["trainer.max_epochs"]) == (2.5e-4, 8, 2)
     assert hparams["data.env.class_path"] == "parlightning.envs.CartPoleEnv"
+    # one name per hyperparameter: the config's dotted key, not also the module's bare `lr` (logged twice before)
+    bare = {k for k in hparams if "." not in k} - {"seed_everything", "ckpt_path", "torch_threads"}
+    assert bare == set(), bare
 
 
 def test_csv_logger_through_the_cli_gets_metrics_and_the_resolved_config(tmp_cwd):
@@ -62,6 +65,45 @@ def test_mlflow_logger_writes_a_local_run_read_back_through_mlflow(tmp_cwd, monk
     (run,) = client.search_runs([experiment.experiment_id])
     assert os.path.isdir(tmp_cwd / "mlruns" / experiment.experiment_id / run.info.run_id / "metrics")
     assert (run.data.params["model.lr"], run.data.params["data.num_envs"]) == ("0.00025", "8")
+    assert "lr" not in run.data.params  # one name per hyperparameter
     assert CLEANRL <= set(run.data.metrics)
     history = client.get_metric_history(run.info.run_id, "charts/episodic_return")
     assert [m.step for m in history] == STEPS
+
+
+def test_mlflow_runs_keep_their_own_config_and_the_store_root_gets_none(tmp_cwd, monkeypatch):
+    mlflow = pytest.importorskip("mlflow", reason="the mlflow extra: pip install parlightning[mlflow]")
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    store = tmp_cwd / "mlruns"
+    logger = ["--trainer.logger", "lightning.pytorch.loggers.MLFlowLogger", "--trainer.logger.tracking_uri",
+              f"file:{store}", "--trainer.logger.experiment_name", "cartpole"]
+    main([*TINY, *logger, "--data.num_envs", "8"])
+    main([*TINY, *logger, "--data.num_envs", "4"])  # a second run in the same store must not overwrite the first's
+    assert not (store / "config.yaml").exists()  # Lightning's default: trainer.log_dir, the store root for MLflow
+    client = mlflow.tracking.MlflowClient(f"file:{store}")
+    runs = client.search_runs([client.get_experiment_by_name("cartpole").experiment_id])
+    assert len(runs) == 2
+    for run in runs:
+        (artifact,) = [a.path for a in client.list_artifacts(run.info.run_id)]
+        assert artifact == "config.yaml"
+        config = yaml.safe_load(open(client.download_artifacts(run.info.run_id, "config.yaml", str(tmp_cwd))))
+        assert config["data"]["num_envs"] == int(run.data.params["data.num_envs"])
+    assert sorted(int(r.data.params["data.num_envs"]) for r in runs) == [4, 8]
+
+
+def test_tensorboard_and_csv_together_each_keep_the_config(tmp_cwd):
+    main([*TINY, "--trainer.logger+", "lightning.pytorch.loggers.TensorBoardLogger", "--trainer.logger.save_dir", "tb",
+          "--trainer.logger+", "lightning.pytorch.loggers.CSVLogger", "--trainer.logger.save_dir", "csv"])
+    for name in ("tb", "csv"):
+        (run,) = glob.glob(str(tmp_cwd / name / "lightning_logs" / "version_*"))
+        assert yaml.safe_load(open(os.path.join(run, "config.yaml")))["data"]["num_envs"] == 8, name
+
+
+def test_every_logged_tag_is_documented_in_the_logging_guide(tmp_cwd):
+    """docs/guides/logging.md names every tag a run logs and says how each relates to CleanRL's."""
+    main(["--config", os.path.join(ROOT, "configs", "swarm.yaml"), *TINY[2:-2]])  # swarm.yaml keeps its checkpoints
+    (run,) = glob.glob(str(tmp_cwd / "lightning_logs" / "version_*"))
+    guide = open(os.path.join(ROOT, "docs", "guides", "logging.md")).read()
+    missing = [t for t in read_scalars(run) if f"`{t}`" not in guide and t != "hp_metric"]
+    assert missing == [], f"tags logged but not in docs/guides/logging.md: {missing}"
+

@@ -101,6 +101,9 @@ class ExternalBatchedEnv(BatchedEnv):
             `world_kwargs` must pickle, and `shared` resources are specs built in each worker.
         start_method: the workers' multiprocessing start method (default `forkserver` where
             available, else `spawn`).
+        runner: `local` (default: threads here, or `workers` processes) or `ray`: the worlds run in
+            max(workers, 1) Ray actors, on a Ray cluster (`RAY_ADDRESS`) or a local one
+            (`parlightning.envs.world_ray`; `pip install .[ray]`); pickling rules as for `workers`.
     """
 
     checkpoint_exact = False  # an external world's internals cannot be saved: episodes restart on resume
@@ -120,6 +123,7 @@ class ExternalBatchedEnv(BatchedEnv):
         switch_interval: Optional[float] = 0.0005,
         workers: int = 0,
         start_method: Optional[str] = None,
+        runner: str = "local",
     ) -> None:
         if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs <= 0:
             raise ConfigError(f"data.env.num_envs: must be a positive integer, got {num_envs!r}")
@@ -137,14 +141,21 @@ class ExternalBatchedEnv(BatchedEnv):
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
             raise ConfigError(f"data.env.init_args.workers: must be an integer >= 0 (0: the worlds run on threads "
                               f"here; P: in P worker processes), got {workers!r}")
+        if runner not in ("local", "ray"):
+            raise ConfigError(f"data.env.init_args.runner: must be 'local' or 'ray', got {runner!r}")
         workers = min(workers, num_envs)  # never an empty worker (e.g. the data module's 2-actor probe)
         self.workers = workers
         self.shared: dict[str, Any] = {}
         self._owned: list[Any] = []
         try:
-            if workers:  # worker processes build their own worlds and shared resources
-                self._runner: Any = WorkerProcesses(world, world_kwargs or {}, shared, num_envs, workers, seed,
-                                                    self.step_timeout, retries, switch_interval, start_method)
+            if runner == "ray":  # Ray actors build their own worlds and shared resources
+                from parlightning.envs.world_ray import RayWorlds
+
+                self._runner: Any = RayWorlds(world, world_kwargs or {}, shared, num_envs, workers, seed,
+                                              self.step_timeout, retries)
+            elif workers:  # worker processes build their own worlds and shared resources
+                self._runner = WorkerProcesses(world, world_kwargs or {}, shared, num_envs, workers, seed,
+                                               self.step_timeout, retries, switch_interval, start_method)
             else:
                 self.shared = build_shared(shared)
                 self._owned = [self.shared[k] for k, spec in (shared or {}).items()
@@ -167,9 +178,8 @@ class ExternalBatchedEnv(BatchedEnv):
 
     @property
     def worker_pids(self) -> list[int]:
-        """The world worker processes' pids (empty when the worlds run on threads here)."""
-        runner = getattr(self, "_runner", None)
-        return runner.pids if isinstance(runner, WorkerProcesses) else []
+        """The world worker processes' (or Ray actors') pids (empty when the worlds run on threads here)."""
+        return list(getattr(getattr(self, "_runner", None), "pids", []))
 
     @property
     def worlds(self) -> list[Any]:

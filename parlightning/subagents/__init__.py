@@ -1,13 +1,14 @@
 """Subagents as real work: the `SubagentPool` seam and its pools (simulated, worker processes,
-an OpenAI-compatible HTTP endpoint), and an orchestration world built on a pool.
+an OpenAI-compatible HTTP endpoint, on threads or on one event loop), and an orchestration
+world built on a pool.
 
 Imports stay light (no torch) so pool worker processes start fast; the world loads on use.
 """
 
 from parlightning.subagents.pool import PoolBase, SimulatedPool, SubagentPool, SubagentResult, normalize
 
-__all__ = ["HTTPPool", "PoolBase", "PoolOrchestrationWorld", "ProcessPool", "SimulatedPool", "SubagentPool",
-           "SubagentResult", "normalize"]
+__all__ = ["AsyncHTTPPool", "HTTPPool", "PoolBase", "PoolOrchestrationWorld", "ProcessPool", "SimulatedPool",
+           "SubagentPool", "SubagentResult", "normalize"]
 
 
 def __getattr__(name: str):
@@ -15,6 +16,10 @@ def __getattr__(name: str):
         from parlightning.subagents.process import ProcessPool
 
         return ProcessPool
+    if name == "AsyncHTTPPool":
+        from parlightning.subagents.async_http import AsyncHTTPPool
+
+        return AsyncHTTPPool
     if name == "HTTPPool":
         from parlightning.subagents.http import HTTPPool
 
