@@ -18,7 +18,6 @@ parent has gone exits by itself. Start method, messages, the parent watch and st
 
 from __future__ import annotations
 
-import os
 import pickle
 import sys
 import time
@@ -28,9 +27,11 @@ from typing import Any, Mapping, Optional, Sequence
 
 from parlightning.envs.world_runner import WorldCallFailed, WorldRunner, build_shared, close_all, resolve
 from parlightning.errors import ConfigError
-from parlightning.runtime.processes import context, receive, send, start_method, stop, watch_parent
+from parlightning.runtime.processes import (
+    Child, ProcessDied, ProcessStartError, receive, send, start_method, stop, watch_parent,
+)
 
-_READY_TIMEOUT = 120.0  # seconds a worker may take to import and build its worlds
+READY_TIMEOUT = 120.0  # seconds a worker may take to import and build its worlds
 
 
 def _serve(conn: Connection, owner: int, world: Any, world_kwargs: dict, shared: Optional[dict],
@@ -49,7 +50,8 @@ def _serve(conn: Connection, owner: int, world: Any, world_kwargs: dict, shared:
         send(conn, ("ready", runner.facts()))
     except Exception as err:  # ConfigError or a world's own: reported, then this worker ends
         close_all(list(resources.values()))
-        send(conn, ("error", f"{err}" if isinstance(err, ConfigError) else f"{type(err).__name__}: {err}"))
+        why = f"{err}" if isinstance(err, ConfigError) else f"{type(err).__name__}: {err}"
+        send(conn, ("error", ConfigError(why)))
         return
     try:
         while True:
@@ -97,37 +99,35 @@ class WorkerProcesses:
                 raise ConfigError(f"data.env.init_args.shared.{name}: with workers > 0 a shared resource is "
                                   "built in each worker: give it as {class_path, init_args}, not ready-made")
         method = start_method(start, "data.env.init_args.start_method")
-        ctx = context(method, preload=[__name__])  # forkserver: the server imports this module once
         self.step_timeout, self.retries = step_timeout, retries
         bounds = [num_envs * w // workers for w in range(workers + 1)]
         self.blocks = [list(range(bounds[w], bounds[w + 1])) for w in range(workers)]
         self._owner = {i: w for w, block in enumerate(self.blocks) for i in block}
+        self._children: list[Child] = []
         self._processes: list = []
         self._connections: list[Connection] = []
         self._seq = 0
         self._finalizer = weakref.finalize(self, stop, self._processes, self._connections)
-        for w, block in enumerate(self.blocks):
-            mine, theirs = ctx.Pipe(duplex=True)
-            proc = ctx.Process(target=_serve, name=f"external-worlds-{w}", daemon=False,
-                               args=(theirs, os.getpid(), world, dict(world_kwargs), dict(shared or {}), block, seed,
-                                     step_timeout, retries, switch_interval))
-            proc.start()
-            theirs.close()
-            self._processes.append(proc)
-            self._connections.append(mine)
+        for w, block in enumerate(self.blocks):  # forkserver: the server imports this module once
+            child = Child(_serve, (world, dict(world_kwargs), dict(shared or {}), block, seed, step_timeout, retries,
+                                   switch_interval), name=f"external-worlds-{w}",
+                          what=f"worker process {w} (actors {block[0]}-{block[-1]})", method=method, preload=[__name__])
+            self._children.append(child)
+            self._processes.append(child.process)
+            self._connections.append(child.conn)
         self._facts = None
-        for w in range(workers):  # every worker reports ready (or its error)
+        for child in self._children:  # every worker reports ready (or its error)
             try:
-                message = self._receive(w, "start", _READY_TIMEOUT)
-            except WorldCallFailed as failed:
+                facts = child.wait_ready(READY_TIMEOUT)
+            except ProcessStartError as err:
                 self.close()
-                raise ConfigError(f"data.env.init_args.workers: {failed.why} while starting (its output above "
-                                  "says why; start_method: spawn needs the main module importable)") from None
-            if message[0] == "error":
+                raise ConfigError(f"data.env.init_args.workers: {err} (start_method: spawn needs the main module "
+                                  "importable)") from None
+            except BaseException:
                 self.close()
-                raise ConfigError(message[1])
+                raise
             if self._facts is None:
-                self._facts = message[1]
+                self._facts = facts
 
     def facts(self) -> dict[str, Any]:
         return dict(self._facts)
@@ -142,12 +142,10 @@ class WorkerProcesses:
             raise WorldCallFailed(self.blocks[w][0], method, f"worker process {w} (actors {self._span(w)}) "
                                                             f"stopped answering for {timeout:g}s")
         try:
-            return receive(conn)
-        except (EOFError, OSError):
-            proc = self._processes[w]
-            proc.join(timeout=1.0)
+            return self._children[w].receive()
+        except ProcessDied as err:
             raise WorldCallFailed(self.blocks[w][0], method, f"worker process {w} (actors {self._span(w)}) "
-                                                            f"died (exit code {proc.exitcode})") from None
+                                                            f"died (exit code {err.exitcode})") from None
 
     def _span(self, w: int) -> str:
         block = self.blocks[w]
@@ -163,7 +161,11 @@ class WorkerProcesses:
         for i, a in args.items():
             per_worker.setdefault(self._owner[i], {})[i] = a
         for w, calls in per_worker.items():
-            send(self._connections[w], (seq, method, calls))
+            try:
+                self._children[w].send((seq, method, calls))
+            except ProcessDied as err:
+                raise WorldCallFailed(self.blocks[w][0], method, f"worker process {w} (actors {self._span(w)}) "
+                                                                f"died (exit code {err.exitcode})") from None
         # the workers time each call out themselves; this is the backstop for a worker that hangs or dies
         timeout = self.step_timeout * (self.retries + 1) + 10.0
         deadline = time.monotonic() + timeout
