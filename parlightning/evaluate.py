@@ -5,6 +5,9 @@ Every actor runs one episode of its task (actor i on task i mod K, `--episodes` 
 the same seed for every policy, so `speedup_vs_serial` compares the same tasks and draws.
 Prints a per-family table; `--json` writes the numbers, `--gantt` one episode as a timeline.
 Gymnasium worlds report the mean return (and `--video` where the env renders).
+`--trace out.jsonl` writes every episode round by round (one JSON object per line; `parlightning.trace`).
+A run trained in a `NormalizeEnv` is scored on the raw world, its frozen observation statistics
+applied to the policy's input (`parlightning.envs.normalize`).
 """
 
 from __future__ import annotations
@@ -168,12 +171,18 @@ def env_spec(configs: list[str]) -> tuple[type, dict]:
     spec = (merged.get("data") or {}).get("env") or {"class_path": "parlightning.envs.swarm.SwarmEnv"}
     if isinstance(spec, str):
         spec = {"class_path": spec}
-    module, _, name = spec["class_path"].rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError):
-        raise ConfigError(f"data.env: cannot import {spec['class_path']!r}") from None
-    return cls, dict(spec.get("init_args") or {})
+    from parlightning.envs.normalize import NormalizeEnv
+
+    while True:
+        module, _, name = spec["class_path"].rpartition(".")
+        try:
+            cls = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError):
+            raise ConfigError(f"data.env: cannot import {spec['class_path']!r}") from None
+        init_args = dict(spec.get("init_args") or {})
+        if not (isinstance(cls, type) and issubclass(cls, NormalizeEnv) and isinstance(init_args.get("env"), dict)):
+            return cls, init_args
+        spec = init_args["env"]  # evaluation runs the raw world; the policy applies the frozen statistics
 
 
 def build_env(cls: type, init_args: dict, num_envs: int, seed: int, split: Optional[str], device: str) -> Any:
@@ -239,7 +248,8 @@ def draw_gantt(rounds: list[dict[str, Tensor]], path: str, title: str) -> None:
     plt.close(fig)
 
 
-def record_video(env_id: str, policy: Optional[torch.nn.Module], path: str, seed: int, greedy: bool) -> None:
+def record_video(env_id: str, policy: Optional[torch.nn.Module], path: str, seed: int, greedy: bool,
+                 normalize: Callable[[Tensor], Tensor] = lambda obs: obs) -> None:
     """One episode of a Gymnasium env rendered as rgb_array frames, written by imageio."""
     try:
         import imageio
@@ -251,7 +261,7 @@ def record_video(env_id: str, policy: Optional[torch.nn.Module], path: str, seed
     obs, _ = env.reset(seed=seed)
     frames, done = [env.render()], False
     while not done:
-        x = torch.as_tensor(obs, dtype=torch.float32).unsqueeze(0)
+        x = normalize(torch.as_tensor(obs, dtype=torch.float32).unsqueeze(0))
         with torch.inference_mode():
             a = greedy_action(policy, x) if greedy else policy.act(x)[0]
         obs, _, term, trunc, _ = env.step(a[0].numpy() if a.dim() > 0 else a.item())
@@ -276,6 +286,8 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     g.add_argument("--sample", dest="greedy", action="store_false", help="sample actions from the policy")
     p.add_argument("--json", help="write the numbers (overall and per family) to this file")
     p.add_argument("--gantt", help="draw actor 0's episode as a timeline to this .png")
+    p.add_argument("--trace", help="write every evaluated episode, round by round, to this .jsonl (one JSON object "
+                   "per episode: stages, what each slot did, subagent outcomes)")
     p.add_argument("--video", help="Gymnasium worlds that render: write one episode to this file (needs imageio)")
     p.add_argument("--device", default="cpu")
     return p.parse_args(argv)
@@ -295,6 +307,8 @@ def evaluate(a: argparse.Namespace) -> dict[str, Any]:
             import imageio  # noqa: F401
         except ImportError:
             raise ConfigError("--video: needs imageio (pip install imageio); drop --video or install it") from None
+    if a.trace and not os.path.isdir(os.path.dirname(os.path.abspath(a.trace))):  # before anything runs
+        raise ConfigError(f"--trace: the folder of {a.trace!r} does not exist; create it or pick another path")
     import inspect
 
     split = a.split
@@ -305,6 +319,10 @@ def evaluate(a: argparse.Namespace) -> dict[str, Any]:
     n = len(tasks) * a.episodes if tasks else a.episodes
     env = build_env(cls, init_args, n, a.seed, split, a.device)
     policy = load_policy(a.ckpt_path, env) if a.ckpt_path else None
+    from parlightning.envs.normalize import normalizer_from_checkpoint
+
+    normalizer = normalizer_from_checkpoint(torch.load(a.ckpt_path, weights_only=True)) if a.ckpt_path else None
+    normalize = normalizer if normalizer is not None else (lambda obs: obs)  # as load_policy(...).predict does
     if a.policy is not None and not callable(getattr(env, "scripted_action", None)):
         raise ConfigError(f"--policy: {cls.__name__} provides no scripted policies; pass --ckpt_path")
     gen = torch.Generator(device=env.device)
@@ -313,6 +331,7 @@ def evaluate(a: argparse.Namespace) -> dict[str, Any]:
         if policy is None:
             return env.scripted_action(a.policy, obs, gen)
         with torch.inference_mode():
+            obs = normalize(obs)
             return greedy_action(policy, obs) if a.greedy else policy.act(obs, gen)[0]
 
     name = a.policy or f"{a.ckpt_path} ({'greedy' if a.greedy else 'sampled'})"
@@ -322,7 +341,7 @@ def evaluate(a: argparse.Namespace) -> dict[str, Any]:
                   "std_return": float(ep_return.std()) if n > 1 else 0.0}
         print(f"{name}: mean return {result['mean_return']:.2f} ± {result['std_return']:.2f} over {n} episodes")
         if a.video:
-            record_video(init_args.get("env_id", ""), policy, a.video, a.seed, a.greedy)
+            record_video(init_args.get("env_id", ""), policy, a.video, a.seed, a.greedy, normalize)
     else:
         gen.manual_seed(a.seed + 1)
         ep = run_episodes(env, act, a.seed)
@@ -341,6 +360,13 @@ def evaluate(a: argparse.Namespace) -> dict[str, Any]:
             replay = run_episodes(build_env(cls, init_args, n, a.seed, split, a.device), act, a.seed, trace=busiest)
             outcome = float(replay.parts["outcome"][busiest])
             draw_gantt(replay.trace or [], a.gantt, f"{name}: {tasks[busiest % len(tasks)]} ({split}), outcome {outcome:g}")
+    if a.trace:  # every episode again, from the same seeds and draws, recorded round by round
+        from parlightning.trace import trace_episodes, write_trace
+
+        gen.manual_seed(a.seed + 1)
+        replay_env = build_env(cls, init_args, n, a.seed, split, a.device)
+        write_trace(trace_episodes(replay_env, act, a.seed, list(tasks) if tasks else None), a.trace,
+                    policy=name, split=split, seed=a.seed)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(result, f, indent=2)

@@ -5,6 +5,9 @@ plain torch, no parlightning import:
     policy = torch.export.load("policy.pt2").module()
     actions = policy(obs)            # obs [B, *observation_shape] float32
 
+A run trained in a `NormalizeEnv` (observation normalisation) exports with its frozen statistics
+inside the program: it takes the world's raw observations, as `parlightning.load_policy` does.
+
 Greedy = the most likely category per action dimension (discrete, multi-discrete; 0-based, as the
 policy sees it) or the Gaussian mean (continuous; the env's bounds apply as in training).
 Supported: the MLP policy (`model.policy: mlp`) without a per-key table; recurrent and keyed
@@ -23,6 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from parlightning.envs.base import ActionSpec
+from parlightning.envs.normalize import ObsNormalizer, normalizer_from_checkpoint
 from parlightning.errors import ConfigError
 from parlightning.policies import ActorCritic, CategoricalHead
 
@@ -30,9 +34,10 @@ FORMATS = ("pt2", "onnx")
 
 
 class GreedyPolicy(nn.Module):
-    """obs [B, ...] -> greedy action: [B] discrete, [B, D] multi-discrete, [B, *shape] continuous."""
+    """obs [B, ...] -> greedy action: [B] discrete, [B, D] multi-discrete, [B, *shape] continuous;
+    with `normalizer` the raw observation is normalised first (the run's frozen statistics)."""
 
-    def __init__(self, policy: ActorCritic) -> None:
+    def __init__(self, policy: ActorCritic, normalizer: Optional[ObsNormalizer] = None) -> None:
         super().__init__()
         if getattr(policy, "is_recurrent", False):
             raise ConfigError("--ckpt_path: a recurrent policy (model.policy: gru/lstm) needs its hidden state as an "
@@ -42,8 +47,11 @@ class GreedyPolicy(nn.Module):
                               "an input, which export does not support yet; export an MLP policy without keys")
         self.policy = policy
         self.spec = policy.action_spec
+        self.normalizer = normalizer
 
     def forward(self, obs: Tensor) -> Tensor:
+        if self.normalizer is not None:
+            obs = self.normalizer(obs)
         out = self.policy.actor(obs.flatten(1))
         head = self.policy.head
         if isinstance(head, CategoricalHead):
@@ -83,8 +91,13 @@ def load_policy(ckpt_path: str | os.PathLike) -> tuple[ActorCritic, tuple[int, .
     return policy.eval(), obs_shape
 
 
+def load_normalizer(ckpt_path: str | os.PathLike) -> Optional[ObsNormalizer]:
+    """The frozen observation normalisation of the run in `ckpt_path` (None when it had none)."""
+    return normalizer_from_checkpoint(torch.load(ckpt_path, map_location="cpu", weights_only=True))
+
+
 def export_policy(policy: ActorCritic, observation_shape: Sequence[int], out: str | os.PathLike,
-                  fmt: str = "pt2") -> Path:
+                  fmt: str = "pt2", normalizer: Optional[ObsNormalizer] = None) -> Path:
     """Write `GreedyPolicy(policy)` to `out` with a dynamic batch dimension; nothing is left at
     `out` if export fails."""
     if fmt not in FORMATS:
@@ -96,7 +109,7 @@ def export_policy(policy: ActorCritic, observation_shape: Sequence[int], out: st
         except ImportError:
             raise ConfigError("--format onnx: needs the onnx extra (onnx, onnxscript): "
                               "pip install 'parlightning[onnx]', or export --format pt2") from None
-    model = GreedyPolicy(policy).eval()
+    model = GreedyPolicy(policy, normalizer).eval()
     example = torch.zeros(4, *observation_shape)
     batch = torch.export.Dim("batch")
     out = Path(out)
@@ -130,11 +143,13 @@ def main(argv: Optional[list[str]] = None) -> None:
         policy, obs_shape = load_policy(a.ckpt_path)
         if not Path(a.out).parent.is_dir():
             raise ConfigError(f"--out: the folder {str(Path(a.out).parent)!r} does not exist; create it or pick another path")
-        out = export_policy(policy, obs_shape, a.out, fmt)
+        normalizer = load_normalizer(a.ckpt_path)
+        out = export_policy(policy, obs_shape, a.out, fmt, normalizer)
     except ConfigError as err:
         raise SystemExit(f"error: {err}") from None
     print(f"wrote {out} ({fmt}): observations [B, {', '.join(map(str, obs_shape))}] -> greedy actions "
-          f"({policy.action_spec.kind})", file=sys.stderr)
+          f"({policy.action_spec.kind}){'; observations normalised inside' if normalizer is not None else ''}",
+          file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 Automatic optimization, so gradient clipping, precision, lr schedulers, gradient
 accumulation and DDP all behave as in any Lightning module. The rollout comes from
-`RolloutDataModule`; the policy is built in `setup` from the env's spaces.
+`RolloutDataModule`; the policy is built in `setup` from the env's spaces, or, in
+`PPOModule.load_from_checkpoint(path)`, from the spaces the checkpoint saved (`on_load_checkpoint`).
 """
 
 from __future__ import annotations
@@ -126,6 +127,25 @@ class PPOModule(pl.LightningModule):
             self.policy = self.build_policy(env.observation_shape, env.action_spec)
         if getattr(self.policy, "is_recurrent", False):  # the data module carries every actor's hidden state
             self.trainer.datamodule.bind_memory(self.policy)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """`PPOModule.load_from_checkpoint(path)` (no trainer, no env): build the policy from the
+        checkpoint's `policy_spaces` before Lightning loads the weights. A resumed fit has built it in
+        `setup` already; nothing changes then."""
+        if self.policy is not None:
+            return
+        spaces = checkpoint.get("policy_spaces")
+        if spaces is None:
+            raise ConfigError("checkpoint: no policy_spaces (observation and action spec), so the policy cannot be "
+                              "rebuilt; it was not written by a parlightning.fit PPOModule: resume it once with "
+                              "python -m parlightning.fit to save them")
+        observation_shape, action_spec = spaces_from_checkpoint(spaces)
+        keys = (checkpoint.get("state_dict") or {}).get("policy.key_table.weight")
+        if keys is not None and self.hparams.policy == "mlp":  # a TensorParallel policy: one table row per key
+            self.policy = ActorCritic(observation_shape, action_spec, self.hparams.hidden_sizes,
+                                      self.hparams.activation, n_keys=int(keys.shape[0]))
+        else:
+            self.policy = self.build_policy(observation_shape, action_spec)
 
     def on_fit_start(self) -> None:
         planner = find_planner(self.trainer)
@@ -290,3 +310,13 @@ class PPOModule(pl.LightningModule):
         self.log("env_steps", float(rollout.env_steps), prog_bar=True, logger=False, **once)
         if "charts/SPS" in stats:
             self.log("SPS", stats["charts/SPS"], prog_bar=True, logger=False, **once)
+
+
+def spaces_from_checkpoint(spaces: dict[str, Any]) -> tuple[tuple[int, ...], Any]:
+    """The observation shape and `ActionSpec` a checkpoint's `policy_spaces` (written by
+    `PPOModule.on_save_checkpoint`) describe."""
+    from parlightning.envs.base import ActionSpec
+
+    a = spaces["action_spec"]
+    spec = ActionSpec(a["kind"], tuple(a["nvec"]), tuple(a["shape"]), a["low"], a["high"])
+    return tuple(int(d) for d in spaces["observation_shape"]), spec

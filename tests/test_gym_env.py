@@ -232,7 +232,8 @@ def test_bad_arguments_raise_clear_errors(gymnasium):
 def test_field_errors_are_config_errors_that_name_the_init_arg(gymnasium):
     from parlightning.errors import ConfigError
 
-    with pytest.raises(ConfigError, match=r"^vectorization: unknown 'threads'; choose one of sync, async$"):
+    with pytest.raises(ConfigError,
+                       match=r"^vectorization: unknown 'threads'; choose one of sync, async, vector_entry_point$"):
         GymVectorEnv(2, env_id="CartPole-v1", vectorization="threads")
     with pytest.raises(ConfigError, match=r"^env_id: .*NoSuchEnv.* registered Gymnasium id"):
         GymVectorEnv(2, env_id="NoSuchEnv-v0")

@@ -18,7 +18,7 @@ from torch import Tensor
 from parlightning.envs.base import ActionSpec, BatchedEnv, StepResult
 from parlightning.errors import ConfigError
 
-_VECTORIZATIONS = ("sync", "async")
+_VECTORIZATIONS = ("sync", "async", "vector_entry_point")
 
 
 def _uniform_bound(values: np.ndarray) -> Optional[float]:
@@ -91,6 +91,14 @@ class GymVectorEnv(BatchedEnv):
     - Episode statistics: `last_episode_return` / `last_episode_length` ([N], valid where done),
       `episode_count` ([N] finished episodes per actor).
     - `seed` seeds the first reset (actor i gets seed + i, Gymnasium's convention).
+    - `vectorization`: `sync` (default) or `async` (Gymnasium's Sync/AsyncVectorEnv over N copies),
+      or `vector_entry_point`: the env's own native vector implementation (`gymnasium.make_vec(...,
+      vectorization_mode="vector_entry_point")`; CartPole registers `CartPoleVectorEnv`, stepping all
+      N actors as numpy arrays, no Python loop over copies). Its constructor takes the env's
+      arguments (no `wrappers`, no `vector_kwargs`); a native env that autoresets NEXT_STEP (CartPole's)
+      is adapted: an actor whose episode ended sees its last observation once more, and its next
+      action is ignored by the env (reward 0, not counted in the episode) while it resets; `obs`
+      and `final_obs` are then that last observation. `vector_mode` says which one runs.
     - `wrappers`: Gymnasium wrappers applied to every copy, as callables or import paths (from
       YAML: `wrappers: [gymnasium.wrappers.FlattenObservation]`).
     - `env_kwargs` (a dict, settable from YAML) and any extra keyword arguments go to
@@ -143,7 +151,20 @@ class GymVectorEnv(BatchedEnv):
         if wrappers is not None:
             env_kwargs["wrappers"] = wrappers
         vector_kwargs = dict(env_kwargs.pop("vector_kwargs", None) or {})
-        mode = vector_kwargs.setdefault("autoreset_mode", AutoresetMode.SAME_STEP)
+        native = vectorization == "vector_entry_point"
+        if native:
+            try:
+                has_native = gymnasium.spec(env_id).vector_entry_point is not None
+            except gymnasium.error.Error:
+                has_native = True  # an unknown id: make_vec below names it
+            if not has_native:
+                raise ConfigError(f"vectorization: {env_id} registers no vector_entry_point (a native vector env); "
+                                  "use vectorization: sync or async")
+            if wrappers is not None or vector_kwargs:
+                raise ConfigError("vectorization: vector_entry_point takes the env's own arguments only; drop "
+                                  "wrappers and vector_kwargs, or use vectorization: sync")
+        mode = vector_kwargs.get("autoreset_mode", AutoresetMode.SAME_STEP) if native else (
+            vector_kwargs.setdefault("autoreset_mode", AutoresetMode.SAME_STEP))
         if AutoresetMode(mode) != AutoresetMode.SAME_STEP:
             raise ValueError(
                 f"GymVectorEnv needs autoreset_mode SAME_STEP (final_obs beside the reset obs), got {mode!r}: "
@@ -162,6 +183,15 @@ class GymVectorEnv(BatchedEnv):
             text = " ".join(str(err).split())
             raise ConfigError(f"env_id: {text} Pass a registered Gymnasium id such as CartPole-v1 (gymnasium."
                               "pprint_registry() lists them; import the package that registers yours)") from None
+        self.vector_mode = vectorization
+        autoreset = AutoresetMode((getattr(self.env, "metadata", None) or {}).get("autoreset_mode",
+                                                                                 AutoresetMode.SAME_STEP))
+        if autoreset not in (AutoresetMode.SAME_STEP, AutoresetMode.NEXT_STEP):
+            self.env.close()
+            raise ConfigError(f"vectorization: {env_id}'s native vector env autoresets {autoreset.value}; "
+                              "GymVectorEnv adapts same-step and next-step autoreset only: use vectorization: sync")
+        self._next_step = autoreset == AutoresetMode.NEXT_STEP  # done actors reset on the following step
+        self._resetting = np.zeros(num_envs, dtype=bool)  # NEXT_STEP: rows this step resets (action ignored)
         obs_space = self.env.single_observation_space
         if not isinstance(obs_space, gymnasium.spaces.Box):
             self.env.close()
@@ -219,6 +249,7 @@ class GymVectorEnv(BatchedEnv):
         obs, _ = self.env.reset(seed=seed)
         self._return[:] = 0
         self._length[:] = 0
+        self._resetting[:] = False
         self._needs_reset = False
         return self._to_tensor(np.array(obs, dtype=np.float32))
 
@@ -258,7 +289,9 @@ class GymVectorEnv(BatchedEnv):
         truncated = np.array(truncated, dtype=bool)
         done = terminated | truncated
         self._return += reward
-        self._length += 1
+        self._length += ~self._resetting  # a NEXT_STEP reset step belongs to no episode
+        if self._next_step:
+            self._resetting = done.copy()
         self._last_return[done] = self._return[done]
         self._last_length[done] = self._length[done]
         self._count += done

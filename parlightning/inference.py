@@ -1,0 +1,112 @@
+"""Act with a trained policy: `policy = parlightning.load_policy("last.ckpt"); policy.predict(obs)`.
+
+`load_policy` rebuilds the network from the checkpoint alone (its saved spaces and hyperparameters;
+no config, env or trainer) and the frozen observation normalisation of a run trained in a
+`NormalizeEnv`. `predict` runs what `python -m parlightning.evaluate` runs for every step (the
+frozen normalisation, then `evaluate.greedy_action` or the policy's sampler), so its actions are
+evaluate's actions; the `parlightning.export` program computes the same greedy actions.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Optional, Union
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from parlightning.envs.base import ActionSpec
+from parlightning.envs.normalize import ObsNormalizer, normalizer_from_checkpoint
+from parlightning.errors import ConfigError
+from parlightning.evaluate import greedy_action
+
+Observation = Union[Tensor, np.ndarray]
+
+
+def actor_output(policy: nn.Module, obs: Tensor) -> Tensor:
+    """The policy's flat action-head input [B, n]: logits (sum(nvec) of them, per dimension in order)
+    for discrete actions, the Gaussian mean for continuous ones."""
+    features = getattr(policy, "_features", None)
+    if callable(features):  # the slots policy
+        return features(obs)[0]
+    return policy._forward(policy.actor, obs.flatten(1), None)
+
+
+class Policy:
+    """A trained policy for inference (recurrent policies are refused by `load_policy`).
+
+    Attributes: `network` (the actor-critic, eval mode), `normalizer` (the frozen `ObsNormalizer`, or
+    None), `observation_shape`, `action_spec`, `device`.
+    """
+
+    def __init__(self, network: nn.Module, normalizer: Optional[ObsNormalizer] = None,
+                 observation_shape: Optional[tuple[int, ...]] = None) -> None:
+        if getattr(network, "is_recurrent", False):
+            raise ConfigError("--ckpt_path: a recurrent policy (model.policy: gru/lstm) needs its hidden state "
+                              "carried between calls; load_policy supports mlp and slots policies")
+        if getattr(network, "key_table", None) is not None:
+            raise ConfigError("--ckpt_path: a keyed (TensorParallel) policy needs each task's key; load_policy "
+                              "supports unkeyed policies")
+        self.network = network.eval()
+        self.device = next(network.parameters()).device
+        self.normalizer = normalizer.to(self.device) if normalizer is not None else None
+        self.action_spec: ActionSpec = network.action_spec
+        self.observation_shape = tuple(observation_shape) if observation_shape is not None else None
+
+    def normalize(self, obs: Tensor) -> Tensor:
+        return obs if self.normalizer is None else self.normalizer(obs)
+
+    def predict(self, obs: Observation, deterministic: bool = True, *, generator: Optional[torch.Generator] = None,
+                return_logits: bool = False, return_value: bool = False) -> Any:
+        """Actions for a batch of observations `obs` [B, *observation_shape] (a tensor or a numpy
+        array; one unbatched observation works too and gives one action).
+
+        `deterministic`: the most likely action (per dimension; the Gaussian mean), else sampled with
+        `generator`. Returns the actions ([B] discrete, [B, D] multi-discrete, [B, *shape] continuous,
+        0-based as the policy sees them), as the input's type; with `return_logits` / `return_value` a
+        tuple `(actions, logits, value)` of what was asked (logits: `actor_output`, value: V(obs) [B]).
+        """
+        as_numpy = isinstance(obs, np.ndarray)
+        x = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+        single = self.observation_shape is not None and tuple(x.shape) == self.observation_shape
+        if single:
+            x = x.unsqueeze(0)
+        if self.observation_shape is not None and tuple(x.shape[1:]) != self.observation_shape:
+            raise ValueError(f"obs: expected [B, {', '.join(map(str, self.observation_shape))}] (or one observation), "
+                             f"got {list(x.shape)}")
+        with torch.inference_mode():
+            x = self.normalize(x)
+            action = greedy_action(self.network, x) if deterministic else self.network.act(x, generator)[0]
+            out = [action]
+            if return_logits:
+                out.append(actor_output(self.network, x))
+            if return_value:
+                out.append(self.network.value(x))
+        out = [o[0] if single else o for o in out]
+        if as_numpy:
+            out = [o.cpu().numpy() for o in out]
+        return out[0] if len(out) == 1 else tuple(out)
+
+    __call__ = predict
+
+
+def load_policy(path: Union[str, os.PathLike], device: Union[str, torch.device] = "cpu") -> Policy:
+    """The trained policy of a `parlightning.fit` checkpoint, ready to `predict`: rebuilt with
+    `PPOModule`'s own loading (`on_load_checkpoint`), with the run's observation normalisation.
+    A missing, unreadable, recurrent or keyed checkpoint is one `ConfigError`."""
+    from parlightning.checkpoint import load_checkpoint_file
+    from parlightning.module import PPOModule
+
+    path = os.fspath(path)
+    checkpoint = load_checkpoint_file(path)
+    hp = dict(checkpoint.get("hyper_parameters") or {})
+    if hp.get("policy", "mlp") not in ("mlp", "slots"):
+        raise ConfigError(f"--ckpt_path: load_policy runs mlp and slots policies; {path} holds a "
+                          f"{hp['policy']!r} policy (its hidden state would have to travel between calls)")
+    names, skip = PPOModule.__init__.__code__.co_varnames, ("init_from", "prior")  # how training began: replaced
+    module = PPOModule(**{k: v for k, v in hp.items() if k in names and k not in skip})
+    module.on_load_checkpoint(checkpoint)
+    module.load_state_dict(checkpoint["state_dict"])
+    spaces = checkpoint["policy_spaces"]
+    return Policy(module.policy.to(device), normalizer_from_checkpoint(checkpoint), spaces["observation_shape"])
