@@ -1,13 +1,14 @@
 """`RolloutBuffer`: preallocated [T, N, ...] rollout tensors, GAE and minibatch indices.
 
-One write per step for all actors; per-actor trajectories stay in their own column, so GAE
-never mixes actors. Termination cuts the return; truncation bootstraps from the value of
+The per-step columns are one declared table (`STEP_FIELDS`); the step loop writes each step once
+for all actors (`write`), and per-actor trajectories stay in their own column, so GAE never
+mixes actors. Termination cuts the return; truncation bootstraps from the value of
 the observation the episode was cut on.
 """
 
 from __future__ import annotations
 
-from typing import Iterator, Optional
+from typing import Any, Iterator, NamedTuple, Optional
 
 import torch
 from torch import Tensor
@@ -53,8 +54,46 @@ def gather_rows(fields: dict[str, Tensor], idx: Tensor) -> dict[str, Tensor]:
     return {k: v.index_select(0, idx) for k, v in fields.items()}
 
 
+class Field(NamedTuple):
+    """One per-step column of the buffer, stored as a [T, N, ...] tensor.
+
+    `shape`: what follows [T, N]: "" (a scalar per actor), "obs" (the observation shape), "action"
+    (the action shape), "parts" (one float per `EpisodeParts` field) or "written" (what the first
+    write's [N, ...] value has after N, for an optional column whose width the world decides). `dtype`: None means the
+    action dtype. `batch`: a column of the minibatches (`flat`, `sequences`). `optional`: allocated
+    by its first write (None until then), for columns only some runs have."""
+
+    shape: str
+    dtype: Optional[torch.dtype]
+    batch: bool
+    optional: bool = False
+
+
+# The step loop writes these, once per step (`RolloutBuffer.write`). Adding a per-step field is one
+# line here plus the keyword the step loop passes; `flat` and `sequences` pick up `batch` columns.
+STEP_FIELDS: dict[str, Field] = {
+    "obs": Field("obs", torch.float32, batch=True),  # what the policy saw
+    "actions": Field("action", None, batch=True),  # what it did
+    "logprobs": Field("", torch.float32, batch=True),  # log-prob of the action under the policy that acted
+    "values": Field("", torch.float32, batch=True),  # V(obs) of the policy that acted
+    "keys": Field("", torch.long, batch=True, optional=True),  # key-table rows, for a keyed policy (TensorParallel)
+    "versions": Field("", torch.long, batch=True, optional=True),  # policy version that acted (a lag budget)
+    "masks": Field("written", torch.bool, batch=True, optional=True),  # the world's action mask it acted under
+    "rewards": Field("", torch.float32, batch=False),  # what the env answered ...
+    "terminated": Field("", torch.bool, batch=False),
+    "truncated": Field("", torch.bool, batch=False),
+    "final_obs": Field("obs", torch.float32, batch=False),  # the observation an episode ended on
+    "episode_return": Field("", torch.float32, batch=False),  # running return, read where an episode ended
+    "episode_length": Field("", torch.float32, batch=False),
+    "parts": Field("parts", torch.float32, batch=False),  # EpisodeParts, read where an episode ended
+}
+# Columns GAE fills after the step loop; minibatch columns too.
+DERIVED_FIELDS = ("advantages", "returns")
+
+
 class RolloutBuffer:
-    """Storage for one rollout of `num_steps` x `num_envs` on one device."""
+    """Storage for one rollout of `num_steps` x `num_envs` on one device: the `STEP_FIELDS` table,
+    the GAE columns and, for a recurrent policy, its hidden states."""
 
     def __init__(
         self,
@@ -66,26 +105,26 @@ class RolloutBuffer:
         action_dtype: torch.dtype = torch.long,
     ) -> None:
         T, N = num_steps, num_envs
-        f = dict(device=device, dtype=torch.float32)
         self.num_steps, self.num_envs, self.device = T, N, device
-        self.obs = torch.zeros(T, N, *observation_shape, **f)
-        self.final_obs = torch.zeros(T, N, *observation_shape, **f)
-        self.actions = torch.zeros(T, N, *action_shape, device=device, dtype=action_dtype)
-        self.logprobs = torch.zeros(T, N, **f)
-        self.values = torch.zeros(T, N, **f)
-        self.rewards = torch.zeros(T, N, **f)
-        self.terminated = torch.zeros(T, N, device=device, dtype=torch.bool)
-        self.truncated = torch.zeros(T, N, device=device, dtype=torch.bool)
-        self.episode_return = torch.zeros(T, N, **f)  # running return, read where an episode ended
-        self.episode_length = torch.zeros(T, N, **f)
-        self.parts = torch.zeros(T, N, len(PART_FIELDS), **f)  # EpisodeParts, read where an episode ended
-        self.advantages = torch.zeros(T, N, **f)
-        self.returns = torch.zeros(T, N, **f)
+        self._trailing = {"": (), "obs": tuple(observation_shape), "action": tuple(action_shape),
+                          "parts": (len(PART_FIELDS),)}
+        self.action_dtype = action_dtype
+        for name, spec in STEP_FIELDS.items():
+            setattr(self, name, None if spec.optional else self._allocate(name))
+        for name in DERIVED_FIELDS:
+            setattr(self, name, torch.zeros(T, N, device=device, dtype=torch.float32))
         self.has_parts = False  # set once the env reports EpisodeParts
-        self.keys: Optional[Tensor] = None  # [T, N] key-table rows, for a keyed policy (TensorParallel)
         self.states: Optional[Tensor] = None  # [T, N, *state] hidden state each step starts from (recurrent policy)
         self.episode_start: Optional[Tensor] = None  # [T, N] bool: obs at t is its episode's first (recurrent policy)
-        self.masks: Optional[Tensor] = None  # [T, N, M] bool: the world's action mask at each step (masked worlds)
+        self.prox_logprobs: Optional[Tensor] = None  # [T, N] the learner's log-probs, once it scored a stale rollout
+        self.is_weights: Optional[Tensor] = None  # [T, N] truncated importance weights, likewise
+
+    def _allocate(self, name: str, first: Optional[Tensor] = None) -> Tensor:
+        spec = STEP_FIELDS[name]
+        dtype = spec.dtype if spec.dtype is not None else self.action_dtype
+        trailing = tuple(first.shape[1:]) if spec.shape == "written" else self._trailing[spec.shape]
+        with torch.inference_mode(False):  # a normal tensor even when first written inside the step loop
+            return torch.zeros(self.num_steps, self.num_envs, *trailing, device=self.device, dtype=dtype)
 
     def allocate_memory(self, state_shape: tuple[int, ...]) -> None:
         """Add per-step storage for a recurrent policy: its hidden state ([N, *state_shape] per step)
@@ -103,49 +142,23 @@ class RolloutBuffer:
     def done(self) -> Tensor:
         return self.terminated | self.truncated
 
-    def write(
-        self, t: int, obs: Tensor, action: Tensor, logprob: Tensor, value: Tensor, key: Optional[Tensor] = None,
-        mask: Optional[Tensor] = None,
-    ) -> None:
-        """Record what the policy saw and did at step t (and, for a keyed policy, each actor's key row;
-        for a masked world, the action mask it acted under)."""
-        if mask is not None:
-            if self.masks is None:  # allocated once, by the first masked write
-                with torch.inference_mode(False):
-                    self.masks = torch.zeros(self.num_steps, self.num_envs, mask.shape[-1], device=self.device,
-                                             dtype=torch.bool)
-            self.masks[t].copy_(mask)
-        self.obs[t].copy_(obs)
-        self.actions[t].copy_(action)
-        self.logprobs[t].copy_(logprob)
-        self.values[t].copy_(value)
-        if key is not None:
-            if self.keys is None:  # allocated once, by the first keyed write; a normal tensor like the rest
-                with torch.inference_mode(False):
-                    self.keys = torch.zeros(self.num_steps, self.num_envs, device=self.device, dtype=torch.long)
-            self.keys[t].copy_(key)
-
-    def write_outcome(
-        self,
-        t: int,
-        reward: Tensor,
-        terminated: Tensor,
-        truncated: Tensor,
-        final_obs: Tensor,
-        episode_return: Tensor,
-        episode_length: Tensor,
-        parts: Optional[EpisodeParts],
-    ) -> None:
-        """Record what the env answered at step t."""
-        self.rewards[t].copy_(reward)
-        self.terminated[t].copy_(terminated)
-        self.truncated[t].copy_(truncated)
-        self.final_obs[t].copy_(final_obs)
-        self.episode_return[t].copy_(episode_return)
-        self.episode_length[t].copy_(episode_length)
-        if parts is not None:
-            self.has_parts = True
-            torch.stack(tuple(parts), -1, out=self.parts[t])  # promoted and cast to float in one call
+    def write(self, t: int, **columns: Any) -> None:
+        """Record step t's `STEP_FIELDS` given by keyword (None: not this run's); `parts` is an
+        `EpisodeParts` (or None for a world without them)."""
+        for name, value in columns.items():
+            if value is None:
+                continue
+            store = getattr(self, name)
+            if store is None:  # an optional column, allocated by its first write
+                store = self._allocate(name, value if isinstance(value, Tensor) else None)
+                setattr(self, name, store)
+            if name == "parts":
+                self.has_parts = True
+                torch.stack(tuple(value), -1, out=store[t])  # promoted and cast to float in one call
+            elif isinstance(value, int):  # one value for every actor (e.g. the policy version)
+                store[t].fill_(value)
+            else:
+                store[t].copy_(value)
 
     def finished_parts(self) -> Optional[EpisodeParts]:
         """EpisodeParts of every episode that ended in this rollout ([E] each); one host sync."""
@@ -163,21 +176,20 @@ class RolloutBuffer:
         self.advantages.copy_(adv)
         self.returns.copy_(ret)
 
+    def batch_fields(self) -> list[str]:
+        """The minibatch columns this rollout has: `batch` step fields that were written, and GAE's."""
+        return [n for n, f in STEP_FIELDS.items() if f.batch and getattr(self, n) is not None] + list(DERIVED_FIELDS)
+
     def flat(self) -> dict[str, Tensor]:
-        """The rollout flattened to [T*N, ...] views for minibatching (`keys` too when keyed)."""
+        """The rollout flattened to [T*N, ...] views for minibatching. Once the learner has scored a
+        stale rollout (`prox_logprobs`), `logprobs` are its and the behaviour's are `behaviour_logprobs`,
+        beside the truncated importance weights `is_weights`."""
         B = self.num_steps * self.num_envs
-        flat = {
-            "obs": self.obs.reshape(B, *self.obs.shape[2:]),
-            "actions": self.actions.reshape(B, *self.actions.shape[2:]),
-            "logprobs": self.logprobs.reshape(B),
-            "values": self.values.reshape(B),
-            "advantages": self.advantages.reshape(B),
-            "returns": self.returns.reshape(B),
-        }
-        if self.keys is not None:
-            flat["keys"] = self.keys.reshape(B)
-        if self.masks is not None:
-            flat["masks"] = self.masks.reshape(B, -1)
+        flat = {name: getattr(self, name).reshape(B, *getattr(self, name).shape[2:]) for name in self.batch_fields()}
+        if self.prox_logprobs is not None:  # the ratio is taken against the proximal policy
+            flat["behaviour_logprobs"] = flat["logprobs"]
+            flat["logprobs"] = self.prox_logprobs.reshape(B)
+            flat["is_weights"] = self.is_weights.reshape(B)
         return flat
 
     def sequences(self, bptt_len: int) -> dict[str, Tensor]:
@@ -190,10 +202,7 @@ class RolloutBuffer:
         def chunks(x: Tensor) -> Tensor:  # [T, N, ...] -> [C*N, L, ...]
             return x.reshape(C, L, N, *x.shape[2:]).transpose(1, 2).reshape(C * N, L, *x.shape[2:])
 
-        fields = ("obs", "actions", "logprobs", "values", "advantages", "returns", "episode_start")
-        seq = {name: chunks(getattr(self, name)) for name in fields}
-        if self.masks is not None:
-            seq["masks"] = chunks(self.masks)
+        seq = {name: chunks(getattr(self, name)) for name in (*self.batch_fields(), "episode_start")}
         seq["state0"] = self.states[::L].reshape(C * N, *self.states.shape[2:])
         return seq
 

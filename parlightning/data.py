@@ -1,6 +1,9 @@
-"""`RolloutDataModule`: the Lightning face of rollout collection (env factory, loader,
-checkpoint state, key binding); one `Collector` per rank (`parlightning.collector`) collects a
-rollout each time Lightning iterates the dataloader.
+"""`RolloutDataModule`: the Lightning glue of rollout collection: configuration, the loader, the
+checkpoint hooks. It owns one `Collector` per rank (`dm.collector`, built by
+`parlightning.collection.make_collector`) and the `RoundPlanner` (`dm.planner`, from the
+`StrategyPlanner` callback's strategy), and hands the collector its trainer-side hooks
+(`LightningHooks`); it does not reach into either: the world, buffers and streams are the
+collector's (`dm.collector.env`, `dm.collector.loop`, ...).
 
 Lightning calls `iter()` on the train dataloader before `on_train_epoch_start`; the loader's
 iterator is a generator, so the rollout is collected after `on_train_epoch_start`, when the first
@@ -19,8 +22,11 @@ import torch
 from torch import Tensor
 
 from parlightning.buffer import gather_rows
+from parlightning.callbacks.base import rollout_callbacks
+from parlightning.callbacks.planner import StrategyPlanner
 from parlightning.checkpoint import gather_ranks
-from parlightning.collector import Collector, SyncCollector
+from parlightning.collection import Collector, RoundHooks, make_collector
+from parlightning.collection.planning import RoundPlanner
 from parlightning.envs.base import BatchedEnv
 from parlightning.errors import ConfigError
 from parlightning.parallel import family_of
@@ -43,6 +49,36 @@ def _positive(name: str, value: Any) -> None:
         raise ConfigError(f"data.{name}: must be a positive integer, got {value!r}")
 
 
+class LightningHooks(RoundHooks):
+    """The collector's trainer side: rollout callbacks, the learner's policy, DDP's sum."""
+
+    def __init__(self, trainer: "pl.Trainer") -> None:
+        self.trainer = trainer
+        self.world_size = trainer.world_size
+
+    def _module(self) -> Any:
+        return self.trainer.lightning_module
+
+    def on_rollout_start(self, round_index: int) -> None:
+        for cb in rollout_callbacks(self.trainer):
+            cb.on_rollout_start(self.trainer, self._module(), round_index)
+
+    def on_episodes_end(self, task_ids: Tensor, parts: Any) -> None:
+        for cb in rollout_callbacks(self.trainer):
+            cb.on_episodes_end(self.trainer, self._module(), task_ids, parts)
+
+    def on_rollout_end(self, rollout: Rollout) -> None:
+        for cb in rollout_callbacks(self.trainer):
+            cb.on_rollout_end(self.trainer, self._module(), rollout)
+
+    def reduce_sum(self, tensor: Tensor) -> Tensor:
+        device = self.trainer.strategy.root_device
+        return self.trainer.strategy.reduce(tensor.to(device), reduce_op="sum").to(tensor.device)
+
+    def policy(self) -> Any:
+        return self._module().policy
+
+
 class RolloutLoader:
     """The train 'dataloader': iterating it collects a rollout, then yields
     update_epochs x num_minibatches minibatch dicts from it. Sized, so Lightning never
@@ -58,13 +94,14 @@ class RolloutLoader:
         dm = self.dm
         rollout = dm.collect()
         rows = None
-        if dm.memory is not None:  # recurrent: minibatches of whole per-actor chunks [B, L, ...] plus `state0`
+        if dm.collector.memory is not None:  # recurrent: minibatches of whole per-actor chunks [B, L, ...] plus `state0`
             flat = rollout.buffer.sequences(dm.bptt_len)
             rows = flat["state0"].shape[0]
         else:
             flat = rollout.buffer.flat()
         round_tag = torch.tensor(rollout.round_index)
-        indices = rollout.buffer.minibatch_indices(dm.update_epochs, dm.num_minibatches, dm.minibatch_generator, rows)
+        indices = rollout.buffer.minibatch_indices(dm.update_epochs, dm.num_minibatches,
+                                                     dm.collector.minibatch_generator, rows)
         for i, (epoch, idx) in enumerate(indices):
             if epoch > 0 and i % dm.num_minibatches == 0 and dm.stop_update:
                 return  # target-KL stop: only between update epochs (CleanRL), decided identically on every rank
@@ -88,18 +125,19 @@ class RolloutDataModule(pl.LightningDataModule):
             (r_perf) at every finished episode. None trains on r_perf alone.
         seed: base seed of this rank's random streams (+ rank): the env, action sampling, task
             picks and minibatch shuffling each get their own stream derived from seed + rank
-            (`parlightning.collector.stream_seed`), so no two consumers share numbers. None
+            (`parlightning.collection.stream_seed`), so no two consumers share numbers. None
             (default) follows the global seed (`seed_everything` / `--seed`, else 0).
         artifact_key: the artifact key of a task id (its row in a keyed policy's table, used
             with `TensorParallel`); default `parlightning.parallel.family_of`.
         bptt_len: for a recurrent policy, the length L of the per-actor chunks the update
             re-runs (truncated BPTT); must divide num_steps; None means num_steps.
-        max_policy_lag: 0 (default) collects in lock-step with the learner (`SyncCollector`); k >= 1
-            collects in a background thread while the learner updates, from policy versions at most
-            k updates old, with a staleness correction (`parlightning.async_collector.AsyncCollector`).
-        collect_in: where a lag-budget collector runs: "thread" (default; shares memory and the
-            GIL with the learner) or "process" (`parlightning.process_collector.ProcessCollector`: its
-            own interpreter, so the update is not slowed by collection; CPU only, data.env must pickle).
+        max_policy_lag: 0 (default) collects in lock-step with the learner
+            (`parlightning.collection.LockStep`); k >= 1 collects while the learner updates, from
+            policy versions at most k updates old, with a staleness correction (`LagBudget`).
+        collect_in: where a lag-budget step loop runs: "thread" (default; shares memory and the
+            GIL with the learner) or "process" (a child process that runs the step loop: its own
+            interpreter, so the update is not slowed by collection; CPU only, data.env must pickle).
+            See docs/guides/collection.md.
     """
 
     def __init__(
@@ -162,10 +200,11 @@ class RolloutDataModule(pl.LightningDataModule):
         self.env_steps = 0  # global, all ranks
         self.stop_update = False  # set by the module when target-KL is exceeded
         self.artifact_key = artifact_key if artifact_key is not None else family_of
-        self.key_row: Optional[Tensor] = None  # [K] task -> key-table row, once a keyed policy binds keys
         self.bptt_len = bptt_len if bptt_len is not None else num_steps
         self.collector: Optional[Collector] = None  # this rank's, made by `build`
+        self.planner: Optional[RoundPlanner] = None  # plans each round across ranks, with a StrategyPlanner
         self.last_rollout: Optional[Rollout] = None
+        self._hooks: Optional[LightningHooks] = None
         self._built = False
 
     # ------------------------------------------------------------------ setup
@@ -187,51 +226,35 @@ class RolloutDataModule(pl.LightningDataModule):
         self.build(self.device, self.rank)
 
     def build(self, device: torch.device, rank: int = 0) -> None:
-        """Make this rank's collector (env, buffer, generators, first reset) on `device` (called by
-        `setup`; public for scripts)."""
+        """Make this rank's collector (env, buffer, generators), bind the planner and reset every
+        actor on round 0's plan (called by `setup`; public for scripts)."""
         self.collector = self.make_collector(device, rank)
         try:
-            self.collector.start()
-            self._check_reward_cap(self.collector.env)
+            collector, trainer = self.collector, self.trainer
+            strategy = StrategyPlanner.strategy_in_force(trainer.callbacks) if trainer is not None else None
+            if strategy is not None:  # the last StrategyPlanner listed is in force (a later config may swap it)
+                self.planner = RoundPlanner(strategy)
+                self.planner.prepare(collector.task_ids, device, self.world_size, self.rank, self.bind_keys,
+                                     self.artifact_key, type(collector.env).__name__)
+            if collector.task_ids is not None:
+                self._check_thresholds(collector.env)
+            collector.start(self.sampler, self.planner, round_index=0)
+            self._check_reward_cap(collector.env)
         except BaseException:
             self.collector.close()  # a collector process or an env's workers never outlive a failed start
             raise
         self._built = True
 
     def make_collector(self, device: torch.device, rank: int) -> Collector:
-        """The rank's `Collector` (override to collect differently, e.g. asynchronously)."""
-        if self.max_policy_lag > 0 and self.collect_in == "process":
-            from parlightning.process_collector import ProcessCollector
+        """The rank's `Collector` from data.max_policy_lag and data.collect_in (override to compose
+        another schedule or transport, see `parlightning.collection`)."""
+        return make_collector(self.env_factory, self.num_envs, self.num_steps, self.seed + rank, device,
+                              max_policy_lag=self.max_policy_lag, collect_in=self.collect_in, sampler=self.sampler,
+                              reward=self.reward, gamma=self.gamma, gae_lambda=self.gae_lambda, rank=rank)
 
-            return ProcessCollector(self, device, rank, self.max_policy_lag)
-        if self.max_policy_lag > 0:
-            from parlightning.async_collector import AsyncCollector
-
-            return AsyncCollector(self, device, rank, self.max_policy_lag)
-        return SyncCollector(self, device, rank)
-
-    # The collector's per-rank state, read where scripts, callbacks and tests have always read it.
-    env = property(lambda self: self.collector.env)
-    buffer = property(lambda self: self.collector.buffer)
-    memory = property(lambda self: getattr(self.collector, "memory", None))
-    task_ids = property(lambda self: self.collector.task_ids)
-    current_task = property(lambda self: self.collector.current_task)
-    action_generator = property(lambda self: self.collector.action_generator)
-    minibatch_generator = property(lambda self: self.collector.minibatch_generator)
-    task_generator = property(lambda self: self.collector.task_generator)
-
-    @property
-    def shard(self) -> Optional[Tensor]:
-        """Bank indices this rank samples from this round (set by the planner each round)."""
-        return self.collector.shard if self.collector is not None else None
-
-    @shard.setter
-    def shard(self, value: Optional[Tensor]) -> None:
-        self.collector.shard = value
-
-    def _check_thresholds(self) -> None:
+    def _check_thresholds(self, env: Any) -> None:
         """Warn once when the sampler's pass threshold and the env's solved threshold disagree."""
-        message = pass_threshold_mismatch(self.sampler, getattr(self.env, "solved_threshold", None))
+        message = pass_threshold_mismatch(self.sampler, getattr(env, "solved_threshold", None))
         if message is not None:
             warnings.warn(f"data.sampler: {message}", stacklevel=2)
 
@@ -262,7 +285,7 @@ class RolloutDataModule(pl.LightningDataModule):
         (`key_row` [K]); from then on each step passes every actor's row to the policy."""
         row = {k: i for i, k in enumerate(keys)}
         rows = []
-        for task in self.task_ids or ():
+        for task in self.collector.task_ids or ():
             try:
                 key = self.artifact_key(task)
             except ValueError as err:
@@ -273,14 +296,14 @@ class RolloutDataModule(pl.LightningDataModule):
                     f"{list(keys)[:8]}; add it to the strategy's keys= or map tasks to declared keys with data.artifact_key"
                 )
             rows.append(row[key])
-        self.key_row = torch.tensor(rows, dtype=torch.long, device=self.buffer.device)
+        self.collector.bind_keys(torch.tensor(rows, dtype=torch.long, device=self.collector.device))
 
     def bind_memory(self, policy: torch.nn.Module) -> None:
         """Carry a recurrent policy's hidden state for every actor from now on (fresh at the first
         step) and train it on whole per-actor chunks of `bptt_len` steps; once per fit."""
-        if self.memory is not None:
+        if self.collector.memory is not None:
             return
-        if self.key_row is not None:
+        if self.collector.key_row is not None:
             raise ConfigError("model.policy: a recurrent policy has no per-key table; TensorParallel needs model.policy: mlp")
         sequences = (self.num_steps // self.bptt_len) * self.num_envs
         if sequences % self.num_minibatches:
@@ -298,15 +321,13 @@ class RolloutDataModule(pl.LightningDataModule):
     def collect(self) -> Rollout:
         """One round from this rank's collector (also clears a target-KL stop of the last round)."""
         self.stop_update = False
-        return self.collector.collect()
-
-    def _pick(self, reset_mask: Tensor) -> Tensor:
-        """The tasks the actors that reset start next (the collector's sampler, this round's shard)."""
-        return self.collector._pick(reset_mask)
-
-    def _run_steps(self, policy: torch.nn.Module, obs: Tensor) -> Tensor:
-        """The collector's step loop (tests/test_hot_path.py wraps it to count host syncs)."""
-        return self.collector._run_steps(policy, obs)
+        if self._hooks is None or self._hooks.trainer is not self.trainer:
+            self._hooks = LightningHooks(self.trainer)
+        rollout = self.collector.collect(self.round_index, self.env_steps, self._hooks)
+        self.env_steps = rollout.env_steps
+        self.last_rollout = rollout
+        self.round_index = rollout.round_index + 1
+        return rollout
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:
@@ -315,7 +336,7 @@ class RolloutDataModule(pl.LightningDataModule):
         from every rank under DDP, a collective). Tensors and plain containers only."""
         state: dict[str, Any] = {"round_index": self.round_index, "env_steps": self.env_steps, "num_envs": self.num_envs}
         if self._built:  # resuming into another world is refused (parlightning.checkpoint.check_resume)
-            state["env_signature"] = env_signature(self.env)
+            state["env_signature"] = env_signature(self.collector.env)
         if self.reward is not None:
             state["reward"] = self.reward.state_dict()
         if self._built:

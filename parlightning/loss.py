@@ -36,9 +36,9 @@ def ppo_loss(
     """Clipped surrogate + (optionally clipped) value loss - entropy bonus, CleanRL's formulation:
     advantages normalised per minibatch, value loss 0.5 * max(unclipped, clipped).
 
-    `is_weight` (stale rollouts, `parlightning.async_collector`): per-sample truncated importance
-    weights pi_prox / mu multiplying the clipped surrogate, with `old_logprob` the proximal policy's
-    (decoupled PPO); None is plain PPO."""
+    `is_weight` (stale rollouts, `parlightning.collection.schedules.LagBudget`): per-sample truncated
+    importance weights pi_prox / mu multiplying the clipped surrogate, with `old_logprob` the proximal
+    policy's (decoupled PPO); None is plain PPO."""
     logratio = new_logprob - old_logprob
     ratio = logratio.exp()
     with torch.no_grad():

@@ -204,7 +204,7 @@ class PPOModule(pl.LightningModule):
 
     def setup(self, stage: str) -> None:
         if self.policy is None:
-            env = self.trainer.datamodule.env
+            env = self.trainer.datamodule.collector.env
             self.policy = self.build_policy(env.observation_shape, env.action_spec)
             prior = self.hparams.get("prior")
             if prior is not None:
@@ -374,7 +374,7 @@ class PPOModule(pl.LightningModule):
         # Any save (every_n_train_steps, a user's call). A collective, but saves run on every rank
         # after ModelCheckpoint has read (and so synced) the epoch metrics on every rank.
         self._raise_if_nonfinite()
-        env = getattr(self.trainer.datamodule, "env", None)
+        env = getattr(getattr(self.trainer.datamodule, "collector", None), "env", None)
         if self.policy is not None and env is not None:  # `parlightning.export` rebuilds the policy from these
             spec = self.policy.action_spec
             mask = action_mask_of(env)  # export takes the world's mask as an input when it has one

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 from torch import Tensor
 
@@ -16,6 +16,7 @@ class Rollout:
     """One round: the filled buffer, every episode that ended in it, and stats to log.
 
     `stats` maps metric names to 0-dim tensors; the module logs them on the env-step axis.
+    `context` is the round's `parlightning.collection.RoundContext`.
     """
 
     round_index: int
@@ -24,5 +25,9 @@ class Rollout:
     episode_length: Tensor  # [E]
     episodes: Optional[EpisodeParts]  # [E] each, None for worlds without tasks
     env_steps: int  # global env steps after this rollout (all ranks)
-    policy_version: int  # optimizer steps taken when it was collected
+    # The policy version that collected it, in PPO iterations (policy updates) of the oldest weights
+    # that acted in it, whatever the schedule: lock-step round v is collected by version v; under a
+    # lag budget k, by versions v-k .. v (`buffer.versions` has each step's).
+    policy_version: int
     stats: dict[str, Tensor] = field(default_factory=dict)
+    context: Any = None  # the `RoundContext` it was issued with (round, shard, plan and unit, λ position)

@@ -259,7 +259,8 @@ def child_profile(a: argparse.Namespace) -> dict[str, Any]:
     import parlightning.buffer
     import parlightning.data
     import parlightning.module
-    from parlightning.collector import SyncCollector
+    import parlightning.collection.finish
+    from parlightning.collection import StepLoop
     from parlightning.data import RolloutDataModule
     from parlightning.fit import main
 
@@ -269,8 +270,8 @@ def child_profile(a: argparse.Namespace) -> dict[str, Any]:
         (parlightning.module, "ppo_loss", "update: forward + loss"),
         (parlightning.module.PPOModule, "training_step", "update: forward + loss"),
         (RolloutDataModule, "collect", "rollout: rest of collect (loop, bootstrap, rewards)"),
-        (SyncCollector, "_check_finite", "rollout: non-finite check"),
-        (SyncCollector, "_stats", "rollout: rollout stats"),
+        (StepLoop, "check_finite", "rollout: non-finite check"),
+        (parlightning.collection.finish, "episode_stats", "rollout: rollout stats"),
         (parlightning.buffer.RolloutBuffer, "finished_parts", "rollout: episode read-out"),
         (LightningModule, "log", "lightning: self.log"),
         (LightningModule, "log_dict", "lightning: self.log"),

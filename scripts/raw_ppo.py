@@ -159,12 +159,12 @@ def train(args: Args, verbose: bool = False, on_iteration: Optional[Callable[[in
         with torch.inference_mode():
             for t in range(T):
                 action, logprob, value = policy.act(obs, action_gen)
-                buf.write(t, obs, action, logprob, value)
+                buf.write(t, obs=obs, actions=action, logprobs=logprob, values=value)
                 res = env.step(action, pick)
                 ep_return += res.reward
                 ep_length += 1
-                buf.write_outcome(t, res.reward, res.terminated, res.truncated, res.final_obs, ep_return, ep_length,
-                                  res.parts)
+                buf.write(t, rewards=res.reward, terminated=res.terminated, truncated=res.truncated,
+                          final_obs=res.final_obs, episode_return=ep_return, episode_length=ep_length, parts=res.parts)
                 alive = ~(res.terminated | res.truncated)
                 ep_return *= alive
                 ep_length *= alive

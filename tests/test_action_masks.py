@@ -198,7 +198,7 @@ def test_a_fit_stores_the_mask_per_step_and_trains_on_it(tmp_path, policy):
     module = PPOModule(anneal_lr=False, policy=policy)
     pl.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                enable_model_summary=False, callbacks=[keep], default_root_dir=tmp_path).fit(module, datamodule=dm)
-    buf = dm.buffer
+    buf = dm.collector.loop.buffer
     assert buf.masks is not None and buf.masks.shape == (8, 16, 12)
     torch.testing.assert_close(buf.masks, buf.obs[:, :, :12, 0] > 0)
     assert (buf.actions[~buf.masks] == 0).all() and (~buf.masks).any()

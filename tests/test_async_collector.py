@@ -8,9 +8,9 @@ import lightning.pytorch as pl
 import pytest
 import torch
 
-from parlightning.async_collector import AsyncCollector
 from parlightning.callbacks import PARLAnnealing
-from parlightning.collector import SyncCollector
+from parlightning.collection import LagBudget, LockStep
+from parlightning.collection.transports import InlineTransport, ThreadTransport
 from parlightning.data import RolloutDataModule
 from parlightning.envs.external import ExternalBatchedEnv, ExternalWorldError
 from parlightning.envs.swarm import SwarmEnv
@@ -52,7 +52,7 @@ def test_lag_zero_is_the_synchronous_loop_exactly(tmp_cwd):
         pl.seed_everything(0)
         dm = RolloutDataModule(env=swarm, num_envs=16, num_steps=8, update_epochs=2, num_minibatches=2, **kwargs)
         module = _fit(dm, 3)
-        assert type(dm.collector) is SyncCollector
+        assert type(dm.collector.schedule) is LockStep and type(dm.collector.transport) is InlineTransport
         results.append(([p.detach().clone() for p in module.policy.parameters()],
                         {k: float(v) for k, v in dm.last_rollout.stats.items() if not k.startswith("perf/") and not k.endswith("SPS")}))
     (params_a, stats_a), (params_b, stats_b) = results
@@ -68,7 +68,8 @@ def test_lag_stays_within_budget_and_stamps_name_the_weights_that_acted(tmp_cwd,
                            reward=reward, sampler=DifficultyWeighted())
     stamps = Stamps()
     module = _fit(dm, 6, [stamps, PARLAnnealing()])
-    assert isinstance(dm.collector, AsyncCollector) and dm.round_index == 6 and dm.env_steps == 6 * 16 * 8
+    assert isinstance(dm.collector.transport, ThreadTransport) and dm.collector.schedule.lag == lag
+    assert dm.round_index == 6 and dm.env_steps == 6 * 16 * 8
     lags = []
     for epoch, rollout in stamps.rollouts:
         buf = rollout.buffer
@@ -80,13 +81,13 @@ def test_lag_stays_within_budget_and_stamps_name_the_weights_that_acted(tmp_cwd,
         lags.append(int(lag_here.max()))
         for v in versions.unique().tolist():  # the stamped weights reproduce the behaviour log-probs
             rows = versions == v
-            policy = module.build_policy(dm.env.observation_shape, dm.env.action_spec)
+            policy = module.build_policy(dm.collector.env.observation_shape, dm.collector.env.action_spec)
             policy.load_state_dict(stamps.weights[v])
             with torch.no_grad():
                 logprob, _, _ = policy.evaluate(buf.obs[rows], buf.actions[rows], mask=buf.masks[rows])  # as stored
             torch.testing.assert_close(logprob, buf.logprobs[rows], atol=1e-5, rtol=1e-5)
         w = buf.is_weights
-        assert float(w.max()) <= AsyncCollector.weight_clip and float(w.min()) > 0
+        assert float(w.max()) <= LagBudget(lag).weight_clip and float(w.min()) > 0
     assert max(lags) >= 1  # the collector really ran ahead of the learner
     assert dm.sampler.state_dict()  # the sampler saw the episodes
     assert 0.0 <= float(stamps.rollouts[-1][1].stats["perf/learner_wait_frac"]) <= 1.0
@@ -188,7 +189,7 @@ def test_rollout_hooks_never_wait_for_a_slow_env_step_and_may_read_the_state(tmp
             import time
             col = trainer.datamodule.collector
             start = time.perf_counter()
-            with col._lock:  # what the learner's hooks take
+            with col.lock:  # what the learner's hooks take
                 timed.waits.append(time.perf_counter() - start)
 
     dm = RolloutDataModule(env=lambda n, d, s: ExternalBatchedEnv(n, d, s, world=CountWorld,

@@ -68,3 +68,23 @@ def test_minibatch_indices_cover_each_epoch_once():
         assert len(batches) == 4 and all(b.numel() == 6 for b in batches)
         assert torch.equal(torch.cat(batches).sort().values, torch.arange(24))
     assert not torch.equal(torch.cat(seen[0]), torch.cat(seen[1]))  # reshuffled per epoch
+
+
+def test_a_per_step_field_is_one_line_in_the_table(monkeypatch):
+    """STEP_FIELDS drives allocation, writes and minibatches: a new optional batch column (an action
+    mask, say) is allocated by its first write and reaches `flat` without any other change."""
+    from parlightning.buffer import STEP_FIELDS, Field
+
+    monkeypatch.setitem(STEP_FIELDS, "action_mask", Field("action", torch.bool, batch=True, optional=True))
+    buf = RolloutBuffer(3, 2, (4,), (5,), torch.device("cpu"))
+    assert buf.action_mask is None and "action_mask" not in buf.flat()
+    with torch.inference_mode():  # as the step loop writes
+        for t in range(3):
+            buf.write(t, obs=torch.full((2, 4), float(t)), actions=torch.zeros(2, 5, dtype=torch.long),
+                      logprobs=torch.zeros(2), values=torch.zeros(2), action_mask=torch.ones(2, 5, dtype=torch.bool),
+                      versions=t)
+    assert not buf.action_mask.is_inference()  # a normal tensor, usable by the update
+    flat = buf.flat()
+    assert flat["action_mask"].shape == (6, 5) and bool(flat["action_mask"].all())
+    assert flat["versions"].tolist() == [0, 0, 1, 1, 2, 2] and flat["obs"][:, 0].tolist() == [0, 0, 1, 1, 2, 2]
+    assert set(flat) == {"obs", "actions", "logprobs", "values", "action_mask", "versions", "advantages", "returns"}

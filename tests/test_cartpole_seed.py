@@ -7,7 +7,7 @@ import lightning.pytorch as pl
 import pytest
 import torch
 
-from parlightning.collector import stream_seed
+from parlightning.collection import stream_seed
 from parlightning.data import RolloutDataModule
 from parlightning.envs import CartPoleEnv
 from parlightning.fit import main
@@ -45,10 +45,10 @@ def test_an_explicit_data_seed_overrides_the_global_seed():
     assert (follows.seed, own.seed) == (4, 3)
     # every stream derives from data.seed (+ rank) through stream_seed: env resets, action sampling
     env_seed = {dm: stream_seed(dm.seed, "env") for dm in (follows, own)}
-    assert torch.equal(follows.collector.obs, CartPoleEnv(8, seed=env_seed[follows]).reset())
-    assert torch.equal(own.collector.obs, CartPoleEnv(8, seed=env_seed[own]).reset())
+    assert torch.equal(follows.collector.loop.obs, CartPoleEnv(8, seed=env_seed[follows]).reset())
+    assert torch.equal(own.collector.loop.obs, CartPoleEnv(8, seed=env_seed[own]).reset())
     g = torch.Generator().manual_seed(stream_seed(3, "action"))
-    assert torch.equal(own.action_generator.get_state(), g.get_state())
+    assert torch.equal(own.collector.loop.action_generator.get_state(), g.get_state())
 
 
 @pytest.mark.parametrize("flag", ["--seed", "--seed_everything"])

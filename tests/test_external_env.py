@@ -347,9 +347,9 @@ def test_the_external_config_trains(tmp_cwd, workers):
                 "--trainer.enable_progress_bar", "false", "--data.num_envs", "8", "--data.num_steps", "8",
                 "--data.env.init_args.workers", str(workers)])
     dm = cli.datamodule
-    pids = dm.env.worker_pids
+    pids = dm.collector.env.worker_pids
     assert len(pids) == workers and not any(_alive(p) for p in pids)  # the run's end closed them
     assert dm.round_index == 2 and dm.env_steps == 2 * 8 * 8
     stats = dm.last_rollout.stats
     assert float(stats["rollout/episodes"]) > 0 and "perf/policy_lag" in stats
-    assert dm.env._closed  # teardown closed the worlds and the pool
+    assert dm.collector.env._closed  # teardown closed the worlds and the pool

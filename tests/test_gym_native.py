@@ -75,7 +75,7 @@ def test_short_fit_through_the_native_vector_env_learns(tmp_path):
     trainer = pl.Trainer(max_epochs=12, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False, callbacks=[log], default_root_dir=tmp_path)
     trainer.fit(PPOModule(lr=2.5e-3, activation="tanh"), datamodule=dm)
-    assert type(dm.env.env).__name__ == "CartPoleVectorEnv" and dm.env is made[-1]  # the native env stepped
+    assert type(dm.collector.env.env).__name__ == "CartPoleVectorEnv" and dm.collector.env is made[-1]  # the native env stepped
     returns = torch.cat(log.returns)
     first, last = returns[:100].mean(), returns[-100:].mean()  # measured: 19.0 -> 89.7
     assert first < 25 and last > 60 and last > 2.5 * first, (first, last)  # a random policy lasts ~22 steps

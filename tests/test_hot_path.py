@@ -2,7 +2,7 @@
 
 Every Tensor method and torch function that reads values onto the host (`item`, `tolist`, `cpu`,
 `numpy`, bool/int/float conversion, printing, data-dependent shapes such as `nonzero` or a boolean
-mask index) is wrapped to count its calls while `RolloutDataModule._run_steps` runs. A real
+mask index) is wrapped to count its calls while the step loop (`StepLoop.run_steps`) runs. A real
 collection must make none; an env that reads one value per step must be caught.
 """
 
@@ -12,6 +12,7 @@ import lightning.pytorch as pl
 import pytest
 import torch
 
+from parlightning.collection import StepLoop
 from parlightning.data import RolloutDataModule
 from parlightning.envs.swarm import SwarmEnv
 from parlightning.module import PPOModule
@@ -62,7 +63,7 @@ def counter(monkeypatch):
     for name in ("__getitem__", "__setitem__"):
         monkeypatch.setattr(torch.Tensor, name, c.wrap_index(f"Tensor.{name}", getattr(torch.Tensor, name)))
 
-    run_steps = RolloutDataModule._run_steps
+    run_steps = StepLoop.run_steps
 
     def counted_steps(self, *args, **kwargs):
         c.active, c.loops = True, c.loops + 1
@@ -71,7 +72,7 @@ def counter(monkeypatch):
         finally:
             c.active = False
 
-    monkeypatch.setattr(RolloutDataModule, "_run_steps", counted_steps)
+    monkeypatch.setattr(StepLoop, "run_steps", counted_steps)
     step = SwarmEnv.step
 
     def counted_env_step(self, *args, **kwargs):

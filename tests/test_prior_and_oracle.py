@@ -61,7 +61,7 @@ def test_no_prior_gives_bit_identical_weights_and_a_prior_sets_the_initial_proba
 
 def test_delegation_share_is_the_share_of_live_decisions_that_delegate(tmp_path):
     dm = _fit(tmp_path, PPOModule(anneal_lr=False))
-    buf = dm.buffer
+    buf = dm.collector.loop.buffer
     live = buf.masks
     want = float(((buf.actions > 0) & live).sum()) / float(live.sum())
     assert float(delegation_share(buf)) == pytest.approx(want)
@@ -157,13 +157,13 @@ def test_behaviour_cloning_on_serial_writes_a_checkpoint_ppo_starts_from(tmp_pat
     module = PPOModule(anneal_lr=False, init_from=str(out))
     dm = _fit(tmp_path, module)
     weights = {k[len("policy."):]: v for k, v in ckpt["state_dict"].items()}
-    fresh = PPOModule(anneal_lr=False).build_policy(dm.env.observation_shape, dm.env.action_spec)
+    fresh = PPOModule(anneal_lr=False).build_policy(dm.collector.env.observation_shape, dm.collector.env.action_spec)
     fresh.load_state_dict(weights)
-    assert float(delegation_share(dm.buffer)) < 0.1  # the first rollout acts with the cloned prior (fresh: ~0.87)
+    assert float(delegation_share(dm.collector.loop.buffer)) < 0.1  # the first rollout acts with the cloned prior (fresh: ~0.87)
     with torch.no_grad():  # ... and the run started from exactly those weights (one update since)
-        obs = dm.buffer.obs[0]
-        lp_clone = fresh.evaluate(obs, dm.buffer.actions[0], mask=dm.buffer.masks[0])[0]
-        torch.testing.assert_close(lp_clone, dm.buffer.logprobs[0])
+        obs = dm.collector.loop.buffer.obs[0]
+        lp_clone = fresh.evaluate(obs, dm.collector.loop.buffer.actions[0], mask=dm.collector.loop.buffer.masks[0])[0]
+        torch.testing.assert_close(lp_clone, dm.collector.loop.buffer.logprobs[0])
 
 
 @pytest.mark.parametrize("args, match", [

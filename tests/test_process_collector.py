@@ -20,10 +20,11 @@ from parlightning.data import RolloutDataModule
 from parlightning.envs.external import ExternalBatchedEnv, ExternalWorldError
 from parlightning.errors import ConfigError
 from parlightning.module import PPOModule
-from parlightning.process_collector import ProcessCollector, RemoteEnv
+from parlightning.collection.transports import ProcessTransport, RemoteEnv
 from parlightning.reward import LinearSchedule, PARLReward
 from parlightning.sampling import DifficultyWeighted
 from tests.test_async_collector import FailingPoolWorld, Stamps, _fit, swarm
+from tests.test_collection import Picks
 from tests.test_external_env import ROOT, CountWorld, _alive
 
 
@@ -41,8 +42,7 @@ class Pids(pl.Callback):
         self.pids, self.alive = [], False
 
     def on_train_epoch_end(self, trainer, pl_module):
-        col = trainer.datamodule.collector
-        self.pids = col.worker_pids
+        self.pids = trainer.datamodule.collector.transport.worker_pids
         self.alive = self.alive or all(_alive(p) for p in self.pids)
 
 
@@ -54,7 +54,7 @@ def test_lag_budget_and_stamps_hold_with_the_loop_in_a_child_process(tmp_cwd, la
                            reward=reward, sampler=DifficultyWeighted(), collect_in="process")
     stamps, pids = Stamps(), Pids()
     module = _fit(dm, 6, [stamps, PARLAnnealing(), pids])
-    assert isinstance(dm.collector, ProcessCollector) and isinstance(dm.env, RemoteEnv)
+    assert isinstance(dm.collector.transport, ProcessTransport) and isinstance(dm.collector.env, RemoteEnv)
     assert pids.alive and pids.pids[0] != os.getpid() and _gone(pids.pids)  # a child, and gone after the fit
     assert dm.round_index == 6 and dm.env_steps == 6 * 16 * 8
     lags = []
@@ -65,15 +65,15 @@ def test_lag_budget_and_stamps_hold_with_the_loop_in_a_child_process(tmp_cwd, la
         lags.append(int(lag_here.max()))
         for v in buf.versions.unique().tolist():  # the weights the learner had at version v acted in the child
             rows = buf.versions == v
-            policy = module.build_policy(dm.env.observation_shape, dm.env.action_spec)
+            policy = module.build_policy(dm.collector.env.observation_shape, dm.collector.env.action_spec)
             policy.load_state_dict(stamps.weights[v])
             with torch.no_grad():
                 logprob, _, _ = policy.evaluate(buf.obs[rows], buf.actions[rows], mask=buf.masks[rows])  # as stored
             torch.testing.assert_close(logprob, buf.logprobs[rows], atol=1e-5, rtol=1e-5)
         # the learner's sampler picked every task the child's actors started (the bank's ids)
-        assert set(rollout.episodes.task.tolist()) <= set(range(len(dm.task_ids)))
+        assert set(rollout.episodes.task.tolist()) <= set(range(len(dm.collector.task_ids)))
     assert max(lags) >= 1
-    assert dm.current_task.shape == (16,) and int(dm.current_task.max()) < len(dm.task_ids)  # from the child
+    assert dm.collector.current_task.shape == (16,) and int(dm.collector.current_task.max()) < len(dm.collector.task_ids)  # from the child
     picks = dm.sampler.state_dict()
     assert picks and float(stamps.rollouts[-1][1].stats["sampler/picks"]) > 0  # picks came from the learner
     assert float(stamps.rollouts[-1][1].stats["perf/policy_lag_max"]) == lags[-1]
@@ -102,19 +102,11 @@ def test_a_reward_blind_sampler_picks_in_the_child_and_its_counts_are_exact(tmp_
     """RoundRobin never reads records, so the child picks from its own copy (no round trip per pick):
     the logged pick count is the N first picks plus one per episode that ended, round by round."""
 
-    class Picks(pl.Callback):
-        def __init__(self):
-            self.rows = []
-
-        def on_train_epoch_end(self, trainer, pl_module):
-            stats = trainer.datamodule.last_rollout.stats
-            self.rows.append((float(stats["sampler/picks"]), float(stats["rollout/episodes"])))
-
     picks = Picks()
     dm = RolloutDataModule(env=swarm, num_envs=16, num_steps=8, update_epochs=1, num_minibatches=2, max_policy_lag=1,
                            collect_in="process")
     _fit(dm, 5, [picks])
-    assert dm.collector._local_picks
+    assert dm.collector.transport.local_picks
     ended = 0
     for logged, episodes in picks.rows:
         ended += episodes
@@ -171,14 +163,14 @@ def test_a_failing_world_in_the_child_ends_the_run_by_name_and_no_process_outliv
     with pytest.raises(ExternalWorldError, match=rf"actor 1 on task '[a-z]+-\d+': {message}"):
         _fit(dm, 5)
     pool = [int(p) for p in (tmp_cwd / "pool_pids.txt").read_text().split()]
-    assert len(pool) == 2 and _gone([dm.collector.pid, *pool])
+    assert len(pool) == 2 and _gone([dm.collector.transport.pid, *pool])
 
 
 def test_a_killed_collector_process_ends_the_run_with_a_clear_error(tmp_cwd):
     class Kill(pl.Callback):
         def on_train_epoch_end(self, trainer, pl_module):
             if trainer.current_epoch == 1:
-                os.kill(trainer.datamodule.collector.pid, signal.SIGKILL)
+                os.kill(trainer.datamodule.collector.transport.pid, signal.SIGKILL)
 
     dm = RolloutDataModule(env=swarm, num_envs=8, num_steps=4, update_epochs=1, num_minibatches=1,
                            max_policy_lag=1, collect_in="process")
@@ -198,7 +190,7 @@ def test_a_killed_trainer_leaves_no_collector_process(tmp_path):
         "from tests.test_async_collector import swarm\n"
         "class Stall(pl.Callback):\n"
         "    def on_train_epoch_end(self, trainer, pl_module):\n"
-        "        print(*trainer.datamodule.collector.worker_pids, flush=True)\n"
+        "        print(*trainer.datamodule.collector.transport.worker_pids, flush=True)\n"
         "        time.sleep(60)\n"
         "if __name__ == '__main__':\n"
         "    dm = RolloutDataModule(env=swarm, num_envs=4, num_steps=4, update_epochs=1, num_minibatches=1,\n"
@@ -239,7 +231,7 @@ def test_the_external_config_trains_with_the_collector_in_a_process(tmp_cwd, wor
                 "--trainer.enable_progress_bar", "false", "--data.num_envs", "8", "--data.num_steps", "8",
                 "--data.collect_in", "process", "--data.env.init_args.workers", str(workers)])
     dm = cli.datamodule
-    pids = dm.collector.worker_pids  # the collector process, then its env's world processes
+    pids = dm.collector.transport.worker_pids  # the collector process, then its env's world processes
     assert len(pids) == 1 + workers and _gone(pids)
     assert dm.round_index == 2 and dm.env_steps == 2 * 8 * 8
     assert float(dm.last_rollout.stats["rollout/episodes"]) > 0 and "perf/policy_lag" in dm.last_rollout.stats

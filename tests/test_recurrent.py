@@ -114,7 +114,7 @@ def test_the_update_recomputes_the_rollouts_logprobs_and_values_exactly(tmp_path
     policy = module.policy
     _sharpen(policy)
     batches = list(dm.train_dataloader())  # a fresh rollout by this policy; no gradient step since
-    buf = dm.buffer
+    buf = dm.collector.loop.buffer
     assert len(batches) == 2 * 3 and batches[0]["obs"].shape[:2] == (12, 4)
     inside = torch.ones(12, dtype=torch.bool)
     inside[::4] = False
@@ -143,7 +143,7 @@ def test_episode_start_is_the_previous_steps_done_and_every_actor_starts_at_the_
     class Keep(pl.Callback):
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
             if batch_idx == 0:  # this epoch's rollout has been collected
-                buf = trainer.datamodule.buffer
+                buf = trainer.datamodule.collector.loop.buffer
                 rounds.append((buf.episode_start.clone(), buf.done.clone()))
 
     _trainer(2, [Keep()]).fit(PPOModule(anneal_lr=False, policy="gru", hidden_sizes=(16,), rnn_hidden=8), datamodule=dm)
@@ -165,11 +165,11 @@ def test_truncated_episodes_bootstrap_from_the_state_after_their_last_step(tmp_p
     dm = RolloutDataModule(env=_truncating_swarm, num_envs=16, num_steps=16, update_epochs=1, num_minibatches=1)
     module = PPOModule(anneal_lr=False, policy="lstm", hidden_sizes=(16,), rnn_hidden=8)
     _trainer(1).fit(module, datamodule=dm)
-    policy, buf = module.policy, dm.buffer
+    policy, buf = module.policy, dm.collector.loop.buffer
     _sharpen(policy)
     next(iter(dm.train_dataloader()))  # a fresh rollout by this very policy
     with torch.inference_mode():
-        values = dm.memory.truncated_values()
+        values = dm.collector.memory.truncated_values()
         where = buf.truncated.nonzero().tolist()
         assert where, "the test needs truncated episodes"
         for t, n in where:
@@ -225,7 +225,7 @@ def test_a_resumed_recurrent_run_keeps_every_actors_hidden_state_and_equals_an_u
     resumed = _cli(tmp_path / "cut", "--trainer.max_epochs", "3", "--ckpt_path",
                    str(tmp_path / "cut" / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"))
     assert resumed.datamodule.round_index == full.datamodule.round_index == 3
-    torch.testing.assert_close(resumed.datamodule.memory.state, full.datamodule.memory.state, rtol=0, atol=0)
+    torch.testing.assert_close(resumed.datamodule.collector.memory.state, full.datamodule.collector.memory.state, rtol=0, atol=0)
     for (name, a), b in zip(full.model.state_dict().items(), resumed.model.state_dict().values()):
         assert torch.equal(a, b), name
 

@@ -215,7 +215,7 @@ def test_the_suggested_wrapper_fix_works_from_yaml(tmp_cwd, monkeypatch):
     """The non-Box error's fix, given as an import path, is accepted and trains (one iteration)."""
     cli = _cli(tmp_cwd, "--data.env.init_args.env_id", "Blackjack-v1", "--data.env.init_args.wrappers",
                "[gymnasium.wrappers.FlattenObservation]", "--trainer.max_epochs", "1", config=BASES["@gym"])
-    assert cli.datamodule.env.observation_shape == (45,)  # one-hot 32 + 11 + 2
+    assert cli.datamodule.collector.env.observation_shape == (45,)  # one-hot 32 + 11 + 2
     assert cli.trainer.current_epoch == 1
 
 
@@ -323,7 +323,7 @@ def _standalone(sampler, seed):
     """A data module collecting without a Trainer (one actor group of a threaded setup)."""
     dm = RolloutDataModule(num_envs=16, num_steps=8, sampler=sampler, seed=seed)
     dm.build(torch.device("cpu"))
-    policy = ActorCritic(dm.env.observation_shape, dm.env.action_spec, (16,), "relu")
+    policy = ActorCritic(dm.collector.env.observation_shape, dm.collector.env.action_spec, (16,), "relu")
     dm.trainer = types.SimpleNamespace(  # just what collect() reads
         lightning_module=types.SimpleNamespace(policy=policy), callbacks=[], global_step=0, global_rank=0,
         world_size=1, strategy=types.SimpleNamespace(root_device=torch.device("cpu")),

@@ -29,7 +29,7 @@ def test_a_users_two_method_sampler_by_class_path(tmp_cwd):
     # every finished episode was recorded, and every pick came from the bank
     last = cli.datamodule.last_rollout
     assert sum(sampler.count.values()) >= int(last.stats["rollout/episodes"]) > 0
-    assert set(sampler.picked) <= set(cli.datamodule.task_ids)
+    assert set(sampler.picked) <= set(cli.datamodule.collector.task_ids)
     assert sum(sampler.picked.values()) >= 32  # one queue of picks per round for the 32 actors
 
 

@@ -102,15 +102,15 @@ class Recorder(RolloutCallback):
         self.returns, self.logged = [], []  # per round: this rank's episode returns; the logged stats
 
     def setup(self, trainer, pl_module, stage) -> None:
-        dm = trainer.datamodule
-        pick = dm._pick
+        picks = trainer.datamodule.collector.picks
+        pick = picks.pick
 
-        def recording_pick(reset_mask):
-            picked = pick(reset_mask)
+        def recording_pick(context, reset_mask):
+            picked = pick(context, reset_mask)
             self.started[-1].index_add_(0, picked, reset_mask.long())
             return picked
 
-        dm._pick = recording_pick  # counts the tasks actors start, step by step
+        picks.pick = recording_pick  # counts the tasks actors start, step by step
 
     def on_fit_start(self, trainer, pl_module) -> None:  # runs before PPOModule registers the TP mask
         self.initial = {k: v.detach().clone() for k, v in pl_module.policy.state_dict().items()}
@@ -123,6 +123,8 @@ class Recorder(RolloutCallback):
             self.keys_trained.append(batch["keys"].clone())
 
     def on_rollout_end(self, trainer, pl_module, rollout) -> None:
+        self.shards.append(rollout.context.shard.tolist())  # the round's own, from its context
+        self.plans.append([list(u.keys) for u in rollout.context.plan])
         self.returns.append(rollout.episode_return.clone())
         self.logged.append({k: float(v) for k, v in rollout.stats.items() if not k.startswith("perf/")})
 
@@ -133,12 +135,10 @@ class Recorder(RolloutCallback):
             self.reduced.append(table.weight.grad.detach().clone())
 
     def on_rollout_start(self, trainer, pl_module, round_index) -> None:
-        dm, planner = trainer.datamodule, find_planner(trainer)
-        self.shards.append(dm.shard.tolist())
-        self.plans.append([list(u.keys) for u in planner.plan])
-        started = torch.zeros(len(dm.task_ids), dtype=torch.long)
+        dm = trainer.datamodule
+        started = torch.zeros(len(dm.collector.task_ids), dtype=torch.long)
         if round_index == 0:  # the first reset happened in build, under round 0's plan
-            started.index_add_(0, dm.current_task, torch.ones_like(dm.current_task))
+            started.index_add_(0, dm.collector.current_task, torch.ones_like(dm.collector.current_task))
         self.started.append(started)
         self.finished.append([])
 
@@ -156,7 +156,7 @@ class Recorder(RolloutCallback):
                 "initial": self.initial,
                 "summary": planner.summary(), "strategy": planner.strategy.state_dict()
                 if hasattr(planner.strategy, "state_dict") else {},
-                "task_ids": list(trainer.datamodule.task_ids), "rank": trainer.global_rank,
+                "task_ids": list(trainer.datamodule.collector.task_ids), "rank": trainer.global_rank,
             },
             f"{self.out}_rank{trainer.global_rank}.pt",
         )

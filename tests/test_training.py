@@ -38,11 +38,11 @@ class RecordStats(pl.Callback):
         rollout = trainer.datamodule.last_rollout
         # the batch comes from the rollout collected for this epoch ...
         assert int(batch["round"]) == trainer.current_epoch == rollout.round_index
-        # ... and that rollout was collected by the policy as it stood when the epoch began
-        expected_version = trainer.current_epoch * len(trainer.train_dataloader)
-        assert rollout.policy_version == expected_version
+        # ... and that rollout was collected by the policy as it stood when the epoch began: the
+        # version counts PPO iterations (policy updates), as under a lag budget
+        assert rollout.policy_version == trainer.current_epoch
         if batch_idx == 0:
-            assert trainer.global_step == expected_version
+            assert trainer.global_step == trainer.current_epoch * len(trainer.train_dataloader)
             self.stats.append({k: float(v) for k, v in rollout.stats.items()})
         self.checked += 1
 
@@ -66,7 +66,7 @@ def test_collection_happens_when_the_loader_is_iterated_and_len_is_exact(tmp_pat
     before = dm.round_index
     batches = list(loader)
     assert dm.round_index == before + 1 and len(batches) == 6
-    assert all(b["obs"].shape == (16, *dm.env.observation_shape) for b in batches)
+    assert all(b["obs"].shape == (16, *dm.collector.env.observation_shape) for b in batches)
 
 
 def test_short_fit_improves_success(tmp_path):
@@ -208,13 +208,13 @@ def test_env_action_task_and_minibatch_streams_are_distinct_for_every_consumer_a
     for rank in (0, 1):
         dm = RolloutDataModule(env=env, num_envs=4, num_steps=2, update_epochs=1, num_minibatches=1, seed=3)
         dm.build(torch.device("cpu"), rank)
-        c = dm.collector
-        assert seen[-1] == c.env_seed and c.env.generator.initial_seed() == c.env_seed
-        streams += [c.env_seed] + [g.initial_seed() for g in (c.action_generator, c.task_generator,
-                                                                c.minibatch_generator)]
+        c, loop = dm.collector, dm.collector.loop
+        assert seen[-1] == loop.env_seed and c.env.generator.initial_seed() == loop.env_seed
+        streams += [loop.env_seed] + [g.initial_seed() for g in (loop.action_generator, c.task_generator,
+                                                                   c.minibatch_generator)]
         # the env's first draws are not the numbers that choose the actions
-        env_draws = torch.rand(8, generator=torch.Generator().manual_seed(c.env_seed))
-        action_draws = torch.rand(8, generator=torch.Generator().manual_seed(c.action_generator.initial_seed()))
+        env_draws = torch.rand(8, generator=torch.Generator().manual_seed(loop.env_seed))
+        action_draws = torch.rand(8, generator=torch.Generator().manual_seed(loop.action_generator.initial_seed()))
         assert not torch.equal(env_draws, action_draws)
     assert len(set(streams)) == 8, streams
 
@@ -263,9 +263,9 @@ def test_a_continuous_box_with_several_dimensions_trains_end_to_end(tmp_path):
     dm = RolloutDataModule(env=factory, num_envs=8, num_steps=5, update_epochs=2, num_minibatches=2)
     module = PPOModule(anneal_lr=False, lr=1e-2)
     _trainer(tmp_path, 3).fit(module, datamodule=dm)
-    assert dm.buffer.actions.shape == (5, 8, 2, 2)
-    torch.testing.assert_close(dm.buffer.actions[-1], envs[-1].actions[-1])  # stored as the env got them
-    logprob, entropy, _ = module.policy.evaluate(dm.buffer.obs[-1], dm.buffer.actions[-1])
+    assert dm.collector.loop.buffer.actions.shape == (5, 8, 2, 2)
+    torch.testing.assert_close(dm.collector.loop.buffer.actions[-1], envs[-1].actions[-1])  # stored as the env got them
+    logprob, entropy, _ = module.policy.evaluate(dm.collector.loop.buffer.obs[-1], dm.collector.loop.buffer.actions[-1])
     assert logprob.shape == entropy.shape == (8,) and torch.isfinite(logprob).all()
 
 

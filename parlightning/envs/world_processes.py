@@ -12,16 +12,14 @@ Errors stay named: a world that raises or hangs is reported by its worker as the
 a worker that dies or stops answering ends the call with the actor block it ran. Every call
 carries a sequence number, so answers of an abandoned call never reach a later one. `close()`
 asks the workers to close their worlds, then terminates any that do not exit; a worker whose
-parent has gone exits by itself.
+parent has gone exits by itself. Start method, messages, the parent watch and stopping are
+`parlightning.runtime.processes`'.
 """
 
 from __future__ import annotations
 
-import multiprocessing as mp
-import os
 import pickle
 import sys
-import threading
 import time
 import weakref
 from multiprocessing.connection import Connection, wait
@@ -29,31 +27,18 @@ from typing import Any, Mapping, Optional, Sequence
 
 from parlightning.envs.world_runner import WorldCallFailed, WorldRunner, build_shared, close_all, resolve
 from parlightning.errors import ConfigError
+from parlightning.runtime.processes import (
+    Child, ProcessDied, ProcessStartError, receive, send, start_method, stop, watch_parent,
+)
 
-_READY_TIMEOUT = 120.0  # seconds a worker may take to import and build its worlds
-
-
-def _watch_parent(owner: int) -> None:
-    """Exit this worker when the process that owns the env is gone (a killed trainer leaves no
-    workers); under forkserver the OS parent is the server, so the owner is checked by pid too."""
-    parent = os.getppid()
-    while True:
-        time.sleep(1.0)
-        try:
-            os.kill(owner, 0)
-        except ProcessLookupError:
-            os._exit(1)
-        except PermissionError:
-            pass
-        if os.getppid() != parent:
-            os._exit(1)
+READY_TIMEOUT = 120.0  # seconds a worker may take to import and build its worlds
 
 
 def _serve(conn: Connection, owner: int, world: Any, world_kwargs: dict, shared: Optional[dict],
            actors: Sequence[int], seed: int, step_timeout: float, retries: int, switch_interval: Optional[float]
            ) -> None:
     """A worker process: build the shared resources and the worlds of `actors`, then answer calls."""
-    threading.Thread(target=_watch_parent, args=(owner,), name="owner-watch", daemon=True).start()
+    watch_parent(owner)
     if switch_interval is not None and switch_interval < sys.getswitchinterval():
         sys.setswitchinterval(switch_interval)
     resources: dict[str, Any] = {}
@@ -62,48 +47,28 @@ def _serve(conn: Connection, owner: int, world: Any, world_kwargs: dict, shared:
         factory = resolve(world, "data.env.world") if isinstance(world, str) else world
         resources = build_shared(shared)
         runner = WorldRunner(factory, {**world_kwargs, **resources}, actors, seed, step_timeout, retries)
-        conn.send(("ready", runner.facts()))
+        send(conn, ("ready", runner.facts()))
     except Exception as err:  # ConfigError or a world's own: reported, then this worker ends
         close_all(list(resources.values()))
-        conn.send(("error", f"{err}" if isinstance(err, ConfigError) else f"{type(err).__name__}: {err}"))
+        why = f"{err}" if isinstance(err, ConfigError) else f"{type(err).__name__}: {err}"
+        send(conn, ("error", ConfigError(why)))
         return
     try:
         while True:
             try:
-                message = conn.recv()
+                message = receive(conn)
             except (EOFError, OSError):  # the parent closed its end or died
                 return
             if message is None:
                 return
             seq, method, args = message
             try:
-                conn.send((seq, "ok", runner.run_all(method, args)))
+                send(conn, (seq, "ok", runner.run_all(method, args)))
             except WorldCallFailed as failed:
-                conn.send((seq, "failed", (failed.actor, failed.method, failed.why)))
+                send(conn, (seq, "failed", (failed.actor, failed.method, failed.why)))
     finally:
         runner.close()
         close_all(list(resources.values()))
-
-
-def _stop(processes: list, connections: list) -> None:
-    """Ask every worker to exit, then terminate (and at last kill) the ones still running."""
-    for conn in connections:
-        try:
-            conn.send(None)
-        except (OSError, ValueError):
-            pass
-    deadline = time.monotonic() + 2.0
-    for proc in processes:
-        proc.join(timeout=max(deadline - time.monotonic(), 0.05))
-    for proc in processes:
-        if proc.is_alive():
-            proc.terminate()
-            proc.join(timeout=1.0)
-        if proc.is_alive():
-            proc.kill()
-            proc.join(timeout=1.0)
-    for conn in connections:
-        conn.close()
 
 
 def _picklable(name: str, value: Any, fix: str) -> None:
@@ -120,55 +85,49 @@ class WorkerProcesses:
 
     `world`, `world_kwargs` and `shared` must pickle (name the world by import path or as a
     module-level class; give shared resources as `{class_path, init_args}` specs, built in each
-    worker). `start_method`: multiprocessing's (`forkserver` where available: workers fork from a
-    clean server process, not from this threaded one; `spawn` elsewhere)."""
+    worker). `start`: the start method (`parlightning.runtime.processes.start_method`: forkserver
+    where available, so workers fork from a clean server process, not from this threaded one;
+    spawn elsewhere)."""
 
     def __init__(self, world: Any, world_kwargs: Mapping[str, Any], shared: Optional[Mapping[str, Any]],
                  num_envs: int, workers: int, seed: int, step_timeout: float, retries: int,
-                 switch_interval: Optional[float], start_method: Optional[str] = None) -> None:
+                 switch_interval: Optional[float], start: Optional[str] = None) -> None:
         _picklable("world", world, "name it by import path ('package.module:Class') or as a module-level class")
         _picklable("world_kwargs", dict(world_kwargs), "pass plain values, or build resources in `shared`")
         for name, spec in (shared or {}).items():
             if not isinstance(spec, Mapping):
                 raise ConfigError(f"data.env.init_args.shared.{name}: with workers > 0 a shared resource is "
                                   "built in each worker: give it as {class_path, init_args}, not ready-made")
-        method = start_method or ("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
-        if method not in mp.get_all_start_methods():
-            raise ConfigError(f"data.env.init_args.start_method: {method!r} is not one of "
-                              f"{mp.get_all_start_methods()}")
-        ctx = mp.get_context(method)
-        if method == "forkserver":  # the server imports this module once; each worker forks from it
-            ctx.set_forkserver_preload([__name__])
+        method = start_method(start, "data.env.init_args.start_method")
         self.step_timeout, self.retries = step_timeout, retries
         bounds = [num_envs * w // workers for w in range(workers + 1)]
         self.blocks = [list(range(bounds[w], bounds[w + 1])) for w in range(workers)]
         self._owner = {i: w for w, block in enumerate(self.blocks) for i in block}
+        self._children: list[Child] = []
         self._processes: list = []
         self._connections: list[Connection] = []
         self._seq = 0
-        self._finalizer = weakref.finalize(self, _stop, self._processes, self._connections)
-        for w, block in enumerate(self.blocks):
-            mine, theirs = ctx.Pipe(duplex=True)
-            proc = ctx.Process(target=_serve, name=f"external-worlds-{w}", daemon=False,
-                               args=(theirs, os.getpid(), world, dict(world_kwargs), dict(shared or {}), block, seed,
-                                     step_timeout, retries, switch_interval))
-            proc.start()
-            theirs.close()
-            self._processes.append(proc)
-            self._connections.append(mine)
+        self._finalizer = weakref.finalize(self, stop, self._processes, self._connections)
+        for w, block in enumerate(self.blocks):  # forkserver: the server imports this module once
+            child = Child(_serve, (world, dict(world_kwargs), dict(shared or {}), block, seed, step_timeout, retries,
+                                   switch_interval), name=f"external-worlds-{w}",
+                          what=f"worker process {w} (actors {block[0]}-{block[-1]})", method=method, preload=[__name__])
+            self._children.append(child)
+            self._processes.append(child.process)
+            self._connections.append(child.conn)
         self._facts = None
-        for w in range(workers):  # every worker reports ready (or its error)
+        for child in self._children:  # every worker reports ready (or its error)
             try:
-                message = self._receive(w, "start", _READY_TIMEOUT)
-            except WorldCallFailed as failed:
+                facts = child.wait_ready(READY_TIMEOUT)
+            except ProcessStartError as err:
                 self.close()
-                raise ConfigError(f"data.env.init_args.workers: {failed.why} while starting (its output above "
-                                  "says why; start_method: spawn needs the main module importable)") from None
-            if message[0] == "error":
+                raise ConfigError(f"data.env.init_args.workers: {err} (start_method: spawn needs the main module "
+                                  "importable)") from None
+            except BaseException:
                 self.close()
-                raise ConfigError(message[1])
+                raise
             if self._facts is None:
-                self._facts = message[1]
+                self._facts = facts
 
     def facts(self) -> dict[str, Any]:
         return dict(self._facts)
@@ -183,12 +142,10 @@ class WorkerProcesses:
             raise WorldCallFailed(self.blocks[w][0], method, f"worker process {w} (actors {self._span(w)}) "
                                                             f"stopped answering for {timeout:g}s")
         try:
-            return conn.recv()
-        except (EOFError, OSError):
-            proc = self._processes[w]
-            proc.join(timeout=1.0)
+            return self._children[w].receive()
+        except ProcessDied as err:
             raise WorldCallFailed(self.blocks[w][0], method, f"worker process {w} (actors {self._span(w)}) "
-                                                            f"died (exit code {proc.exitcode})") from None
+                                                            f"died (exit code {err.exitcode})") from None
 
     def _span(self, w: int) -> str:
         block = self.blocks[w]
@@ -204,7 +161,11 @@ class WorkerProcesses:
         for i, a in args.items():
             per_worker.setdefault(self._owner[i], {})[i] = a
         for w, calls in per_worker.items():
-            self._connections[w].send((seq, method, calls))
+            try:
+                self._children[w].send((seq, method, calls))
+            except ProcessDied as err:
+                raise WorldCallFailed(self.blocks[w][0], method, f"worker process {w} (actors {self._span(w)}) "
+                                                                f"died (exit code {err.exitcode})") from None
         # the workers time each call out themselves; this is the backstop for a worker that hangs or dies
         timeout = self.step_timeout * (self.retries + 1) + 10.0
         deadline = time.monotonic() + timeout

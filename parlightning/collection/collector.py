@@ -1,0 +1,240 @@
+"""`Collector`: one rank's collection, composed of a step loop (inside its transport), a schedule,
+a transport and the planner, finishing every round with `finish_round`. `make_collector` picks
+the parts from the two user-facing choices (`data.max_policy_lag`, `data.collect_in`).
+
+Per call of `collect(round_index, env_steps)`: publish the learner's weights as version
+`round_index`, release every round up to the schedule's horizon (each release runs the
+`on_rollout_start` hooks, plans the round and freezes a `RoundContext`: round, shard, plan and
+unit, λ position, release version), take the transport's next result (always the oldest round in
+flight: `round_index`), and finish it into a `Rollout`.
+
+Learner-side state (kept here, never in the child): the sampler (batched view) and its task
+stream, the minibatch stream, the global RNGs. Step-side state is the step loop's, wherever it
+runs; `state_dict` reads both at one consistent moment (`transport.consistent()`).
+"""
+
+from __future__ import annotations
+
+import pickle
+import time
+import warnings
+from typing import Any, Callable, Optional
+
+import torch
+from torch import Tensor
+
+from parlightning.checkpoint import rng_state, set_rng_state
+from parlightning.collection.context import RoundContext, RoundHooks
+from parlightning.collection.finish import finish_round
+from parlightning.collection.schedules import LagBudget, LockStep
+from parlightning.collection.step_loop import SamplerLock, SamplerPicks, StepLoop, stream_seed
+from parlightning.collection.transports import InlineTransport, ProcessTransport, ThreadTransport
+from parlightning.errors import ConfigError
+from parlightning.rollout import Rollout
+from parlightning.sampling import as_batched
+
+
+class Collector:
+    """One rank's collection; see the module docstring.
+
+    Args:
+        transport: where the step loop runs (`InlineTransport`, `ThreadTransport`, `ProcessTransport`).
+        schedule: `LockStep()` or `LagBudget(k)`.
+        sampler: the data module's `TaskSampler` (batched here); reward: its `PARLReward` or None.
+        seed: the rank's base seed (data.seed + rank), for the task and minibatch streams.
+        gamma, gae_lambda: GAE's.
+    """
+
+    def __init__(self, transport: Any, schedule: Any, sampler: Any, reward: Any, seed: int, device: torch.device,
+                 gamma: float, gae_lambda: float, lock: Optional[SamplerLock] = None) -> None:
+        self.transport, self.schedule, self.reward = transport, schedule, reward
+        self.device, self.gamma, self.gae_lambda = device, gamma, gae_lambda
+        self.lock = lock if lock is not None else SamplerLock()
+        self.env = transport.env  # the world (a `RemoteEnv` of facts where it steps in a child process)
+        self.num_envs = int(self.env.num_envs)
+        self.task_ids = getattr(self.env, "task_ids", None)
+        self.task_ids = list(self.task_ids) if self.task_ids is not None else None
+        self.task_generator = torch.Generator(device=device).manual_seed(stream_seed(seed, "task"))  # sampler picks
+        self.minibatch_generator = torch.Generator(device=device).manual_seed(stream_seed(seed, "minibatch"))
+        self.sampler: Any = None  # the batched view of the data module's sampler, once bound
+        self.picks: Optional[SamplerPicks] = None
+        self.planner: Any = None
+        self.hooks: RoundHooks = RoundHooks()
+        self.key_row: Optional[Tensor] = None
+        self._released = 0  # next round to release
+        self._version = 0  # the learner's policy version (PPO iterations) as of the last collect
+        self._started_collecting = False
+        self._last_collect_start: Optional[float] = None
+        self._learner_wait = 0.0
+
+    @property
+    def loop(self) -> Optional[StepLoop]:
+        """The step loop, where it runs in this process (None for a process transport)."""
+        return self.transport.loop
+
+    @property
+    def current_task(self) -> Optional[Tensor]:
+        """[N] bank index each actor is working on (as of the newest round's end in a child process)."""
+        return self.transport.current_task
+
+    def start(self, sampler: Any, planner: Any = None, round_index: int = 0) -> None:
+        """Bind the sampler (and planner), plan round `round_index` and reset every actor on the
+        sampler's picks from its shard."""
+        self.planner = planner
+        if self.task_ids is None:
+            self.transport.reset(None)
+            return
+        self.sampler = as_batched(sampler, queue_length=self.num_envs)
+        self.sampler.bind(self.task_ids, self.device)
+        self.picks = SamplerPicks(self.sampler, self.task_generator, self.lock)
+        if self.loop is not None:
+            self.loop.picks = self.picks
+        else:
+            self.transport.picks = self.picks
+        context = self._context(round_index, issue=False)  # round 0's plan holds from the first step
+        everyone = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
+        self.transport.reset(self.picks.pick(context, everyone))
+
+    def bind_keys(self, key_row: Tensor) -> None:
+        """Every bank task's row of a keyed policy's table (TensorParallel)."""
+        self.key_row = key_row
+        if self.loop is not None:
+            self.loop.key_row = key_row
+
+    def bind_memory(self, policy: torch.nn.Module) -> None:
+        """Carry a recurrent policy's hidden state for every actor from now on."""
+        self.schedule.check_recurrent()
+        self.loop.bind_memory(policy)
+
+    @property
+    def memory(self) -> Any:
+        return self.loop.memory if self.loop is not None else None
+
+    # ------------------------------------------------------------------ rounds
+    def _context(self, round_index: int, issue: bool = True) -> RoundContext:
+        plan, unit, shard = (), None, None
+        if self.planner is not None:
+            plan, unit, shard = self.planner.plan_round(round_index)
+            if issue:
+                self.planner.issued(round_index)
+        if shard is None and self.task_ids is not None:
+            shard = torch.arange(len(self.task_ids), device=self.device)
+        return RoundContext(round_index, shard, plan, unit, getattr(self.reward, "position", None),
+                            self._version)
+
+    def _release(self, upto: int) -> None:
+        """Issue rounds up to `upto`: their `on_rollout_start` hooks, plan and context, in this thread."""
+        while self._released <= upto:
+            j = self._released
+            with self.lock.learner():
+                self.hooks.on_rollout_start(j)
+                context = self._context(j)
+            self.transport.issue(context)
+            self._released += 1
+
+    def collect(self, round_index: int, env_steps: int, hooks: Optional[RoundHooks] = None) -> Rollout:
+        """Round `round_index`, finished (`env_steps`: global env steps before it); `hooks`: the
+        trainer side (rollout callbacks, the learner's policy, the cross-rank sum)."""
+        if hooks is not None:
+            self.hooks = hooks
+        policy = self.hooks.policy()
+        self._version = round_index  # updates the learner's policy has had
+        call_start = time.perf_counter()
+        if not self._started_collecting:
+            self._released = round_index
+            local = None
+            if self.picks is not None and getattr(self.sampler, "reward_blind", False) and self._sendable(self.sampler):
+                local = self.picks
+            self.transport.start(policy, self.key_row, local)
+            self._started_collecting = True
+        self.transport.publish(policy, round_index)
+        self._release(self.schedule.horizon(round_index))
+        iteration_time = None if self._last_collect_start is None else call_start - self._last_collect_start
+        self._last_collect_start = call_start
+        result = self.transport.result()
+        wait = time.perf_counter() - call_start
+        if result.context.round_index != round_index:
+            raise RuntimeError(f"Collector: got round {result.context.round_index}, expected {round_index}")
+        waits: dict[str, Tensor] = {}
+        if self.schedule.lag:  # how much each side waited for the other
+            if iteration_time is not None:
+                waits["perf/learner_wait_frac"] = torch.tensor(min(self._learner_wait / iteration_time, 1.0))
+            waits["perf/collector_wait_frac"] = torch.tensor(result.wait_frac)
+        steps = self.num_envs * result.buffer.num_steps * self.hooks.world_size
+        rollout = finish_round(
+            result, hooks=self.hooks, sampler=self.sampler, picks=self.picks, lock=self.lock, reward=self.reward,
+            planner=self.planner, schedule=self.schedule, policy=policy, gamma=self.gamma,
+            gae_lambda=self.gae_lambda, env_steps=env_steps + steps,
+            solved_threshold=float(getattr(self.env, "solved_threshold", 1.0)), iteration_time=iteration_time,
+            extra_stats=waits)
+        self._learner_wait = wait  # counted against the iteration it starts
+        return rollout
+
+    @staticmethod
+    def _sendable(sampler: Any) -> bool:
+        try:
+            pickle.dumps(sampler)
+            return True
+        except Exception:
+            return False
+
+    # ------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        """This rank's step-side state (the step loop's, wherever it runs) and learner-side state
+        (task and minibatch streams, the sampler, global RNGs), read at one consistent moment."""
+        with self.transport.consistent():
+            step_side = self.transport.state_dict()
+            learner = {
+                "task_generator": self.task_generator.get_state(),
+                "minibatch_generator": self.minibatch_generator.get_state(),
+                "sampler": self.sampler.state_dict() if self.sampler is not None else {},
+                "rng": rng_state(),
+            }
+        return {**learner, **step_side}  # where the child picks, its sampler and task stream are the real ones
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.transport.load_state_dict(state)
+        if "task_generator" in state:  # checkpoints before separate streams picked tasks with the action stream
+            self.task_generator.set_state(state["task_generator"])
+        self.minibatch_generator.set_state(state["minibatch_generator"])
+        self.load_sampler_state(state)
+        if "rng" in state:
+            set_rng_state(state["rng"])
+        if self.schedule.lag:
+            warnings.warn(
+                f"data.max_policy_lag={self.schedule.lag}: resuming from a checkpoint loses the rollouts that were in "
+                f"flight when it was written (at most {self.schedule.lag}, collected but not trained on); they are "
+                "collected afresh",
+                stacklevel=2,
+            )
+
+    def load_sampler_state(self, state: dict[str, Any]) -> None:
+        """Only the sampler's statistics (resuming on another number of ranks)."""
+        if self.sampler is not None:
+            self.sampler.load_state_dict(state["sampler"])
+
+    def close(self) -> None:
+        self.transport.close()
+
+
+def make_collector(factory: Callable, num_envs: int, num_steps: int, seed: int, device: torch.device, *,
+                   max_policy_lag: int = 0, collect_in: str = "thread", sampler: Any = None, reward: Any = None,
+                   gamma: float = 0.99, gae_lambda: float = 0.95, rank: int = 0,
+                   start_method: Optional[str] = None) -> Collector:
+    """The collector for `data.max_policy_lag` and `data.collect_in`: lag 0 is lock-step inline;
+    k >= 1 a lag budget in a thread or in a child process."""
+    if collect_in not in ("thread", "process"):
+        raise ConfigError(f"data.collect_in: must be 'thread' or 'process', got {collect_in!r}")
+    schedule: Any = LockStep() if max_policy_lag == 0 else LagBudget(max_policy_lag)
+    lock = SamplerLock()
+    if collect_in == "process" and schedule.lag:
+        transport: Any = ProcessTransport(factory, num_envs, num_steps, seed, device, lock, schedule.lag, rank,
+                                          start_method)
+    else:
+        loop = StepLoop(factory, num_envs, num_steps, seed, device)
+        transport = ThreadTransport(loop, lock, schedule.lag, rank) if schedule.lag else InlineTransport(loop)
+    try:
+        return Collector(transport, schedule, sampler, reward, seed, device, gamma, gae_lambda, lock)
+    except BaseException:
+        transport.close()
+        raise

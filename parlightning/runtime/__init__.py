@@ -1,0 +1,1 @@
+"""Runtime services shared by the package: processes (`parlightning.runtime.processes`)."""

@@ -1,0 +1,230 @@
+"""One toolkit for every place that starts a process: the start method, the message protocol, the
+parent-death watch, stopping (ask, then terminate, then kill) and the errors a run ends with.
+
+Why one: each process stack used to carry its own copy of these five pieces (and imported the
+others' private helpers), and each copy had its own gap. Here each piece is written once:
+
+- `start_method(requested, field)` / `context(method, preload)`: `forkserver` where the platform
+  has it (children fork from a clean server process, not from a threaded trainer), else `spawn`;
+  an unknown method is one `ConfigError` naming the field. `preload` modules are imported once by
+  the server, so each child starts without importing torch again.
+- `send(conn, message)` / `receive(conn)`: one pickled message per call (the standard pickler,
+  highest protocol; tensors by value: no shared-memory handles to leak). Both ends use these, so
+  the protocol is the same everywhere: a tuple whose first item names the message.
+- `watch_parent(owner)`: a daemon thread in the child that exits it when the process that owns it
+  is gone (a killed trainer leaves no children; under forkserver the OS parent is the server, so
+  the owner is checked by pid too).
+- `stop(processes, connections)`: ask each child to exit (a `None` message), join for a grace
+  period, then terminate and at last kill; idempotent, safe from a `weakref.finalize`.
+- `Child`: one process and its duplex pipe, with the start handshake (the child's first message is
+  `("ready", facts)` or `("error", exception)`), `send` / `receive` that turn a dead child into a
+  named error, and `close`. A child that reported an error and exited is never reported as "died
+  (exit code 0)": `send` and `receive` read what the child said before it went (`reported`), and
+  raise that.
+- `ProcessDied` / `ProcessStartError`: the named errors (the first a RuntimeError with the pid and
+  exit code, the second a ConfigError: a child that cannot start is a configuration problem);
+  `sendable_error(err)` makes any exception cross the pipe with its type and message.
+
+Users: the collector's process transport (`parlightning.collection.transports`) and the external
+worlds' worker processes (`parlightning.envs.world_processes`). A pool of subagent processes can use
+`Child` the same way (one `Child` per worker, `stop` over all of them).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import pickle
+import threading
+import time
+import traceback
+from multiprocessing.connection import Connection
+from typing import Any, Callable, Optional, Sequence
+
+from parlightning.errors import ConfigError
+
+
+class ProcessDied(RuntimeError):
+    """A child process went away without saying why: `what` (pid N) died (exit code X)."""
+
+    def __init__(self, what: str, pid: Optional[int], exitcode: Optional[int]) -> None:
+        super().__init__(f"{what} (pid {pid}) died (exit code {exitcode})")
+        self.what, self.pid, self.exitcode = what, pid, exitcode
+
+
+class ProcessStartError(ConfigError):
+    """A child process could not start (it exited, or did not report ready in time)."""
+
+
+def start_method(requested: Optional[str] = None, field: str = "start_method") -> str:
+    """`requested`, or forkserver where available, else spawn; an unknown one is a ConfigError on `field`."""
+    available = mp.get_all_start_methods()
+    method = requested or ("forkserver" if "forkserver" in available else "spawn")
+    if method not in available:
+        raise ConfigError(f"{field}: {method!r} is not one of {available}")
+    return method
+
+
+def context(method: str, preload: Sequence[str] = ()) -> Any:
+    """The multiprocessing context of `method`; under forkserver the server imports `preload` once."""
+    ctx = mp.get_context(method)
+    if method == "forkserver" and preload:
+        ctx.set_forkserver_preload(list(preload))
+    return ctx
+
+
+def send(conn: Connection, message: Any) -> None:
+    """One message: pickled here (in C, no GIL hand-offs per tensor), one write."""
+    conn.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def receive(conn: Connection) -> Any:
+    """The next message (blocks); EOFError / OSError when the other end has gone."""
+    return pickle.loads(conn.recv_bytes())
+
+
+def sendable_error(err: BaseException, where: str = "child process") -> BaseException:
+    """`err` if it survives pickling (its type and message reach the parent), else a RuntimeError
+    with its type, message and traceback."""
+    try:
+        pickle.loads(pickle.dumps(err))
+        return err
+    except Exception:
+        text = "".join(traceback.format_exception(type(err), err, err.__traceback__))
+        return RuntimeError(f"{where}: {type(err).__name__}: {err}\n{text}")
+
+
+def _watch(owner: int, interval: float) -> None:
+    parent = os.getppid()
+    while True:
+        time.sleep(interval)
+        try:
+            os.kill(owner, 0)
+        except ProcessLookupError:
+            os._exit(1)
+        except PermissionError:
+            pass
+        if os.getppid() != parent:
+            os._exit(1)
+
+
+def watch_parent(owner: int, interval: float = 1.0) -> threading.Thread:
+    """Exit this (child) process when process `owner` is gone or this process is re-parented."""
+    thread = threading.Thread(target=_watch, args=(owner, interval), name="owner-watch", daemon=True)
+    thread.start()
+    return thread
+
+
+def stop(processes: Sequence[Any], connections: Sequence[Connection], grace: float = 2.0) -> None:
+    """Ask every child to exit (a None message), wait `grace` seconds in all, then terminate (and at
+    last kill) the ones still running, and close the connections. Idempotent."""
+    for conn in connections:
+        try:
+            send(conn, None)
+        except (OSError, ValueError):
+            pass
+    deadline = time.monotonic() + grace
+    for proc in processes:
+        proc.join(timeout=max(deadline - time.monotonic(), 0.05))
+    for proc in processes:
+        if proc.is_alive():
+            proc.terminate()
+            proc.join(timeout=1.0)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(timeout=1.0)
+    for conn in connections:
+        conn.close()
+
+
+class Child:
+    """One child process and its duplex pipe (see the module docstring).
+
+    Args:
+        target: the child's entry point, called as `target(conn, owner_pid, *args)`; it reports
+            `("ready", facts)` (or `("error", exc)`) first, then answers messages until `None`.
+        args: picklable arguments after the connection and the owner's pid.
+        name: the process name, also how errors name it (e.g. "the collector process").
+        method: a start method (`start_method` picks the default); `preload`: forkserver preloads.
+    """
+
+    def __init__(self, target: Callable[..., None], args: Sequence[Any], name: str, what: str,
+                 method: Optional[str] = None, preload: Sequence[str] = ()) -> None:
+        ctx = context(start_method(method), preload)
+        self.what = what
+        self.conn, theirs = ctx.Pipe(duplex=True)
+        self.process = ctx.Process(target=target, name=name, daemon=False, args=(theirs, os.getpid(), *args))
+        self.process.start()
+        theirs.close()
+        self.reported: Optional[BaseException] = None  # what the child said before it went, if anything
+        self.reader: Optional[threading.Thread] = None  # the thread that reads `conn`, once one does
+        self._send_lock = threading.Lock()  # several threads may send; one message at a time
+        self.closed = False
+
+    @property
+    def pid(self) -> Optional[int]:
+        return self.process.pid
+
+    def wait_ready(self, timeout: float) -> Any:
+        """The child's facts once it reports ready; its own error (raised here) or a
+        `ProcessStartError` when it exits or stays silent for `timeout` seconds."""
+        if not self.conn.poll(timeout):
+            self.close()
+            raise ProcessStartError(f"{self.what} did not start within {timeout:g}s")
+        try:
+            message = receive(self.conn)
+        except (EOFError, OSError):
+            self.process.join(timeout=5.0)
+            self.close()
+            raise ProcessStartError(f"{self.what} exited while starting (exit code {self.process.exitcode}; "
+                                    "its output above says why)") from None
+        if message[0] == "error":
+            self.close()
+            raise message[1]
+        return message[1]
+
+    def died(self) -> BaseException:
+        """The error for a child that has gone: what it reported before exiting, else `ProcessDied`."""
+        reader = self.reader
+        if reader is not None and reader is not threading.current_thread():
+            reader.join(timeout=5.0)  # it reads what the child said before it went, up to the end of the pipe
+        elif self.reported is None:
+            try:  # a child that reported its error and exited: the report may still be in the pipe
+                while self.conn.poll(0):
+                    message = receive(self.conn)
+                    if isinstance(message, tuple) and message and message[0] == "error":
+                        self.reported = message[1]
+                        break
+            except (EOFError, OSError, ValueError, pickle.UnpicklingError):
+                pass
+        if self.reported is not None:
+            return self.reported
+        self.process.join(timeout=2.0)
+        return ProcessDied(self.what, self.process.pid, self.process.exitcode)
+
+    def send(self, message: Any) -> None:
+        """A message to the child; a child that has gone raises `died()`."""
+        try:
+            with self._send_lock:
+                send(self.conn, message)
+        except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
+            raise self.died() from None
+
+    def receive(self) -> Any:
+        """The child's next message; one that has gone raises `died()`. An `("error", exc)` message
+        is remembered as what it reported (the caller decides when to raise it)."""
+        try:
+            message = receive(self.conn)
+        except (EOFError, OSError):
+            raise self.died() from None
+        if isinstance(message, tuple) and message and message[0] == "error":
+            self.reported = message[1]
+        return message
+
+    def close(self, grace: float = 10.0) -> None:
+        """Ask the child to exit, wait up to `grace` seconds, then terminate it; idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        with self._send_lock:  # not in the middle of another thread's message
+            stop([self.process], [self.conn], grace)
