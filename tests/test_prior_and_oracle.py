@@ -67,7 +67,7 @@ def test_delegation_share_is_the_share_of_live_decisions_that_delegate(tmp_path)
     assert float(delegation_share(buf)) == pytest.approx(want)
     assert 0.75 < want < 0.95  # a fresh policy delegates ~6/7 of the time
     serial = _fit(tmp_path, PPOModule(anneal_lr=False, prior=0.998))
-    assert float(delegation_share(serial.buffer)) < 0.02
+    assert float(delegation_share(serial.collector.loop.buffer)) < 0.02
 
 
 def test_delegation_share_reaches_tensorboard(tmp_path):
