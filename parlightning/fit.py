@@ -30,6 +30,7 @@ from parlightning.data import RolloutDataModule
 from parlightning.errors import ConfigError, parser_error_line, root_error_line
 from parlightning.module import PPOModule
 from parlightning.preflight import check_arguments, check_config
+from parlightning.rank_watch import RankWatch, flat_config
 
 
 class ParlCLI(LightningCLI):
@@ -77,15 +78,22 @@ def main(args: Optional[list[str]] = None) -> ParlCLI:
     cli = build_cli(args)
     ckpt = cli.config.get("ckpt_path")
     try:
-        preflight(cli, ckpt)
+        probe = preflight(cli, ckpt)
     except ConfigError as err:
         raise SystemExit(f"error: {err}") from None
+    watch = RankWatch(flat_config(cli.config, (probe or {}).get("env_signature")))  # DDP: one rank's fault stops all
+    cli.trainer.callbacks.append(watch)
     use_atomic_checkpoints(cli.trainer)
     claimed = claim_version(cli.trainer)  # an atomic mkdir: runs started together get their own version_N
     fresh = new_output_dirs(cli.trainer) + claimed  # deepest first: the run's folders, then new parents
     try:
         cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=ckpt)
     except BaseException as err:
+        message = _start_error(err)
+        if message is not None and cli.datamodule.last_rollout is None:  # failed in setup, before any rollout
+            remove_new_outputs(fresh)  # a failed start leaves nothing behind (logs, config.yaml)
+        if watch.active:  # DDP: record this rank's cause, stop every rank, rank 0 prints one line
+            watch.stop_job(err, message)
         launcher = cli.trainer.strategy.launcher
         if callable(getattr(launcher, "kill", None)):
             launcher.kill(signal.SIGKILL)  # DDP: the ranks this process launched must not wait for it
@@ -93,11 +101,8 @@ def main(args: Optional[list[str]] = None) -> ParlCLI:
             print("SIGTERM: stopped; the last checkpoint (written at the end of the last finished iteration) is "
                   "intact: resume with --ckpt_path <log_dir>/checkpoints/last.ckpt", file=sys.stderr)
             raise SystemExit(128 + signal.SIGTERM) from None  # 143, the shell's code for "killed by SIGTERM"
-        message = _start_error(err)
         if message is None:
             raise
-        if cli.datamodule.last_rollout is None:  # checks that need the env or the device (setup, before any rollout)
-            remove_new_outputs(fresh)  # a failed start leaves nothing behind (logs, config.yaml)
         raise SystemExit(f"error: {message}") from None
     return cli
 
@@ -125,7 +130,7 @@ def build_cli(args: list[str]) -> ParlCLI:
         raise SystemExit(f"error: {root_error_line(err)}") from None
 
 
-def preflight(cli: ParlCLI, ckpt: Optional[str]) -> None:
+def preflight(cli: ParlCLI, ckpt: Optional[str]) -> dict:
     """Everything checked before the trainer writes: output folders, the env's contract and the
     rollout's memory (on a small probe of the env), and the checkpoint to resume from."""
     trainer = cli.trainer
@@ -138,6 +143,7 @@ def preflight(cli: ParlCLI, ckpt: Optional[str]) -> None:
     if ckpt is not None:
         check_resume(ckpt, cli.model, cli.datamodule, probe, trainer.max_epochs)  # corrupt, foreign, mismatched, done
         clean_stale_partials(os.path.dirname(os.path.abspath(ckpt)))  # saves of the run being resumed that were killed
+    return probe
 
 
 def _start_error(err: BaseException) -> Optional[str]:
