@@ -80,12 +80,22 @@ def check_config_file(path: str) -> None:
     if not os.path.isfile(path):
         return
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError:
+        return  # unreadable: the parser names it
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw[:err.start].count(b"\n") + 1
+        raise ConfigError(f"--config {path}: not UTF-8 text (byte {raw[err.start]:#04x} at line {line}); save the "
+                          "file as UTF-8 (a YAML config is text)") from None
+    try:
+        _check_expansion(path, yaml.compose(text, Loader=_StrictLoader))  # noqa: S506 (a SafeLoader subclass)
         config = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
     except ConfigError as err:
         raise ConfigError(f"--config {path}: {err}") from None
-    except (yaml.YAMLError, UnicodeDecodeError, OSError):
+    except yaml.YAMLError:
         return  # not YAML at all: the parser's own message says so
     if config is None:
         raise ConfigError(f"--config {path}: the file is empty; a config is a YAML mapping of sections "
@@ -96,6 +106,42 @@ def check_config_file(path: str) -> None:
     for name in REMOVED_OPTIONS:
         if name in config:
             raise ConfigError(f"--config {path}: " + _removed(name))
+    for section in SECTIONS:
+        value = config.get(section, {})
+        if not isinstance(value, dict):
+            kind = type(value).__name__
+            shown = "null" if value is None else f"{'an' if kind[0] in 'aeiou' else 'a'} {kind} ({str(value)[:40]})"
+            raise ConfigError(f"--config {path}: {section}: is {shown}, not a mapping of {section} options; write "
+                              f"them indented under it (e.g. {SECTIONS[section]}) or drop the {section}: key")
+
+
+SECTIONS = {"trainer": "trainer:\\n  max_epochs: 50", "model": "model:\\n  lr: 0.00025",
+            "data": "data:\\n  num_envs: 256"}
+MAX_YAML_NODES = 200_000  # a config is a few hundred values; anchors/aliases expanding past this are a "YAML bomb"
+
+
+def _check_expansion(path: str, root: Optional[yaml.Node]) -> None:
+    """Refuse YAML whose aliases expand to more than MAX_YAML_NODES values (each alias counted as
+    a copy, as every later reader expands it): a few lines can otherwise grow to gigabytes."""
+    sizes: dict[int, int] = {}
+
+    def size(node: yaml.Node) -> int:
+        if id(node) in sizes:
+            return sizes[id(node)]
+        sizes[id(node)] = 1  # a recursive alias counts once
+        total = 1
+        if isinstance(node, yaml.SequenceNode):
+            total += sum(size(child) for child in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            total += sum(size(k) + size(v) for k, v in node.value)
+        if total > MAX_YAML_NODES:
+            raise ConfigError(f"its anchors and aliases (&name / *name) expand to more than {MAX_YAML_NODES:,} "
+                              "values (a YAML bomb?); write the values out or drop the aliases")
+        sizes[id(node)] = total
+        return total
+
+    if root is not None:
+        size(root)
 
 
 # ---------------------------------------------------------------------------------- parsed config

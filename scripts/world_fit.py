@@ -35,6 +35,14 @@ T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 
 CURVE = ("rollout/success_rate", "rollout/critical_steps", "rollout/subagents_per_episode", "rollout/finish_rate")
 
 
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (argparse prints `error: argument --x: ...` and exits 2)."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
+
 def welch_p(a: list[float], b: list[float]) -> float:
     """Two-sided Welch t-test p-value (normal approximation of the t tail for small samples is
     avoided: the t CDF is integrated numerically)."""
@@ -66,11 +74,11 @@ def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--policies", nargs="+", default=["mlp"], choices=["mlp", "slots"])
     p.add_argument("--seeds", nargs="+", type=int, default=[0])
-    p.add_argument("--epochs", type=int, default=None, help="PPO iterations (default: the config's)")
+    p.add_argument("--epochs", type=positive_int, default=None, help="PPO iterations (default: the config's)")
     p.add_argument("--wide", action="store_true", help="add configs/swarm_wide.yaml")
     p.add_argument("--quick", action="store_true", help="2 iterations of 32 actors x 8 steps")
     p.add_argument("--out", default=None, help="folder for logs and checkpoints (default: a fresh runs/world_fit_*)")
-    p.add_argument("--every", type=int, default=5, help="print the learning curve every N iterations")
+    p.add_argument("--every", type=positive_int, default=5, help="print the learning curve every N iterations")
     p.add_argument("--reuse", action="store_true", help="evaluate runs already under --out instead of training")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: the config's, 1)")
     p.add_argument("--compile", action="store_true",
