@@ -12,6 +12,11 @@ class ConfigError(ValueError):
     """Raised before any rollout for a bad config value; the CLI prints it without a traceback."""
 
 
+class ReportedError(RuntimeError):
+    """A fault during the run (a user's world, a full disk) whose message already names the
+    component and the fix: the CLI prints it as one `error:` line, without a traceback."""
+
+
 def root_error_line(err: BaseException) -> str:
     """The innermost cause of `err` (a class's own check, not the config parser's union wrapper
     around it) as one line."""

@@ -27,7 +27,7 @@ from parlightning.checkpoint import (
 )
 from parlightning.config_log import LoggedConfig
 from parlightning.data import RolloutDataModule
-from parlightning.errors import ConfigError, parser_error_line, root_error_line
+from parlightning.errors import ConfigError, ReportedError, parser_error_line, root_error_line
 from parlightning.module import PPOModule
 from parlightning.preflight import check_arguments, check_config
 from parlightning.rank_watch import RankWatch, flat_config
@@ -147,11 +147,14 @@ def preflight(cli: ParlCLI, ckpt: Optional[str]) -> dict:
 
 
 def _start_error(err: BaseException) -> Optional[str]:
-    """The one-line message for an error raised while fit starts (a ConfigError from setup, or
-    Lightning's size-mismatch when a checkpoint's weights do not fit); None for anything else."""
-    if isinstance(err, ConfigError):
-        return str(err)
+    """The one-line message for an error raised by fit: a ConfigError from setup, a ReportedError
+    (a user's world, a full disk), the non-finite-loss stop, or Lightning's size-mismatch when a
+    checkpoint's weights do not fit; None for anything else (a bug: its traceback is kept)."""
+    if isinstance(err, (ConfigError, ReportedError)):
+        return " ".join(str(err).split())
     text = str(err)
+    if isinstance(err, FloatingPointError) and text.startswith("non-finite"):  # the module's own guard
+        return text
     if isinstance(err, RuntimeError) and "Error(s) in loading state_dict" in text:
         first = next((line.strip() for line in text.splitlines()[1:] if line.strip()), "")
         return (f"--ckpt_path: the checkpoint's weights do not fit this config ({first[:200]}); resume with the "
