@@ -102,7 +102,9 @@ def _write_failure(path: str, folder: str, err: BaseException) -> str:
     why = "the disk is full" if free >= 0 and free < 64 * 2**20 or getattr(err, "errno", None) == errno.ENOSPC \
         or "No space left" in str(err) else f"the write failed ({' '.join(str(err).split())[:120]})"
     space = f"{_size(free)} free there" if free >= 0 else "free space unknown"
-    previous = "the previous checkpoint there is kept" if os.path.exists(path) else "no earlier checkpoint was there"
+    kept = sorted(n for n in os.listdir(folder) if n.endswith(".ckpt")) if os.path.isdir(folder) else []
+    previous = (f"the checkpoints already there are kept ({', '.join(kept[:3])})" if kept
+                else "no checkpoint was written there yet")
     return (f"checkpoint: could not save {os.path.basename(path)} in {folder!r}: {why} ({space}); {previous}; free "
             "space or point trainer.default_root_dir (or ModelCheckpoint.dirpath) at a disk with room, then resume "
             "with --ckpt_path")
