@@ -30,6 +30,7 @@ class CountWorld:
     action_spec = ActionSpec("discrete", nvec=(2,))
     fail_at = None  # (actor, step): raise there
     hang_at = None
+    retryable = (ValueError,)  # its failure happens before the step moves the world: safe to repeat
 
     def __init__(self, seed=0, actor=0, sleep=0.0, fail_at=None, hang_at=None):
         self.actor, self.sleep, self.calls = actor, sleep, 0
@@ -353,3 +354,83 @@ def test_the_external_config_trains(tmp_cwd, workers):
     stats = dm.last_rollout.stats
     assert float(stats["rollout/episodes"]) > 0 and "perf/policy_lag" in stats
     assert dm.env._closed  # teardown closed the worlds and the pool
+
+
+# ---------------------------------------------------------------------------------- malformed values, retries
+class BadValueWorld(CountWorld):
+    """Actor 1's first step returns `field` replaced by `value` (and ends the episode, so parts are read)."""
+
+    field, value = "reward", None
+
+    def _step(self, action):
+        obs, reward, done, trunc, parts = super()._step(action)
+        if self.actor != 1:
+            return obs, reward, done, trunc, parts
+        parts = {"outcome": 1.0, "n_subagents": 1.0}
+        out = {"obs": obs, "reward": reward, "terminated": True, "truncated": False, "parts": parts}
+        if self.field.startswith("parts."):
+            parts[self.field.split(".", 1)[1]] = self.value
+        else:
+            out[self.field] = self.value
+        return out["obs"], out["reward"], out["terminated"], out["truncated"], out["parts"]
+
+
+@pytest.mark.parametrize("field, value, says", [
+    ("obs", [1.0, 2.0, 3.0], "observation [1.0, 2.0, 3.0] (list); field obs must be 2 numbers"),
+    ("obs", "ready", "observation 'ready' (str); field obs"),
+    ("obs", None, "observation None (NoneType); field obs"),
+    ("reward", None, "reward None (NoneType); field reward must be a finite number"),
+    ("reward", "1.0", "reward '1.0' (str); field reward"),
+    ("reward", [1.0], "reward [1.0] (list); field reward"),
+    ("reward", float("inf"), "reward inf (float); field reward must be a finite number"),
+    ("terminated", "yes", "terminated 'yes' (str); field terminated must be a bool"),
+    ("parts", [1.0], "parts [1.0] (list); field parts must be None or a mapping"),
+    ("parts.outcome", float("nan"), "parts['outcome'] nan (float); field parts['outcome'] must be a finite number"),
+    ("parts.n_subagents", float("inf"), "parts['n_subagents'] inf"),
+    ("parts.completed", "two", "parts['completed'] 'two' (str)"),
+])
+def test_a_malformed_value_from_a_world_names_world_actor_task_and_field(monkeypatch, field, value, says):
+    monkeypatch.setattr(BadValueWorld, "field", field)
+    monkeypatch.setattr(BadValueWorld, "value", value)
+    env = ExternalBatchedEnv(3, world=BadValueWorld)
+    try:
+        env.reset(task_index=torch.tensor([0, 2, 1]))
+        with pytest.raises(ExternalWorldError) as err:
+            env.step(torch.zeros(3, dtype=torch.long))
+        message = str(err.value)
+        assert message.startswith("external world ") and "BadValueWorld actor 1 on task 't-2': step returned" in message
+        assert says in message, message
+        assert "\n" not in message
+    finally:
+        env.close()
+
+
+class HalfStepWorld(CountWorld):
+    """Actor 1's step moves its state, then raises KeyError; stepping it again raises another error."""
+
+    def _step(self, action):
+        if self.actor == 1:
+            self.t += 1
+            if self.t == 1:
+                raise KeyError("tool result missing 'id'")
+            raise IndexError("step past the end")  # what a blind retry would report
+        return super()._step(action)
+
+
+@pytest.mark.parametrize("retryable", [(), (KeyError, IndexError)])
+def test_retries_report_the_first_error_and_repeat_only_what_the_world_declares(monkeypatch, retryable):
+    monkeypatch.setattr(HalfStepWorld, "retryable", retryable)
+    env = ExternalBatchedEnv(3, world=HalfStepWorld, retries=2)
+    try:
+        env.reset(task_index=torch.tensor([2, 2, 2]))
+        with pytest.raises(ExternalWorldError) as err:
+            env.step(torch.zeros(3, dtype=torch.long))
+        message = str(err.value)
+        assert "actor 1" in message and "step raised KeyError: \"tool result missing 'id'\"" in message, message
+        if retryable:  # repeated (declared retryable), still the first error first
+            assert "the first error; retried 2 times; the last raised IndexError" in message, message
+        else:
+            assert "not retried: KeyError is not in the world's `retryable`" in message, message
+            assert "IndexError" not in message
+    finally:
+        env.close()
