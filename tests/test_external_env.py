@@ -276,11 +276,13 @@ def test_process_pool_runs_the_users_function_kills_hung_subagents_and_closes():
         handles = [pool.spawn({"skill": 0, "instruction": i % 2, "cost": 2}) for i in range(4)]
         hung = pool.spawn({"hang": True})
         boom = pool.spawn({"raise": True})
-        results = pool.wait(handles + [hung, boom], timeout=20)
+        # generous waits: a spawned worker's start-up (seconds under load) never counts against `timeout`,
+        # which runs from when a ready worker takes the call, so only the hung call can time out
+        results = pool.wait(handles + [hung, boom], timeout=300)
         assert [(r.success, r.steps) for r in results[:4]] == [(True, 3), (False, 3)] * 2
         assert not results[4].success and "timed out after 1s" in results[4].error
-        assert not results[5].success and "RuntimeError: subagent crashed" in results[5].error
-        again = pool.wait([pool.spawn({"skill": 1, "instruction": 1, "cost": 1})], timeout=20)[0]
+        assert not results[5].success and "tests.subagent_fns:solve raised RuntimeError: subagent crashed" in results[5].error
+        again = pool.wait([pool.spawn({"skill": 1, "instruction": 1, "cost": 1})], timeout=300)[0]
         assert again.success and again.steps == 2  # the killed worker was replaced
         pids = pool.pids
     finally:
@@ -434,3 +436,38 @@ def test_retries_report_the_first_error_and_repeat_only_what_the_world_declares(
             assert "IndexError" not in message
     finally:
         env.close()
+
+
+def test_a_pool_times_calls_from_when_a_ready_worker_takes_them():
+    # every worker (and every replacement) takes 2 s to import the function: longer than the 1 s timeout
+    pool = ProcessPool("tests.subagent_fns_slow:solve", workers=1, timeout=1.0)
+    try:
+        hung = pool.spawn({"hang": True})
+        quick = [pool.spawn({"skill": 0, "instruction": 0, "cost": 1}) for _ in range(3)]  # queued behind it
+        results = pool.wait([hung, *quick], timeout=300)
+        assert "timed out after 1s" in results[0].error
+        assert all(r.success and r.steps == 2 for r in results[1:]), results  # the cold replacement took them
+    finally:
+        pool.close()
+
+
+@pytest.mark.parametrize("instruction, says", [
+    ({"exit": True}, "tests.subagent_fns:solve ended its worker process (exit code 3; os._exit"),
+    ({"steps": float("nan")}, "tests.subagent_fns:solve returned steps=nan; steps must be a finite number"),
+    ({"steps": "three"}, "returned steps='three'"),
+    ({"raise": True}, "tests.subagent_fns:solve raised RuntimeError: subagent crashed"),
+])
+def test_a_failing_subagent_function_is_reported_for_what_it_is(instruction, says):
+    pool = ProcessPool("tests.subagent_fns:solve", workers=1, timeout=60)
+    try:
+        (result,) = pool.wait([pool.spawn(instruction)], timeout=300)
+        assert not result.success and says in result.error, result.error
+        again = pool.wait([pool.spawn({"skill": 1, "instruction": 1, "cost": 1})], timeout=300)[0]
+        assert again.success  # the pool lives on
+    finally:
+        pool.close()
+
+
+def test_pool_workers_are_capped_with_an_error_naming_the_cap():
+    with pytest.raises(ValueError, match=r"workers=300 is above the cap of 64 worker processes"):
+        ProcessPool("tests.subagent_fns:solve", workers=300)
