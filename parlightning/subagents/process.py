@@ -98,10 +98,13 @@ class ProcessPool(PoolBase):
         workers: worker processes (concurrent subagents); more spawns queue.
         timeout: seconds one subagent may run before its worker is killed (None: no limit).
         start_method: multiprocessing start method (`spawn` is safe with threads and torch).
+        start_timeout: seconds the constructor waits for every worker to import the function
+            (so the first calls, and a world's `step_timeout`, never wait on start-up); a worker
+            that dies or is not ready by then is an error naming the function.
     """
 
     def __init__(self, fn: str, workers: int = 2, timeout: Optional[float] = None,
-                 start_method: str = "spawn") -> None:
+                 start_method: str = "spawn", start_timeout: float = 300.0) -> None:
         if isinstance(workers, bool) or not isinstance(workers, int) or workers <= 0:
             raise ValueError(f"ProcessPool: workers must be a positive integer, got {workers!r}")
         if workers > MAX_WORKERS:
@@ -122,6 +125,22 @@ class ProcessPool(PoolBase):
         self._lock = threading.Lock()
         self._closed = False
         self._broken: Optional[str] = None  # why workers cannot start (every queued subagent fails with it)
+        self._wait_ready(start_timeout)
+
+    def _wait_ready(self, start_timeout: float) -> None:
+        deadline = time.monotonic() + start_timeout
+        while True:
+            with self._lock:
+                self._pump()
+                broken, ready = self._broken, all(w.ready for w in self._workers)
+            if ready:
+                return
+            if broken is not None or time.monotonic() > deadline:
+                self.close()
+                why = broken or f"its workers were not ready within start_timeout={start_timeout:g}s"
+                raise ValueError(f"ProcessPool: {why}; check that {self.fn} imports quickly in a fresh process "
+                                 "or raise start_timeout")
+            time.sleep(0.02)
 
     @property
     def pids(self) -> list[int]:
