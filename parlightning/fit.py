@@ -29,7 +29,7 @@ from parlightning.config_log import LoggedConfig
 from parlightning.data import RolloutDataModule
 from parlightning.errors import ConfigError, ReportedError, parser_error_line, root_error_line
 from parlightning.module import PPOModule
-from parlightning.preflight import check_arguments, check_config
+from parlightning.preflight import check_arguments, check_config, check_policy_memory
 from parlightning.rank_watch import RankWatch, flat_config
 
 
@@ -140,6 +140,7 @@ def preflight(cli: ParlCLI, ckpt: Optional[str]) -> dict:
     if device.type == "cuda" and getattr(trainer.strategy.launcher, "_start_method", None) == "fork":
         device = torch.device("cpu")  # reading GPU memory would initialise CUDA before ddp_fork forks (not allowed)
     probe = cli.datamodule.preflight(device, ranks_here)
+    check_policy_memory(cli.model, probe, device, ranks_here)  # the policy's weights, gradients and Adam moments
     if ckpt is not None:
         check_resume(ckpt, cli.model, cli.datamodule, probe, trainer.max_epochs)  # corrupt, foreign, mismatched, done
         clean_stale_partials(os.path.dirname(os.path.abspath(ckpt)))  # saves of the run being resumed that were killed

@@ -179,6 +179,14 @@ def build_env(factory: Callable[..., Any], num_envs: int, device: str, seed: int
         raise ConfigError(_env_field(factory, str(err))) from None
     except (ValueError, TypeError) as err:
         raise ConfigError(_env_field(factory, f"{type(err).__name__}: {err}")) from None
+    except (RuntimeError, MemoryError) as err:  # the allocator: a world too large to build at all
+        text = str(err)
+        if not isinstance(err, MemoryError) and "allocate" not in text and "out of memory" not in text:
+            raise
+        asked = re.search(r"allocate (\d+) bytes", text)
+        size = f" ({_size(int(asked.group(1)))} in one tensor)" if asked else ""
+        raise ConfigError(f"data.env: building the world with {num_envs} actors ran out of memory{size}; lower its "
+                          "size settings (e.g. data.env.init_args.max_width, max_subagents) or data.num_envs") from None
 
 
 def _env_field(factory: Callable[..., Any], message: str) -> str:
@@ -362,3 +370,28 @@ def check_datamodule(dm: Any, device: Optional[torch.device] = None, ranks_here:
         close = getattr(env, "close", None)
         if callable(close):
             close()
+
+
+def check_policy_memory(module: Any, probe: dict[str, Any], device: torch.device, ranks_here: int = 1) -> None:
+    """Refuse a policy whose weights, gradients and Adam moments (4 copies of every parameter)
+    exceed the free memory: the policy is built on the meta device, so nothing is allocated."""
+    build = getattr(module, "build_policy", None)
+    if not callable(build) or probe is None:
+        return
+    try:
+        with torch.device("meta"):
+            policy = build(probe["observation_shape"], probe["action_spec"])
+    except ConfigError:
+        raise
+    except Exception:  # a policy that needs the trainer (a keyed table) or cannot be built on meta: not estimated
+        return
+    params = sum(p.numel() for p in policy.parameters())
+    need = params * 4 * 4  # float32 weights, gradients and Adam's two moments
+    free, where = available_memory(device)
+    if need * ranks_here > free:
+        hidden = list(getattr(getattr(module, "hparams", {}), "get", lambda *_: None)("hidden_sizes") or [])
+        per = f" per rank x {ranks_here} ranks" if ranks_here > 1 else ""
+        raise ConfigError(f"model.hidden_sizes: {hidden} with observations of shape {list(probe['observation_shape'])} "
+                          f"make a policy of {params:,} parameters, about {_size(need)}{per} for weights, gradients "
+                          f"and Adam's moments, more than the {_size(free)} {where}; use smaller hidden_sizes (or a "
+                          "smaller observation: e.g. data.env.init_args.max_width)")

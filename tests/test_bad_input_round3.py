@@ -55,6 +55,7 @@ def test_a_bad_config_file_is_one_line_naming_the_file_and_the_fix(tmp_path, cap
 @pytest.mark.parametrize("args, says", [
     (["--data.env.init_args.max_subagentz", "3"], ["data.env.init_args.max_subagentz", "did you mean max_subagents"]),
     (["--model.ent_coef", "-0.01"], ["model.ent_coef", "must be >= 0"]),
+    (["--model.hidden_sizes", "[200000, 200000]"], ["model.hidden_sizes", "parameters", "use smaller hidden_sizes"]),
 ])
 def test_a_bad_argument_is_one_line_naming_the_field(tmp_path, capsys, monkeypatch, args, says):
     monkeypatch.setattr(RolloutDataModule, "collect", lambda self: pytest.fail("a rollout started"))
