@@ -79,8 +79,8 @@ def main(args: Optional[list[str]] = None) -> ParlCLI:
     ckpt = cli.config.get("ckpt_path")
     try:
         probe = preflight(cli, ckpt)
-    except ConfigError as err:
-        raise SystemExit(f"error: {err}") from None
+    except (ConfigError, ReportedError) as err:  # ReportedError: e.g. a user's world failing the probe step
+        raise SystemExit(f"error: {_start_error(err)}") from None
     watch = RankWatch(flat_config(cli.config, (probe or {}).get("env_signature")))  # DDP: one rank's fault stops all
     cli.trainer.callbacks.append(watch)
     use_atomic_checkpoints(cli.trainer)
