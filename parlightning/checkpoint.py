@@ -291,8 +291,20 @@ def check_resume(path: str, module: Any, datamodule: Any, probe: Optional[dict[s
         )
     saved = checkpoint.get("hyper_parameters") or {}
     ours = getattr(module, "hparams", {})
+    fits = False  # the checkpoint's tensors have exactly this config's shapes
+    if probe is not None:
+        try:
+            check_weight_shapes(path, checkpoint["state_dict"], module, probe)
+            fits = getattr(module, "build_policy", None) is not None
+        except ConfigError:
+            fits = False
     for name in ARCHITECTURE_HPARAMS:
         if name in saved and name in ours and _plain(saved[name]) != _plain(ours[name]):
+            if fits and name in ("hidden_sizes", "rnn_hidden"):  # shapes decide: the stored value was edited
+                raise ConfigError(
+                    f"--ckpt_path: {path!r} is inconsistent: its hyper_parameters say model.{name}="
+                    f"{_plain(saved[name])!r}, but its weights have the shapes of {_plain(ours[name])!r} (this "
+                    "config's); its hyper_parameters were edited: restore them or resume from an unedited checkpoint")
             raise ConfigError(
                 f"model.{name}: the checkpoint {path!r} was trained with {_plain(saved[name])!r} but this config has "
                 f"{_plain(ours[name])!r}; resume with the checkpoint's value"

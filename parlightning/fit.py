@@ -90,6 +90,11 @@ def main(args: Optional[list[str]] = None) -> ParlCLI:
         cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=ckpt)
     except BaseException as err:
         message = _start_error(err)
+        if message is None and ckpt is not None and cli.datamodule.last_rollout is None and _is_size_mismatch(err):
+            text = " ".join(str(err).split())[:200]
+            message = (f"--ckpt_path: the state saved in {ckpt!r} does not fit this run ({text}): a tensor of the "
+                       "checkpoint was resized or comes from another config (e.g. data.num_envs); resume with the "
+                       "config that wrote it, or start fresh without --ckpt_path")
         if message is not None and cli.datamodule.last_rollout is None:  # failed in setup, before any rollout
             remove_new_outputs(fresh)  # a failed start leaves nothing behind (logs, config.yaml)
         if watch.active:  # DDP: record this rank's cause, stop every rank, rank 0 prints one line
@@ -145,6 +150,13 @@ def preflight(cli: ParlCLI, ckpt: Optional[str]) -> dict:
         check_resume(ckpt, cli.model, cli.datamodule, probe, trainer.max_epochs)  # corrupt, foreign, mismatched, done
         clean_stale_partials(os.path.dirname(os.path.abspath(ckpt)))  # saves of the run being resumed that were killed
     return probe
+
+
+def _is_size_mismatch(err: BaseException) -> bool:
+    """A tensor of the wrong size met while restoring a checkpoint's state (torch's own wording)."""
+    text = str(err)
+    return isinstance(err, (RuntimeError, ValueError, IndexError)) and any(s in text for s in (
+        "The size of tensor", "size mismatch", "shape mismatch", "must match the size", "out of bounds"))
 
 
 def _start_error(err: BaseException) -> Optional[str]:

@@ -157,7 +157,12 @@ def check_config(config: Any) -> None:
     if data.get("bptt_len") is not None and model.get("policy", "mlp") == "mlp":
         raise ConfigError(f"data.bptt_len: {data.get('bptt_len')} is the chunk length of a recurrent policy, but "
                           "model.policy is mlp (trained on single steps); drop data.bptt_len or set model.policy: gru")
-    accelerator = str((config.get("trainer") or {}).get("accelerator", "auto"))
+    trainer = config.get("trainer") or {}
+    clip = trainer.get("gradient_clip_val")
+    if isinstance(clip, (int, float)) and not isinstance(clip, bool) and not clip >= 0:
+        raise ConfigError(f"trainer.gradient_clip_val: must be >= 0 (0 or null: no clipping), got {clip}; PPOModule "
+                          "clips by model.max_grad_norm already")
+    accelerator = str(trainer.get("accelerator", "auto"))
     if data.get("collect_in") == "process" and accelerator in ("gpu", "cuda", "mps"):
         raise ConfigError(f"data.collect_in: process collects on the CPU, but trainer.accelerator is {accelerator}; "
                           "use data.collect_in: thread with a GPU")

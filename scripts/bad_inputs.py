@@ -177,7 +177,7 @@ def _config_files() -> list[Case]:
         "empty": b"", "top_list": b"- 1\n- 2\n", "unknown_section": b"modle:\n  lr: 0.1\n",
         "unknown_key": b"model:\n  learning_rate: 0.1\n", "string_lr": b"model:\n  lr: fast\n",
         "tabs": b"model:\n\tlr: 0.1\n", "bad_yaml": b"model: [1, 2\n", "optimizer": b"optimizer: Adam\n",
-        "binary": bytes(range(256)), "env_no_class": b"data:\n  env:\n    init_args: {max_width: 4}\n",
+        "binary": bytes(range(256)), "env_bad_init_args": b"data:\n  env:\n    init_args: {max_width: -4}\n",
         "env_bad_class": b"data:\n  env:\n    class_path: nosuch.Env\n",
         "sampler_bad_class": b"data:\n  sampler:\n    class_path: parlightning.sampling.NoSuchSampler\n",
         "callback_not_class": b"trainer:\n  callbacks:\n    - class_path: os.path\n",
@@ -288,11 +288,8 @@ def _bad_checkpoints(good: Path, out: Path) -> None:
     done["loops"]["fit_loop"]["epoch_progress"]["current"]["processed"] = 5
     resave("finished", done)
     env_state = torch.load(good, weights_only=True)
-    dm = env_state["RolloutDataModule"]
-    for key, value in list(dm.get("env", {}).items()) if isinstance(dm.get("env"), dict) else []:
-        if isinstance(value, torch.Tensor) and value.dim():
-            dm["env"][key] = torch.cat([value, value])
-            break
+    world = env_state["RolloutDataModule"]["ranks"][0]["env"]
+    world["pending"] = torch.cat([world["pending"], world["pending"]], dim=1)  # [slots, actors]: twice the actors
     resave("resized_env_state", env_state)
     edited = torch.load(good, weights_only=True)
     edited["hyper_parameters"]["hidden_sizes"] = [128, 128]

@@ -471,3 +471,14 @@ def test_a_failing_subagent_function_is_reported_for_what_it_is(instruction, say
 def test_pool_workers_are_capped_with_an_error_naming_the_cap():
     with pytest.raises(ValueError, match=r"workers=300 is above the cap of 64 worker processes"):
         ProcessPool("tests.subagent_fns:solve", workers=300)
+
+
+def test_an_http_pool_at_a_closed_port_is_one_error_naming_it():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again when the block ends: nothing listens there
+    with pytest.raises(ValueError, match=rf"HTTPPool: nothing answers at 127.0.0.1:{port} \(ConnectionRefusedError"):
+        HTTPPool(f"http://127.0.0.1:{port}/v1")
+    HTTPPool(f"http://127.0.0.1:{port}/v1", probe=False).close()  # the opt-out: an endpoint that starts later
