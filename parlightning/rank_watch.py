@@ -18,9 +18,10 @@ rank 0, or by torchrun's agent). Nothing new is launched and no port is opened.
   their parent and exit with it, and rank 0 kills the ranks it launched.
 - A rank whose gloo call fails because a peer vanished reports the peer's record; a peer that
   left none (SIGKILL, the OOM killer) is named from the exit status of the ranks rank 0 launched.
-- Only rank 0 prints the line (every rank shares its terminal under Lightning's launcher); another
-  rank prints only when rank 0 cannot be reached. A rank's own unexpected exception keeps its
-  traceback above the line.
+- Rank 0 prints the line. Ranks Lightning's launcher started (children of rank 0, sharing its
+  terminal) stay silent; ranks with their own stderr (torchrun, SLURM) print it too, once each. A
+  rank's own unexpected exception keeps its traceback above the line. The watcher waits a few
+  seconds before ending a rank whose main thread is already reporting.
 
 Before the first rollout the same store compares every rank's resolved config and env signature:
 ranks launched with different `max_epochs`, `data.num_envs` or `hidden_sizes` would hang, train
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import sys
@@ -47,9 +49,12 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from parlightning.errors import ConfigError
 
-KEY = "parlightning/stopped"
-CONFIG_KEY = "parlightning/config/{}"
+KEY = "stopped"
+CONFIG_KEY = "config/{}"
+RANK0_KEY = "rank0_pid"
 POLL_S = 0.2
+GRACE_S = 3.0  # a rank whose own main thread is already stopping (a gloo error, its own raise) reports itself
+_FITS = 0
 CONFIG_WAIT_S = 300.0  # every rank has passed rendezvous when it compares: this only covers a slow preflight
 SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP")
 # keys whose values may differ per rank (paths on each node's own disk)
@@ -74,13 +79,24 @@ def flat_config(config: Any, env_signature: Optional[dict] = None) -> dict[str, 
         if isinstance(value, dict) and value:
             for k, v in value.items():
                 walk(f"{prefix}.{k}" if prefix else str(k), v)
+        elif isinstance(value, list) and value and any(isinstance(v, dict) for v in value):  # e.g. callbacks
+            for i, v in enumerate(value):
+                walk(f"{prefix}[{i}]", v)
         elif prefix not in LOCAL_KEYS:
-            flat[prefix] = json.dumps(value, sort_keys=True, default=str)
+            flat[prefix] = json.dumps(value, sort_keys=True, default=_portable)
 
     walk("", as_dict)
     for k, v in (env_signature or {}).items():
-        flat[f"env.{k}"] = json.dumps(v, sort_keys=True, default=str)
+        flat[f"env.{k}"] = json.dumps(v, sort_keys=True, default=_portable)
     return flat
+
+
+def _portable(value: Any) -> str:
+    """A value as text that is the same in every process (a function by its import path, never an address)."""
+    name = getattr(value, "__qualname__", None)
+    if callable(value) and name is not None:
+        return f"{getattr(value, '__module__', '')}.{name}"
+    return re.sub(r" at 0x[0-9a-fA-F]+", "", str(value))
 
 
 def config_differences(configs: list[dict[str, str]]) -> list[str]:
@@ -122,7 +138,9 @@ class RankWatch(pl.Callback):
         self.rank, self.world_size = 0, 1
         self.trainer: Optional[pl.Trainer] = None
         self._stop = threading.Event()
+        self._stopping = threading.Event()  # the main thread reached stop_job
         self._exit_lock = threading.Lock()
+        self._shares_terminal = False  # a child of rank 0 (Lightning's launcher): rank 0 speaks for it
         self._handled: set[int] = set()
 
     @property
@@ -139,6 +157,14 @@ class RankWatch(pl.Callback):
         self.store = self._connect()
         if self.store is None:
             return
+        try:
+            if self.rank == 0:
+                self.store.set(RANK0_KEY, str(os.getpid()))
+            else:
+                self.store.wait([RANK0_KEY], timedelta(seconds=CONFIG_WAIT_S))
+                self._shares_terminal = int(self.store.get(RANK0_KEY).decode()) == os.getppid()
+        except (RuntimeError, ValueError, OSError):
+            pass
         self._install_handlers()
         threading.Thread(target=self._watch, name="parlightning-rank-watch", daemon=True).start()
         self._compare_configs()
@@ -161,8 +187,10 @@ class RankWatch(pl.Callback):
             store = TCPStore(addr, int(port), is_master=False, timeout=timedelta(seconds=30), wait_for_workers=False)
         except (RuntimeError, ValueError, OSError):
             return None  # no side channel: the process group's timeout still ends a hang
+        global _FITS
+        _FITS += 1  # every rank runs the same fits in the same order: the n-th fit of each shares a namespace
         run = os.environ.get("TORCHELASTIC_RUN_ID", "")
-        return PrefixStore(f"{run}/", store) if run else store
+        return PrefixStore(f"parlightning/{run}/{_FITS}/", store)
 
     def _read(self) -> Optional[dict]:
         try:
@@ -214,12 +242,15 @@ class RankWatch(pl.Callback):
         while not self._stop.wait(POLL_S):
             record = self._read()
             if record is not None and record.get("rank") != self.rank:
+                if self._stopping.wait(GRACE_S):
+                    return  # the main thread is reporting (it met the peer's end in a collective, or failed itself)
                 self._exit(record, os._exit)
 
     # ------------------------------------------------------------------ stopping
     def stop_job(self, err: BaseException, message: Optional[str] = None) -> None:
         """The rank's main thread failed with `err` (`message`: the CLI's own one-line text for it,
         if it has one): report (rank 0) and end this rank; never returns."""
+        self._stopping.set()
         self._stop.set()
         record = self._read()
         symptom = _is_peer_symptom(err)
@@ -265,21 +296,26 @@ class RankWatch(pl.Callback):
         if not self._exit_lock.acquire(blocking=True):
             return
         code = int(record.get("code") or 1)
-        if self.rank == 0 or record.get("rank") is None:  # rank 0 speaks; another rank only when rank 0 is gone
-            who = f"rank {record['rank']} (pid {record['pid']})" if record.get("rank") is not None else "a rank"
-            resume = ("; the last checkpoint (the end of the last finished iteration) is intact: resume with "
-                      "--ckpt_path <log_dir>/checkpoints/last.ckpt") if code > 128 else ""
-            here = "" if self.rank == 0 else f" (seen by rank {self.rank})"
-            print(f"error: {who} stopped the {self.world_size}-rank run: {record['cause']}{here}; every rank "
-                  f"stopped{resume}", file=sys.stderr)
-        sys.stderr.flush()
-        sys.stdout.flush()
+        # rank 0 speaks; another rank too when its stderr is its own (not a child of rank 0) or rank 0 is gone
+        speak = self.rank == 0 or record.get("rank") is None or not self._shares_terminal
+        who = f"rank {record['rank']} (pid {record['pid']})" if record.get("rank") is not None else "a rank"
+        resume = ("; the last checkpoint (the end of the last finished iteration) is intact: resume with "
+                  "--ckpt_path <log_dir>/checkpoints/last.ckpt") if code > 128 else ""
+        here = "" if self.rank == 0 else f" (seen by rank {self.rank})"
+        line = (f"error: {who} stopped the {self.world_size}-rank run: {record['cause']}{here}; every rank "
+                f"stopped{resume}")
         launcher = getattr(getattr(self.trainer, "strategy", None), "launcher", None)
         if callable(getattr(launcher, "kill", None)):
             try:
                 launcher.kill(signal.SIGKILL)  # the ranks this process launched
             except Exception:  # noqa: BLE001
                 pass
+        if speak and leave is _raise_exit and code == 1:
+            raise SystemExit(line)  # printed by Python; `parlightning.fit(...)` turns it into a ConfigError
+        if speak:
+            print(line, file=sys.stderr)
+        sys.stderr.flush()
+        sys.stdout.flush()
         leave(code)
 
 
