@@ -16,11 +16,14 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import random
 import re
+import shutil
 import tempfile
+import zipfile
 from typing import Any, Optional
 
 import numpy as np
@@ -29,7 +32,7 @@ from fsspec.implementations.local import LocalFileSystem
 from lightning.fabric.utilities.cloud_io import get_filesystem
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from parlightning.errors import ConfigError
+from parlightning.errors import ConfigError, ReportedError
 
 ARCHITECTURE_HPARAMS = ("hidden_sizes", "activation", "policy", "rnn_hidden")  # a mismatch here cannot load the weights
 
@@ -65,9 +68,11 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                     os.fsync(f.fileno())
             os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it private; give it a normal file's mode
             os.replace(tmp, path)  # atomic on POSIX: readers see the old file or the new one
-        except BaseException:
+        except BaseException as err:
             if os.path.exists(tmp):
                 os.remove(tmp)
+            if _is_write_failure(err):
+                raise ReportedError(_write_failure(path, folder, err)) from None
             raise
         if self.fsync:
             _fsync_dir(folder)
@@ -77,6 +82,40 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         checkpoint = super().load_checkpoint(path, map_location, True if weights_only is None else weights_only)
         verify_checkpoint(checkpoint, str(path))
         return checkpoint
+
+
+def _is_write_failure(err: BaseException) -> bool:
+    """The disk refused the bytes: ENOSPC/EDQUOT/EIO, or torch's zip writer failing mid-file (it
+    reports a full disk as `[enforce fail at inline_container.cc] unexpected pos`)."""
+    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG):
+        return True
+    text = str(err)
+    return isinstance(err, RuntimeError) and ("inline_container" in text or "PytorchStreamWriter" in text
+                                                or "No space left" in text)
+
+
+def _write_failure(path: str, folder: str, err: BaseException) -> str:
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        free = -1
+    why = "the disk is full" if free >= 0 and free < 64 * 2**20 or getattr(err, "errno", None) == errno.ENOSPC \
+        or "No space left" in str(err) else f"the write failed ({' '.join(str(err).split())[:120]})"
+    space = f"{_size(free)} free there" if free >= 0 else "free space unknown"
+    kept = sorted(n for n in os.listdir(folder) if n.endswith(".ckpt")) if os.path.isdir(folder) else []
+    previous = (f"the checkpoints already there are kept ({', '.join(kept[:3])})" if kept
+                else "no checkpoint was written there yet")
+    return (f"checkpoint: could not save {os.path.basename(path)} in {folder!r}: {why} ({space}); {previous}; free "
+            "space or point trainer.default_root_dir (or ModelCheckpoint.dirpath) at a disk with room, then resume "
+            "with --ckpt_path")
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
 
 
 def _umask() -> int:
@@ -136,6 +175,7 @@ def _alive(pid: int) -> bool:
 
 # ---------------------------------------------------------------------------------- integrity
 CHECKSUM_KEY = "parlightning_checksum"  # {"sha256": hex} over every tensor of the checkpoint, by path
+UNCHECKED_ENV = "PARLIGHTNING_UNCHECKED_CHECKPOINTS"  # "1": load a checkpoint without a checksum (another writer's)
 
 
 def state_checksum(checkpoint: dict[str, Any]) -> dict[str, str]:
@@ -166,7 +206,11 @@ def verify_checkpoint(checkpoint: dict[str, Any], path: str) -> None:
     match) or whose weights are not finite (NaN or inf)."""
     stored = checkpoint.get(CHECKSUM_KEY)
     fix = "resume from an earlier checkpoint (e.g. an epoch=N.ckpt beside it) or start fresh without --ckpt_path"
-    if isinstance(stored, dict) and stored.get("sha256") != state_checksum(checkpoint)["sha256"]:
+    if stored is None and os.environ.get(UNCHECKED_ENV) != "1":
+        raise ConfigError(f"--ckpt_path: {path!r} has no {CHECKSUM_KEY} (every save of python -m parlightning.fit "
+                          "stores one), so its tensors cannot be trusted: it was written by another program or edited; "
+                          f"{fix}, or set {UNCHECKED_ENV}=1 to load it unchecked")
+    if stored is not None and (not isinstance(stored, dict) or stored.get("sha256") != state_checksum(checkpoint)["sha256"]):
         raise ConfigError(f"--ckpt_path: {path!r} is corrupt: its tensors do not match the checksum stored when it "
                           f"was saved (flipped or overwritten bytes); {fix}")
     bad = [k for k, v in (checkpoint.get("state_dict") or {}).items()
@@ -174,6 +218,11 @@ def verify_checkpoint(checkpoint: dict[str, Any], path: str) -> None:
     if bad:
         raise ConfigError(f"--ckpt_path: {path!r} holds non-finite weights (NaN or inf in {len(bad)} tensors, first "
                           f"{bad[0]}); {fix}")
+    moments = [where for where, v in _tensors(checkpoint.get("optimizer_states") or [], "optimizer_states")
+               if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+    if moments:
+        raise ConfigError(f"--ckpt_path: {path!r} holds non-finite optimizer state (NaN or inf in {len(moments)} "
+                          f"tensors, first {moments[0]}: Adam's moments would turn every weight NaN); {fix}")
 
 
 def use_atomic_checkpoints(trainer: Any) -> None:
@@ -193,7 +242,10 @@ def load_checkpoint_file(path: str) -> dict[str, Any]:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception as err:  # zip/pickle errors of every kind: corrupt, truncated, not a torch file
         text = str(err)
-        if "weights_only" in text or "Unsupported global" in text:
+        damaged = _damaged_entry(path)
+        if damaged is not None:
+            reason = f"corrupt: its entry {damaged} fails its CRC check (flipped or overwritten bytes)"
+        elif "weights_only" in text or "Unsupported global" in text:
             reason = "it holds pickled objects other than tensors and plain containers, which are not loaded"
         elif "mmap can only be used" in text or "zip archive" in text or "central directory" in text:
             reason = "corrupt or truncated: not a complete torch.save zip archive"
@@ -205,6 +257,17 @@ def load_checkpoint_file(path: str) -> dict[str, Any]:
                           f"optimizer states); {fix}")
     verify_checkpoint(checkpoint, path)
     return checkpoint
+
+
+def _damaged_entry(path: str) -> Optional[str]:
+    """The first entry of a torch.save zip whose bytes fail their stored CRC-32, or None."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return archive.testzip()
+    except (zipfile.BadZipFile, OSError, ValueError, RuntimeError, EOFError):
+        return None
+    except Exception:  # noqa: BLE001 (zlib errors on a damaged entry)
+        return "(unreadable)"
 
 
 def check_resume(path: str, module: Any, datamodule: Any, probe: Optional[dict[str, Any]] = None,
@@ -228,8 +291,20 @@ def check_resume(path: str, module: Any, datamodule: Any, probe: Optional[dict[s
         )
     saved = checkpoint.get("hyper_parameters") or {}
     ours = getattr(module, "hparams", {})
+    fits = False  # the checkpoint's tensors have exactly this config's shapes
+    if probe is not None:
+        try:
+            check_weight_shapes(path, checkpoint["state_dict"], module, probe)
+            fits = getattr(module, "build_policy", None) is not None
+        except ConfigError:
+            fits = False
     for name in ARCHITECTURE_HPARAMS:
         if name in saved and name in ours and _plain(saved[name]) != _plain(ours[name]):
+            if fits and name in ("hidden_sizes", "rnn_hidden"):  # shapes decide: the stored value was edited
+                raise ConfigError(
+                    f"--ckpt_path: {path!r} is inconsistent: its hyper_parameters say model.{name}="
+                    f"{_plain(saved[name])!r}, but its weights have the shapes of {_plain(ours[name])!r} (this "
+                    "config's); its hyper_parameters were edited: restore them or resume from an unedited checkpoint")
             raise ConfigError(
                 f"model.{name}: the checkpoint {path!r} was trained with {_plain(saved[name])!r} but this config has "
                 f"{_plain(ours[name])!r}; resume with the checkpoint's value"

@@ -12,6 +12,11 @@ class ConfigError(ValueError):
     """Raised before any rollout for a bad config value; the CLI prints it without a traceback."""
 
 
+class ReportedError(RuntimeError):
+    """A fault during the run (a user's world, a full disk) whose message already names the
+    component and the fix: the CLI prints it as one `error:` line, without a traceback."""
+
+
 def root_error_line(err: BaseException) -> str:
     """The innermost cause of `err` (a class's own check, not the config parser's union wrapper
     around it) as one line."""
@@ -34,6 +39,9 @@ def parser_error_line(message: str) -> str:
         hint = " (not a known option: --help lists them)" if lines[0].startswith("unrecognized") else ""
         return " ".join(lines) + hint
     key, rest = match.groups()
+    unknown = re.search(r"Option '([^']+)' is not accepted", message)
+    if unknown is not None:  # a misspelt argument of a class named by class_path: name it and the class's own
+        return _unknown_option(key, unknown.group(1), message)
     factory = re.search(r"Expected '([^']+)' to be a function that returns", message)
     if factory is not None:  # jsonargparse reads the return annotation to know a factory builds the right thing
         path = factory.group(1)
@@ -50,3 +58,23 @@ def parser_error_line(message: str) -> str:
     elif any(s in text for s in ("has no attribute", "No module named", "not accessible", "Import")):
         text += " (a class_path must name an importable class, e.g. package.module.Class)"
     return text
+
+
+def _unknown_option(key: str, option: str, message: str) -> str:
+    path = re.search(r"class_path='([^']+)'", message)
+    if path is None:
+        return f"{key}.init_args.{option}: not an argument of {key}; check the spelling (--help lists them)"
+    import difflib
+    import importlib
+    import inspect
+
+    module, _, name = path.group(1).rpartition(".")
+    try:
+        params = [p for p in inspect.signature(getattr(importlib.import_module(module), name)).parameters
+                  if p not in ("self", "args", "kwargs", "num_envs", "device", "seed")]
+    except (ImportError, AttributeError, TypeError, ValueError):
+        params = []
+    close = difflib.get_close_matches(option, params, n=1)
+    hint = f"did you mean {close[0]}? " if close else ""
+    listed = f" (its arguments: {', '.join(params)})" if params else ""
+    return f"{key}.init_args.{option}: {path.group(1)} takes no argument {option!r}; {hint}fix the name{listed}"

@@ -27,11 +27,12 @@ from parlightning.checkpoint import (
 )
 from parlightning.config_log import LoggedConfig
 from parlightning.data import RolloutDataModule
-from parlightning.errors import ConfigError, parser_error_line, root_error_line
+from parlightning.errors import ConfigError, ReportedError, parser_error_line, root_error_line
 from parlightning.module import PPOModule
 from parlightning.packaged import moved_hint, resolve_config_args
 from parlightning.cli_defaults import default_callbacks
-from parlightning.preflight import check_arguments, check_config
+from parlightning.preflight import check_arguments, check_config, check_policy_memory
+from parlightning.rank_watch import RankWatch, flat_config
 
 
 class ParlCLI(LightningCLI):
@@ -85,15 +86,27 @@ def main(args: Optional[list[str]] = None) -> ParlCLI:
     cli = build_cli(args)
     ckpt = cli.config.get("ckpt_path")
     try:
-        preflight(cli, ckpt)
-    except ConfigError as err:
-        raise SystemExit(f"error: {err}") from None
+        probe = preflight(cli, ckpt)
+    except (ConfigError, ReportedError) as err:  # ReportedError: e.g. a user's world failing the probe step
+        raise SystemExit(f"error: {_start_error(err)}") from None
+    watch = RankWatch(flat_config(cli.config, (probe or {}).get("env_signature")))  # DDP: one rank's fault stops all
+    cli.trainer.callbacks.append(watch)
     use_atomic_checkpoints(cli.trainer)
     claimed = claim_version(cli.trainer)  # an atomic mkdir: runs started together get their own version_N
     fresh = new_output_dirs(cli.trainer) + claimed  # deepest first: the run's folders, then new parents
     try:
         cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=ckpt)
     except BaseException as err:
+        message = _start_error(err)
+        if message is None and ckpt is not None and cli.datamodule.last_rollout is None and _is_size_mismatch(err):
+            text = " ".join(str(err).split())[:200]
+            message = (f"--ckpt_path: the state saved in {ckpt!r} does not fit this run ({text}): a tensor of the "
+                       "checkpoint was resized or comes from another config (e.g. data.num_envs); resume with the "
+                       "config that wrote it, or start fresh without --ckpt_path")
+        if message is not None and cli.datamodule.last_rollout is None:  # failed in setup, before any rollout
+            remove_new_outputs(fresh)  # a failed start leaves nothing behind (logs, config.yaml)
+        if watch.active:  # DDP: record this rank's cause, stop every rank, rank 0 prints one line
+            watch.stop_job(err, message)
         launcher = cli.trainer.strategy.launcher
         if callable(getattr(launcher, "kill", None)):
             launcher.kill(signal.SIGKILL)  # DDP: the ranks this process launched must not wait for it
@@ -101,11 +114,8 @@ def main(args: Optional[list[str]] = None) -> ParlCLI:
             print("SIGTERM: stopped; the last checkpoint (written at the end of the last finished iteration) is "
                   "intact: resume with --ckpt_path <log_dir>/checkpoints/last.ckpt", file=sys.stderr)
             raise SystemExit(128 + signal.SIGTERM) from None  # 143, the shell's code for "killed by SIGTERM"
-        message = _start_error(err)
         if message is None:
             raise
-        if cli.datamodule.last_rollout is None:  # checks that need the env or the device (setup, before any rollout)
-            remove_new_outputs(fresh)  # a failed start leaves nothing behind (logs, config.yaml)
         raise SystemExit(f"error: {message}") from None
     return cli
 
@@ -133,7 +143,7 @@ def build_cli(args: list[str]) -> ParlCLI:
         raise SystemExit(f"error: {root_error_line(err)}") from None
 
 
-def preflight(cli: ParlCLI, ckpt: Optional[str]) -> None:
+def preflight(cli: ParlCLI, ckpt: Optional[str]) -> dict:
     """Everything checked before the trainer writes: output folders, the env's contract and the
     rollout's memory (on a small probe of the env), and the checkpoint to resume from."""
     trainer = cli.trainer
@@ -143,17 +153,29 @@ def preflight(cli: ParlCLI, ckpt: Optional[str]) -> None:
     if device.type == "cuda" and getattr(trainer.strategy.launcher, "_start_method", None) == "fork":
         device = torch.device("cpu")  # reading GPU memory would initialise CUDA before ddp_fork forks (not allowed)
     probe = cli.datamodule.preflight(device, ranks_here)
+    check_policy_memory(cli.model, probe, device, ranks_here)  # the policy's weights, gradients and Adam moments
     if ckpt is not None:
         check_resume(ckpt, cli.model, cli.datamodule, probe, trainer.max_epochs)  # corrupt, foreign, mismatched, done
         clean_stale_partials(os.path.dirname(os.path.abspath(ckpt)))  # saves of the run being resumed that were killed
+    return probe
+
+
+def _is_size_mismatch(err: BaseException) -> bool:
+    """A tensor of the wrong size met while restoring a checkpoint's state (torch's own wording)."""
+    text = str(err)
+    return isinstance(err, (RuntimeError, ValueError, IndexError)) and any(s in text for s in (
+        "The size of tensor", "size mismatch", "shape mismatch", "must match the size", "out of bounds"))
 
 
 def _start_error(err: BaseException) -> Optional[str]:
-    """The one-line message for an error raised while fit starts (a ConfigError from setup, or
-    Lightning's size-mismatch when a checkpoint's weights do not fit); None for anything else."""
-    if isinstance(err, ConfigError):
-        return str(err)
+    """The one-line message for an error raised by fit: a ConfigError from setup, a ReportedError
+    (a user's world, a full disk), the non-finite-loss stop, or Lightning's size-mismatch when a
+    checkpoint's weights do not fit; None for anything else (a bug: its traceback is kept)."""
+    if isinstance(err, (ConfigError, ReportedError)):
+        return " ".join(str(err).split())
     text = str(err)
+    if isinstance(err, FloatingPointError) and text.startswith("non-finite"):  # the module's own guard
+        return text
     if isinstance(err, RuntimeError) and "Error(s) in loading state_dict" in text:
         first = next((line.strip() for line in text.splitlines()[1:] if line.strip()), "")
         return (f"--ckpt_path: the checkpoint's weights do not fit this config ({first[:200]}); resume with the "

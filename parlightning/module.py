@@ -159,6 +159,8 @@ class PPOModule(pl.LightningModule):
             raise ConfigError(f"model.lr: must be positive, got {lr!r}")
         if clip_coef <= 0:
             raise ConfigError(f"model.clip_coef: must be positive, got {clip_coef!r}")
+        if ent_coef < 0:
+            raise ConfigError(f"model.ent_coef: must be >= 0 (a negative weight rewards a collapsing policy), got {ent_coef!r}")
         if vf_coef < 0:
             raise ConfigError(f"model.vf_coef: must be >= 0 (a negative weight trains the critic away from the "
                               f"returns), got {vf_coef!r}")

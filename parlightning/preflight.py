@@ -80,12 +80,22 @@ def check_config_file(path: str) -> None:
     if not os.path.isfile(path):
         return
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError:
+        return  # unreadable: the parser names it
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw[:err.start].count(b"\n") + 1
+        raise ConfigError(f"--config {path}: not UTF-8 text (byte {raw[err.start]:#04x} at line {line}); save the "
+                          "file as UTF-8 (a YAML config is text)") from None
+    try:
+        _check_expansion(path, yaml.compose(text, Loader=_StrictLoader))  # noqa: S506 (a SafeLoader subclass)
         config = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
     except ConfigError as err:
         raise ConfigError(f"--config {path}: {err}") from None
-    except (yaml.YAMLError, UnicodeDecodeError, OSError):
+    except yaml.YAMLError:
         return  # not YAML at all: the parser's own message says so
     if config is None:
         raise ConfigError(f"--config {path}: the file is empty; a config is a YAML mapping of sections "
@@ -96,6 +106,42 @@ def check_config_file(path: str) -> None:
     for name in REMOVED_OPTIONS:
         if name in config:
             raise ConfigError(f"--config {path}: " + _removed(name))
+    for section in SECTIONS:
+        value = config.get(section, {})
+        if not isinstance(value, dict):
+            kind = type(value).__name__
+            shown = "null" if value is None else f"{'an' if kind[0] in 'aeiou' else 'a'} {kind} ({str(value)[:40]})"
+            raise ConfigError(f"--config {path}: {section}: is {shown}, not a mapping of {section} options; write "
+                              f"them indented under it (e.g. {SECTIONS[section]}) or drop the {section}: key")
+
+
+SECTIONS = {"trainer": "trainer:\\n  max_epochs: 50", "model": "model:\\n  lr: 0.00025",
+            "data": "data:\\n  num_envs: 256"}
+MAX_YAML_NODES = 200_000  # a config is a few hundred values; anchors/aliases expanding past this are a "YAML bomb"
+
+
+def _check_expansion(path: str, root: Optional[yaml.Node]) -> None:
+    """Refuse YAML whose aliases expand to more than MAX_YAML_NODES values (each alias counted as
+    a copy, as every later reader expands it): a few lines can otherwise grow to gigabytes."""
+    sizes: dict[int, int] = {}
+
+    def size(node: yaml.Node) -> int:
+        if id(node) in sizes:
+            return sizes[id(node)]
+        sizes[id(node)] = 1  # a recursive alias counts once
+        total = 1
+        if isinstance(node, yaml.SequenceNode):
+            total += sum(size(child) for child in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            total += sum(size(k) + size(v) for k, v in node.value)
+        if total > MAX_YAML_NODES:
+            raise ConfigError(f"its anchors and aliases (&name / *name) expand to more than {MAX_YAML_NODES:,} "
+                              "values (a YAML bomb?); write the values out or drop the aliases")
+        sizes[id(node)] = total
+        return total
+
+    if root is not None:
+        size(root)
 
 
 # ---------------------------------------------------------------------------------- parsed config
@@ -111,7 +157,12 @@ def check_config(config: Any) -> None:
     if data.get("bptt_len") is not None and model.get("policy", "mlp") == "mlp":
         raise ConfigError(f"data.bptt_len: {data.get('bptt_len')} is the chunk length of a recurrent policy, but "
                           "model.policy is mlp (trained on single steps); drop data.bptt_len or set model.policy: gru")
-    accelerator = str((config.get("trainer") or {}).get("accelerator", "auto"))
+    trainer = config.get("trainer") or {}
+    clip = trainer.get("gradient_clip_val")
+    if isinstance(clip, (int, float)) and not isinstance(clip, bool) and not clip >= 0:
+        raise ConfigError(f"trainer.gradient_clip_val: must be >= 0 (0 or null: no clipping), got {clip}; PPOModule "
+                          "clips by model.max_grad_norm already")
+    accelerator = str(trainer.get("accelerator", "auto"))
     if data.get("collect_in") == "process" and accelerator in ("gpu", "cuda", "mps"):
         raise ConfigError(f"data.collect_in: process collects on the CPU, but trainer.accelerator is {accelerator}; "
                           "use data.collect_in: thread with a GPU")
@@ -133,6 +184,14 @@ def build_env(factory: Callable[..., Any], num_envs: int, device: str, seed: int
         raise ConfigError(_env_field(factory, str(err))) from None
     except (ValueError, TypeError) as err:
         raise ConfigError(_env_field(factory, f"{type(err).__name__}: {err}")) from None
+    except (RuntimeError, MemoryError) as err:  # the allocator: a world too large to build at all
+        text = str(err)
+        if not isinstance(err, MemoryError) and "allocate" not in text and "out of memory" not in text:
+            raise
+        asked = re.search(r"allocate (\d+) bytes", text)
+        size = f" ({_size(int(asked.group(1)))} in one tensor)" if asked else ""
+        raise ConfigError(f"data.env: building the world with {num_envs} actors ran out of memory{size}; lower its "
+                          "size settings (e.g. data.env.init_args.max_width, max_subagents) or data.num_envs") from None
 
 
 def _env_field(factory: Callable[..., Any], message: str) -> str:
@@ -316,3 +375,28 @@ def check_datamodule(dm: Any, device: Optional[torch.device] = None, ranks_here:
         close = getattr(env, "close", None)
         if callable(close):
             close()
+
+
+def check_policy_memory(module: Any, probe: dict[str, Any], device: torch.device, ranks_here: int = 1) -> None:
+    """Refuse a policy whose weights, gradients and Adam moments (4 copies of every parameter)
+    exceed the free memory: the policy is built on the meta device, so nothing is allocated."""
+    build = getattr(module, "build_policy", None)
+    if not callable(build) or probe is None:
+        return
+    try:
+        with torch.device("meta"):
+            policy = build(probe["observation_shape"], probe["action_spec"])
+    except ConfigError:
+        raise
+    except Exception:  # a policy that needs the trainer (a keyed table) or cannot be built on meta: not estimated
+        return
+    params = sum(p.numel() for p in policy.parameters())
+    need = params * 4 * 4  # float32 weights, gradients and Adam's two moments
+    free, where = available_memory(device)
+    if need * ranks_here > free:
+        hidden = list(getattr(getattr(module, "hparams", {}), "get", lambda *_: None)("hidden_sizes") or [])
+        per = f" per rank x {ranks_here} ranks" if ranks_here > 1 else ""
+        raise ConfigError(f"model.hidden_sizes: {hidden} with observations of shape {list(probe['observation_shape'])} "
+                          f"make a policy of {params:,} parameters, about {_size(need)}{per} for weights, gradients "
+                          f"and Adam's moments, more than the {_size(free)} {where}; use smaller hidden_sizes (or a "
+                          "smaller observation: e.g. data.env.init_args.max_width)")

@@ -45,7 +45,16 @@ sys.path.insert(0, str(ROOT / "scripts"))
 CONFIG = ROOT / "configs" / "swarm.yaml"
 
 
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (argparse prints `error: argument --x: ...` and exits 2)."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
+
+
 # ---------------------------------------------------------------------------------- children
+
 def _rss_bytes() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -501,16 +510,16 @@ def env_line(a: argparse.Namespace, env: dict[str, list[float]]) -> str:
 
 def parse(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--num-envs", type=int, nargs="+", default=[256, 1024, 4096], help="actors N to measure")
-    p.add_argument("--num-steps", type=int, default=128, help="rollout length T")
-    p.add_argument("--update-epochs", type=int, default=4)
-    p.add_argument("--num-minibatches", type=int, default=4)
-    p.add_argument("--repeats", type=int, default=3, help="fresh runs per (N, path)")
-    p.add_argument("--iterations", type=int, default=3, help="measured iterations per run")
+    p.add_argument("--num-envs", type=positive_int, nargs="+", default=[256, 1024, 4096], help="actors N to measure")
+    p.add_argument("--num-steps", type=positive_int, default=128, help="rollout length T")
+    p.add_argument("--update-epochs", type=positive_int, default=4)
+    p.add_argument("--num-minibatches", type=positive_int, default=4)
+    p.add_argument("--repeats", type=positive_int, default=3, help="fresh runs per (N, path)")
+    p.add_argument("--iterations", type=positive_int, default=3, help="measured iterations per run")
     p.add_argument("--warmup", type=int, default=1, help="iterations per run not counted")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads per process")
-    p.add_argument("--env-n", type=int, default=4096, help="actors for the SwarmEnv.step measurement")
+    p.add_argument("--env-n", type=positive_int, default=4096, help="actors for the SwarmEnv.step measurement")
     p.add_argument("--skip-env", action="store_true", help="do not measure SwarmEnv.step alone")
     p.add_argument("--compile", action="store_true",
                    help="measure SwarmEnv.step alone with compile=True (its C++ kernels; same trajectories)")

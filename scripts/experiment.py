@@ -13,6 +13,7 @@ Not a command: imported by the drivers (`from experiment import ...`, scripts/ o
 
 from __future__ import annotations
 
+import argparse
 import ctypes
 import json
 import math
@@ -31,6 +32,14 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 EVAL_BANKS = (1234, 2234, 3234)  # held-out banks every study reports over (1234 is SwarmEnv's default bank)
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (argparse prints `error: argument --x: ...` and exits 2)."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
 
 
 def bank_seeds(n: int) -> list[int]:

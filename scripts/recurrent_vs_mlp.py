@@ -32,11 +32,21 @@ TASKS = {
 }
 
 
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (argparse prints `error: argument --x: ...` and exits 2)."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
+
+
 def run(task: str, policy: str, seed: int, root: str, extra: list[str]) -> tuple[list[float], float]:
     """One training run through the CLI; returns (the task's metric per rollout, wall seconds)."""
     mlp_configs, recurrent_configs, metric = TASKS[task]
     names = mlp_configs if policy == "mlp" else recurrent_configs
     configs = [arg for name in names for arg in ("--config", str(CONFIGS / name))]
+    if policy == "mlp":
+        configs += ["--data.bptt_len", "null"]  # the config's BPTT chunk is for the recurrent arms; an MLP trains on steps
     start = time.perf_counter()
     main([*configs, "--model.policy", policy, "--seed_everything", str(seed), "--data.seed", str(seed),
           "--trainer.default_root_dir", root, "--trainer.enable_progress_bar", "false",
@@ -56,8 +66,8 @@ def main_(argv: list[str] | None = None) -> None:
     parser.add_argument("--task", choices=sorted(TASKS), default="memory")
     parser.add_argument("--policies", nargs="+", default=["mlp", "gru", "lstm"])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--epochs", type=int, default=None, help="trainer.max_epochs (default: the config's)")
-    parser.add_argument("--num_envs", type=int, default=None, help="data.num_envs (default: the config's)")
+    parser.add_argument("--epochs", type=positive_int, default=None, help="trainer.max_epochs (default: the config's)")
+    parser.add_argument("--num_envs", type=positive_int, default=None, help="data.num_envs (default: the config's)")
     parser.add_argument("--delay", type=int, default=None, help="memory: steps between cue and query")
     parser.add_argument("--n_cues", type=int, default=None, help="memory: number of cues")
     parser.add_argument("--quick", action="store_true", help="smoke run: mlp and gru, seed 0, 2 iterations of 32 actors")

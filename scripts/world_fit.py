@@ -25,7 +25,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/: the shared experiment runner
 
-from experiment import ROOT, bank_seeds, default_launch, grid_plan, mean_std_ci, run_grid, welch_p  # noqa: E402
+from experiment import (  # noqa: E402
+    ROOT, bank_seeds, default_launch, grid_plan, mean_std_ci, positive_int, run_grid, welch_p,
+)
 
 CURVE = ("success_rate", "critical_steps", "subagents", "finish_rate", "delegation_share")
 KEYS = ("success_rate", "serial_success_rate", "ceiling_success_rate", "critical_steps", "speedup_vs_serial",
@@ -36,16 +38,16 @@ def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--policies", nargs="+", default=["mlp"], choices=["mlp", "slots"])
     p.add_argument("--seeds", nargs="+", type=int, default=[0])
-    p.add_argument("--epochs", type=int, default=None, help="PPO iterations (default: the config's)")
+    p.add_argument("--epochs", type=positive_int, default=None, help="PPO iterations (default: the config's)")
     p.add_argument("--wide", action="store_true", help="add configs/swarm_wide.yaml")
     p.add_argument("--quick", action="store_true", help="2 iterations of 32 actors x 8 steps, 1 episode per task")
     p.add_argument("--out", default=None, help="folder for logs and checkpoints (default: a fresh runs/world_fit_*); "
                    "an existing one resumes")
-    p.add_argument("--every", type=int, default=5, help="print the learning curve every N iterations")
-    p.add_argument("--banks", type=int, default=3, help="held-out task banks (default 3)")
-    p.add_argument("--eval-seeds", dest="eval_seeds", type=int, default=1, help="evaluation seeds per bank")
-    p.add_argument("--jobs", type=int, default=1, help="runs in parallel processes")
-    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads per run (default 1)")
+    p.add_argument("--every", type=positive_int, default=5, help="print the learning curve every N iterations")
+    p.add_argument("--banks", type=positive_int, default=3, help="held-out task banks (default 3)")
+    p.add_argument("--eval-seeds", dest="eval_seeds", type=positive_int, default=1, help="evaluation seeds per bank")
+    p.add_argument("--jobs", type=positive_int, default=1, help="runs in parallel processes")
+    p.add_argument("--threads", type=positive_int, default=None, help="torch intra-op threads per run (default 1)")
     p.add_argument("--compile", action="store_true",
                    help="SwarmEnv(compile=True): the env step as C++ kernels (the same trajectories, faster)")
     a = p.parse_args(argv)

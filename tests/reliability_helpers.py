@@ -157,3 +157,18 @@ def make_tiny_env(num_envs, device, seed):  # no return annotation: jsonargparse
 
 def make_tiny_env_annotated(num_envs: int, device: str, seed: int) -> TinyEnv:
     return TinyEnv(num_envs, device, seed)
+
+
+class MarkStarted(RolloutCallback):
+    """Writes `<dir>/rank<R>.pid` (this rank's pid) at this rank's first rollout, so a test can signal
+    a rank that is known to be training (no guessing at start-up time)."""
+
+    def __init__(self, directory: str = ".") -> None:
+        self.directory = directory
+
+    def on_rollout_start(self, trainer, pl_module, round_index: int) -> None:
+        path = os.path.join(self.directory, f"rank{trainer.global_rank}.pid")
+        if not os.path.exists(path):
+            with open(path + ".tmp", "w") as f:
+                f.write(str(os.getpid()))
+            os.replace(path + ".tmp", path)

@@ -1,5 +1,6 @@
 """Subagent functions the ProcessPool tests run in worker processes (imported by path)."""
 
+import os
 import time
 
 
@@ -8,4 +9,8 @@ def solve(instruction):
         time.sleep(60)
     if instruction.get("raise"):
         raise RuntimeError("subagent crashed")
+    if instruction.get("exit"):
+        os._exit(3)
+    if "steps" in instruction:  # a malformed step count (NaN, a string)
+        return {"success": True, "steps": instruction["steps"]}
     return {"success": instruction["instruction"] == instruction["skill"], "steps": instruction["cost"] + 1}

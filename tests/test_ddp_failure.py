@@ -2,6 +2,9 @@
 stuck ends the whole run with its error within a bounded time, and no rank is left running."""
 
 import os
+import signal
+import socket
+import time
 import subprocess
 import sys
 from pathlib import Path
@@ -17,13 +20,13 @@ TINY = ["--trainer.enable_model_summary", "false", "--data.num_envs", "8",  # th
         "--data.num_steps", "4", "--data.update_epochs", "1", "--data.num_minibatches", "1", "--trainer.max_epochs", "3"]
 
 
-def _run(tmp_path, fault, timeout):
+def _run(tmp_path, fault, timeout, extra=()):
     """The CLI on 2 DDP ranks with `fault` injected; subprocess.run's timeout is the bound (it raises)."""
     # the repository first: `python -m parlightning.fit` from tmp_path must run this checkout, not an installed copy
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS), str(TESTS.parent), os.environ.get("PYTHONPATH", "")]))
     env.pop("PL_DISABLE_FORK", None)
     cmd = [sys.executable, "-m", "parlightning.fit", "--config", CONFIG, "--trainer.default_root_dir", str(tmp_path),
-           *TINY, *DDP, f"--trainer.callbacks+=reliability_helpers.{fault}"]
+           *TINY, *DDP, f"--trainer.callbacks+=reliability_helpers.{fault}", *extra]
     try:
         done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout)
     finally:
@@ -67,3 +70,120 @@ def test_a_stuck_rank_ends_the_run_at_the_ddp_timeout_and_is_not_left_behind(tmp
     done, leftovers = _run(tmp_path, "HangOnRank", timeout=300)  # ends by itself: not killed by us
     assert done.returncode != 0, done.stderr[-3000:]
     assert not leftovers  # rank 0 took its stuck child down with it
+
+
+# ------------------------------------------------------------------ the README's 2-rank command, one rank signalled
+README_DDP = ["--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.strategy", "ddp"]  # as users run it
+SIGNAL_BOUND_S = 120  # the process group's default timeout is 30 minutes: a hang cannot pass
+
+
+def _start_and_signal(tmp_path, rank, signum):
+    """The README's 2-rank command (default progress bar, default DDP timeout), run until both ranks
+    have started rolling out (their marker files), then `signum` sent to rank `rank`'s pid only."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS), str(TESTS.parent), os.environ.get("PYTHONPATH", "")]))
+    env.pop("PL_DISABLE_FORK", None)
+    cmd = [sys.executable, "-m", "parlightning.fit", "--config", CONFIG, *README_DDP,
+           "--trainer.default_root_dir", str(tmp_path), "--data.num_envs", "8", "--data.num_steps", "4",
+           "--trainer.max_epochs", "100000",  # never finishes by itself
+           "--trainer.callbacks+=reliability_helpers.MarkStarted", f"--trainer.callbacks.init_args.directory={tmp_path}"]
+    with open(tmp_path / "stderr.txt", "w") as err:  # a file, not a pipe: a full pipe would stall the run
+        proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        markers = [tmp_path / f"rank{r}.pid" for r in (0, 1)]
+        deadline = time.monotonic() + 240
+        while not all(m.exists() for m in markers):
+            assert proc.poll() is None, (tmp_path / "stderr.txt").read_text()[-3000:]
+            assert time.monotonic() < deadline, "the ranks never started rolling out"
+            time.sleep(0.2)
+        pids = [int(m.read_text()) for m in markers]
+        os.kill(pids[rank], signum)
+        try:
+            code = proc.wait(timeout=SIGNAL_BOUND_S)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"one rank's {signal.Signals(signum).name} left the job running (a gloo wait)")
+        time.sleep(0.5)  # the ranks' own processes: give a SIGKILLed rank's reaping a moment
+        return code, (tmp_path / "stderr.txt").read_text(), pids
+    finally:
+        for pid in _processes_mentioning(str(tmp_path)):
+            os.kill(pid, 9)
+
+
+def _error_lines(stderr):
+    return [line for line in stderr.splitlines() if line.startswith("error:")]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to find leftover ranks")
+@pytest.mark.parametrize("rank", [1, 0])
+def test_sigterm_to_one_rank_of_the_readme_command_stops_every_rank_with_one_line(tmp_path, rank):
+    code, stderr, pids = _start_and_signal(tmp_path, rank, signal.SIGTERM)
+    assert code == 128 + signal.SIGTERM, stderr[-3000:]  # "killed by SIGTERM": a scheduler requeues it
+    lines = _error_lines(stderr)
+    assert len(lines) == 1, stderr[-3000:]
+    assert f"rank {rank} (pid {pids[rank]})" in lines[0] and "SIGTERM" in lines[0], lines[0]
+    assert "--ckpt_path" in lines[0]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    assert not _processes_mentioning(str(tmp_path))
+    for ckpt in tmp_path.rglob("last.ckpt"):  # what was saved before the signal still loads
+        torch.load(ckpt, weights_only=True)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to find leftover ranks")
+def test_a_rank_killed_without_a_word_is_named_by_its_exit_status(tmp_path):
+    code, stderr, pids = _start_and_signal(tmp_path, 1, signal.SIGKILL)
+    assert code == 1, stderr[-3000:]
+    lines = _error_lines(stderr)
+    assert len(lines) == 1 and f"rank 1 (pid {pids[1]})" in lines[0] and "SIGKILL" in lines[0], stderr[-3000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to find leftover ranks")
+def test_a_non_finite_loss_under_ddp_is_one_line_from_rank_0(tmp_path):
+    done, leftovers = _run(tmp_path, "PoisonWeights", timeout=240, extra=[
+        "--trainer.callbacks.init_args.iteration=1", "--trainer.callbacks.init_args.batch_idx=0"])
+    assert done.returncode == 1, done.stderr[-3000:]
+    lines = _error_lines(done.stderr)
+    assert len(lines) == 1 and "non-finite PPO loss" in lines[0] and "rank" in lines[0], done.stderr[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert not leftovers
+
+
+# ------------------------------------------------------------------ ranks launched with different configs
+def _launch_ranks(tmp_path, per_rank_args, timeout=240):
+    """Two ranks started torchrun-style (LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT), each with its own
+    extra arguments; returns (exit codes, stderr of each)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    path = os.pathsep.join([str(TESTS), str(TESTS.parent), os.environ.get("PYTHONPATH", "")])
+    procs, files = [], []
+    for rank, extra in enumerate(per_rank_args):
+        env = dict(os.environ, LOCAL_RANK=str(rank), NODE_RANK="0", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=port, PYTHONPATH=path)
+        files.append(tmp_path / f"stderr{rank}.txt")
+        with open(files[-1], "w") as err:
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "parlightning.fit", "--config", CONFIG, "--trainer.default_root_dir",
+                 str(tmp_path), *TINY, *README_DDP, *extra], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                stderr=err))
+    try:
+        codes = [p.wait(timeout=timeout) for p in procs]
+    except subprocess.TimeoutExpired:
+        pytest.fail("ranks with different configs hung")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    return codes, [f.read_text() for f in files]
+
+
+@pytest.mark.parametrize("rank1, key", [
+    (["--trainer.max_epochs", "5"], "trainer.max_epochs: 3 on rank 0 vs 5 on rank 1"),
+    (["--data.num_envs", "12"], "data.num_envs: 8 on rank 0 vs 12 on rank 1"),
+])
+def test_ranks_launched_with_different_configs_are_refused_before_the_first_rollout(tmp_path, rank1, key):
+    codes, errs = _launch_ranks(tmp_path, [[], rank1])
+    assert codes[0] != 0 and codes[1] != 0, errs
+    lines = _error_lines(errs[0])
+    assert len(lines) == 1 and "different configs" in lines[0] and key in lines[0], errs[0][-3000:]
+    assert len(_error_lines(errs[1])) <= 1 and "Traceback" not in errs[0] + errs[1], errs[1][-3000:]  # own stderr
+    assert not list(tmp_path.rglob("*.ckpt")) and not list(tmp_path.rglob("events.out*"))

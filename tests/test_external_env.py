@@ -30,6 +30,7 @@ class CountWorld:
     action_spec = ActionSpec("discrete", nvec=(2,))
     fail_at = None  # (actor, step): raise there
     hang_at = None
+    retryable = (ValueError,)  # its failure happens before the step moves the world: safe to repeat
 
     def __init__(self, seed=0, actor=0, sleep=0.0, fail_at=None, hang_at=None):
         self.actor, self.sleep, self.calls = actor, sleep, 0
@@ -275,11 +276,13 @@ def test_process_pool_runs_the_users_function_kills_hung_subagents_and_closes():
         handles = [pool.spawn({"skill": 0, "instruction": i % 2, "cost": 2}) for i in range(4)]
         hung = pool.spawn({"hang": True})
         boom = pool.spawn({"raise": True})
-        results = pool.wait(handles + [hung, boom], timeout=20)
+        # generous waits: a spawned worker's start-up (seconds under load) never counts against `timeout`,
+        # which runs from when a ready worker takes the call, so only the hung call can time out
+        results = pool.wait(handles + [hung, boom], timeout=300)
         assert [(r.success, r.steps) for r in results[:4]] == [(True, 3), (False, 3)] * 2
         assert not results[4].success and "timed out after 1s" in results[4].error
-        assert not results[5].success and "RuntimeError: subagent crashed" in results[5].error
-        again = pool.wait([pool.spawn({"skill": 1, "instruction": 1, "cost": 1})], timeout=20)[0]
+        assert not results[5].success and "tests.subagent_fns:solve raised RuntimeError: subagent crashed" in results[5].error
+        again = pool.wait([pool.spawn({"skill": 1, "instruction": 1, "cost": 1})], timeout=300)[0]
         assert again.success and again.steps == 2  # the killed worker was replaced
         pids = pool.pids
     finally:
@@ -353,3 +356,129 @@ def test_the_external_config_trains(tmp_cwd, workers):
     stats = dm.last_rollout.stats
     assert float(stats["rollout/episodes"]) > 0 and "perf/policy_lag" in stats
     assert dm.collector.env._closed  # teardown closed the worlds and the pool
+
+
+# ---------------------------------------------------------------------------------- malformed values, retries
+class BadValueWorld(CountWorld):
+    """Actor 1's first step returns `field` replaced by `value` (and ends the episode, so parts are read)."""
+
+    field, value = "reward", None
+
+    def _step(self, action):
+        obs, reward, done, trunc, parts = super()._step(action)
+        if self.actor != 1:
+            return obs, reward, done, trunc, parts
+        parts = {"outcome": 1.0, "n_subagents": 1.0}
+        out = {"obs": obs, "reward": reward, "terminated": True, "truncated": False, "parts": parts}
+        if self.field.startswith("parts."):
+            parts[self.field.split(".", 1)[1]] = self.value
+        else:
+            out[self.field] = self.value
+        return out["obs"], out["reward"], out["terminated"], out["truncated"], out["parts"]
+
+
+@pytest.mark.parametrize("field, value, says", [
+    ("obs", [1.0, 2.0, 3.0], "observation [1.0, 2.0, 3.0] (list); field obs must be 2 numbers"),
+    ("obs", "ready", "observation 'ready' (str); field obs"),
+    ("obs", None, "observation None (NoneType); field obs"),
+    ("reward", None, "reward None (NoneType); field reward must be a finite number"),
+    ("reward", "1.0", "reward '1.0' (str); field reward"),
+    ("reward", [1.0], "reward [1.0] (list); field reward"),
+    ("reward", float("inf"), "reward inf (float); field reward must be a finite number"),
+    ("terminated", "yes", "terminated 'yes' (str); field terminated must be a bool"),
+    ("parts", [1.0], "parts [1.0] (list); field parts must be None or a mapping"),
+    ("parts.outcome", float("nan"), "parts['outcome'] nan (float); field parts['outcome'] must be a finite number"),
+    ("parts.n_subagents", float("inf"), "parts['n_subagents'] inf"),
+    ("parts.completed", "two", "parts['completed'] 'two' (str)"),
+])
+def test_a_malformed_value_from_a_world_names_world_actor_task_and_field(monkeypatch, field, value, says):
+    monkeypatch.setattr(BadValueWorld, "field", field)
+    monkeypatch.setattr(BadValueWorld, "value", value)
+    env = ExternalBatchedEnv(3, world=BadValueWorld)
+    try:
+        env.reset(task_index=torch.tensor([0, 2, 1]))
+        with pytest.raises(ExternalWorldError) as err:
+            env.step(torch.zeros(3, dtype=torch.long))
+        message = str(err.value)
+        assert message.startswith("external world ") and "BadValueWorld actor 1 on task 't-2': step returned" in message
+        assert says in message, message
+        assert "\n" not in message
+    finally:
+        env.close()
+
+
+class HalfStepWorld(CountWorld):
+    """Actor 1's step moves its state, then raises KeyError; stepping it again raises another error."""
+
+    def _step(self, action):
+        if self.actor == 1:
+            self.t += 1
+            if self.t == 1:
+                raise KeyError("tool result missing 'id'")
+            raise IndexError("step past the end")  # what a blind retry would report
+        return super()._step(action)
+
+
+@pytest.mark.parametrize("retryable", [(), (KeyError, IndexError)])
+def test_retries_report_the_first_error_and_repeat_only_what_the_world_declares(monkeypatch, retryable):
+    monkeypatch.setattr(HalfStepWorld, "retryable", retryable)
+    env = ExternalBatchedEnv(3, world=HalfStepWorld, retries=2)
+    try:
+        env.reset(task_index=torch.tensor([2, 2, 2]))
+        with pytest.raises(ExternalWorldError) as err:
+            env.step(torch.zeros(3, dtype=torch.long))
+        message = str(err.value)
+        assert "actor 1" in message and "step raised KeyError: \"tool result missing 'id'\"" in message, message
+        if retryable:  # repeated (declared retryable), still the first error first
+            assert "the first error; retried 2 times; the last raised IndexError" in message, message
+        else:
+            assert "not retried: KeyError is not in the world's `retryable`" in message, message
+            assert "IndexError" not in message
+    finally:
+        env.close()
+
+
+def test_a_pool_times_calls_from_when_a_ready_worker_takes_them():
+    # every worker (and every replacement) takes 2 s to import the function: longer than the 1 s timeout
+    pool = ProcessPool("tests.subagent_fns_slow:solve", workers=1, timeout=1.0)
+    try:
+        hung = pool.spawn({"hang": True})
+        quick = [pool.spawn({"skill": 0, "instruction": 0, "cost": 1}) for _ in range(3)]  # queued behind it
+        results = pool.wait([hung, *quick], timeout=300)
+        assert "timed out after 1s" in results[0].error
+        assert all(r.success and r.steps == 2 for r in results[1:]), results  # the cold replacement took them
+    finally:
+        pool.close()
+
+
+@pytest.mark.parametrize("instruction, says", [
+    ({"exit": True}, "tests.subagent_fns:solve ended its worker process (exit code 3; os._exit"),
+    ({"steps": float("nan")}, "tests.subagent_fns:solve returned steps=nan; steps must be a finite number"),
+    ({"steps": "three"}, "returned steps='three'"),
+    ({"raise": True}, "tests.subagent_fns:solve raised RuntimeError: subagent crashed"),
+])
+def test_a_failing_subagent_function_is_reported_for_what_it_is(instruction, says):
+    pool = ProcessPool("tests.subagent_fns:solve", workers=1, timeout=60)
+    try:
+        (result,) = pool.wait([pool.spawn(instruction)], timeout=300)
+        assert not result.success and says in result.error, result.error
+        again = pool.wait([pool.spawn({"skill": 1, "instruction": 1, "cost": 1})], timeout=300)[0]
+        assert again.success  # the pool lives on
+    finally:
+        pool.close()
+
+
+def test_pool_workers_are_capped_with_an_error_naming_the_cap():
+    with pytest.raises(ValueError, match=r"workers=300 is above the cap of 64 worker processes"):
+        ProcessPool("tests.subagent_fns:solve", workers=300)
+
+
+def test_an_http_pool_at_a_closed_port_is_one_error_naming_it():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again when the block ends: nothing listens there
+    with pytest.raises(ValueError, match=rf"HTTPPool: nothing answers at 127.0.0.1:{port} \(ConnectionRefusedError"):
+        HTTPPool(f"http://127.0.0.1:{port}/v1")
+    HTTPPool(f"http://127.0.0.1:{port}/v1", probe=False).close()  # the opt-out: an endpoint that starts later

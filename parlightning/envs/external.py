@@ -26,8 +26,15 @@ per call. Work that burns CPU in Python or may hang for good belongs in a `Proce
 (parlightning.subagents) or in worker processes, which can be killed: a hung thread cannot. So a
 world that hangs ends the run with `ExternalWorldError` after `step_timeout` seconds naming the
 actor and its task (its thread is abandoned: daemon, it never blocks interpreter exit; a worker
-process is terminated by `close()`); a world that raises is retried `retries` times, then ends
-the run the same way. `close()` closes every world and every `shared` resource (pools), which
+process is terminated by `close()`); a world that raises ends the run the same way with the
+first error it raised. `retries` repeats only calls whose exception the world declares
+retryable (`world.retryable`, a tuple of exception classes; default `(ConnectionError,
+TimeoutError)`): a step that raised half-way has moved the world on, and a retry would report a
+different error. A malformed value (an observation of the wrong size or type, a reward or part
+that is None, a string, NaN or inf, a flag that is not a bool) ends the run with an
+`ExternalWorldError` naming the world, actor, task and field. A world on a thread that calls
+`os._exit` (or crashes the interpreter) takes the trainer down with it: threads cannot be isolated;
+run such worlds with `workers: P`, where a dead worker process is reported by name. `close()` closes every world and every `shared` resource (pools), which
 ends their worker processes.
 """
 
@@ -44,15 +51,16 @@ from torch import Tensor
 from parlightning.envs.base import ActionSpec, BatchedEnv, EpisodeParts, StepResult
 from parlightning.envs.world_processes import WorkerProcesses
 from parlightning.envs.world_runner import WorldCallFailed, WorldRunner, build_shared, close_all, resolve
-from parlightning.errors import ConfigError
+from parlightning.errors import ConfigError, ReportedError
 
 __all__ = ["ExternalBatchedEnv", "ExternalWorldError", "World", "build_shared", "resolve"]
 
 PART_NAMES = EpisodeParts._fields[1:]  # everything but `task`, which the adapter knows
 
 
-class ExternalWorldError(RuntimeError):
-    """An external world raised or hung; the message names the actor, its task and the call."""
+class ExternalWorldError(ReportedError):
+    """An external world raised, hung or returned a malformed value; the message names the world,
+    the actor, its task, the call and the field (the CLI prints it as one `error:` line)."""
 
 
 class World(Protocol):
@@ -88,7 +96,8 @@ class ExternalBatchedEnv(BatchedEnv):
             ready-made are shared as they are and left to their owner to close.
         task_ids: the task bank; default the first world's `tasks` (None: a world without tasks).
         step_timeout: seconds a reset or step may take before the run ends with an error.
-        retries: times a call that raised is repeated before the run ends with its error.
+        retries: times a call that raised a retryable exception (the world's `retryable`, default
+            ConnectionError / TimeoutError) is repeated before the run ends with its first error.
         switch_interval: the interpreter's GIL switch interval while the env is open (seconds;
             None leaves it). Python's default, 5 ms, lets a computing thread (the learner, under
             `data.max_policy_lag`) hold the GIL for up to 5 ms while a world thread whose wait just
@@ -207,12 +216,43 @@ class ExternalBatchedEnv(BatchedEnv):
             raise self._fail(failed.actor, failed.method, failed.why) from failed.__cause__
 
     # ------------------------------------------------------------------ BatchedEnv
-    def _obs_array(self, values: Sequence[Any]) -> np.ndarray:
-        """[len(values), *observation_shape] float32 from the worlds' observations."""
+    def _obs_array(self, values: Sequence[Any], method: str = "step", actors: Optional[Sequence[int]] = None) -> np.ndarray:
+        """[len(values), *observation_shape] float32 from the worlds' observations (`actors`: whose
+        they are, for the error naming a malformed one)."""
         try:  # one conversion for the batch (flat lists or arrays of the same length: the common case)
             return np.asarray(values, dtype=np.float32).reshape(len(values), *self.observation_shape)
         except (ValueError, TypeError):  # ragged or nested differently: each world's value on its own
-            return np.asarray([np.asarray(v, dtype=np.float32).reshape(self.observation_shape) for v in values])
+            rows = []
+            for k, v in enumerate(values):
+                try:
+                    rows.append(np.asarray(v, dtype=np.float32).reshape(self.observation_shape))
+                except (ValueError, TypeError):
+                    i = actors[k] if actors is not None else k
+                    want = int(np.prod(self.observation_shape))
+                    raise self._fail(i, method, f"returned observation {v!r:.80} ({type(v).__name__}); field obs "
+                                                f"must be {want} numbers (observation_shape "
+                                                f"{list(self.observation_shape)})") from None
+            return np.asarray(rows)
+
+    def _number(self, i: int, field: str, value: Any) -> float:
+        """A finite float from world i's `field`, or the ExternalWorldError naming it."""
+        if isinstance(value, (str, bytes)) or value is None:
+            number = None
+        else:
+            try:
+                number = float(value)
+            except (TypeError, ValueError):
+                number = None
+        if number is None or not math.isfinite(number):
+            raise self._fail(i, "step", f"returned {field} {value!r:.80} ({type(value).__name__}); field {field} "
+                                        "must be a finite number")
+        return number
+
+    def _flag(self, i: int, field: str, value: Any) -> bool:
+        if isinstance(value, (bool, np.bool_)) or isinstance(value, (int, np.integer)) and value in (0, 1):
+            return bool(value)
+        raise self._fail(i, "step", f"returned {field} {value!r:.80} ({type(value).__name__}); field {field} must "
+                                    "be a bool")
 
     def _tensor(self, array: np.ndarray) -> Tensor:
         # Built in numpy, one tensor per field: every torch call releases and retakes the GIL, a
@@ -229,7 +269,7 @@ class ExternalBatchedEnv(BatchedEnv):
             idx = task_index.tolist() if task_index is not None else [i % len(self.task_ids) for i in range(self.num_envs)]
             self._tasks = [int(k) for k in idx]
         results = self._run_all("reset", {i: (self._task_arg(i),) for i in range(self.num_envs)})
-        return self._obs([results[i] for i in range(self.num_envs)])
+        return self._tensor(self._obs_array([results[i] for i in range(self.num_envs)], "reset"))
 
     def _task_arg(self, i: int) -> Optional[str]:
         bank = getattr(self, "task_ids", None)
@@ -256,18 +296,23 @@ class ExternalBatchedEnv(BatchedEnv):
                 raise self._fail(i, "step", f"returned {out[i]!r:.200}; it must return "
                                             "(obs, reward, terminated, truncated, parts)") from None
             obs.append(o)
-            reward.append(float(r))
+            r = self._number(i, "reward", r)
+            reward.append(r)
+            term, trunc = self._flag(i, "terminated", term), self._flag(i, "truncated", trunc)
             if term or trunc:
-                flags[0, i], flags[1, i], flags[2, i] = bool(term), not bool(term), True
+                flags[0, i], flags[1, i], flags[2, i] = term, not term, True
                 done_list.append(i)
+                if p is not None and not isinstance(p, Mapping):
+                    raise self._fail(i, "step", f"returned parts {p!r:.80} ({type(p).__name__}); field parts must be "
+                                                f"None or a mapping of {list(PART_NAMES)}")
                 p = dict(p or {})
                 unknown = set(p) - set(PART_NAMES)
                 if unknown:
                     raise self._fail(i, "step", f"returned parts with unknown fields {sorted(unknown)}; "
                                                 f"use {list(PART_NAMES)}")
-                p.setdefault("outcome", min(max(float(r), 0.0), 1.0))
-                parts[:, i] = [float(p.get(name, 0.0)) for name in PART_NAMES]
-        final = self._obs_array(obs)
+                p.setdefault("outcome", min(max(r, 0.0), 1.0))
+                parts[:, i] = [self._number(i, f"parts[{name!r}]", p.get(name, 0.0)) for name in PART_NAMES]
+        final = self._obs_array(obs, "step")
         task_t = self._tensor(np.array(self._tasks, dtype=np.int64))
         term_t, trunc_t, done = self._tensor(flags).unbind(0)
         has_tasks = getattr(self, "task_ids", None) is not None
@@ -279,7 +324,7 @@ class ExternalBatchedEnv(BatchedEnv):
                 for i in done_list:
                     self._tasks[i] = int(picked[i])
             fresh = self._run_all("reset", {i: (self._task_arg(i),) for i in done_list})
-            next_obs[done_list] = self._obs_array([fresh[i] for i in done_list])
+            next_obs[done_list] = self._obs_array([fresh[i] for i in done_list], "reset", done_list)
         elif has_tasks and callable(next_task):
             next_task(done)  # the sampler is asked every step, as by a tensor env
         episode = None

@@ -21,6 +21,9 @@ from parlightning.errors import ConfigError
 TIMEOUT_HINT = "(raise data.env.init_args.step_timeout if it is just slow)"
 
 
+DEFAULT_RETRYABLE = (ConnectionError, TimeoutError)  # what `retries` repeats unless a world declares `retryable`
+
+
 class WorldCallFailed(Exception):
     """World `actor`'s `method` raised or hung: `why` says which (the env names the task)."""
 
@@ -199,6 +202,7 @@ class WorldRunner:
         if self.is_async:
             return self._run_async(method, args)
         attempts = dict.fromkeys(args, 0)
+        first: dict[int, BaseException] = {}
         batch = _Batch(len(args))
         actors = self._actors
         for i, a in args.items():
@@ -217,17 +221,36 @@ class WorldRunner:
                     raise WorldCallFailed(late, method, f"did not return within step_timeout={self.step_timeout:g}s "
                                                         + TIMEOUT_HINT)
             for i, value in errors:
-                if attempts[i] < self.retries:
+                first.setdefault(i, value)
+                if attempts[i] < self.retries and self._retryable(i, value):
                     attempts[i] += 1
                     actors[i].inbox.put((batch, method, args[i]))
                 else:
-                    raise WorldCallFailed(i, method, self._raised(value)) from value
+                    raise WorldCallFailed(i, method, self._raised(first[i], attempts[i], value)) from first[i]
 
-    def _raised(self, err: BaseException) -> str:
-        return f"raised {type(err).__name__}: {err}{f' (after {self.retries} retries)' if self.retries else ''}"
+    def _retryable(self, i: int, err: BaseException) -> bool:
+        """Only what world i declares retryable (`retryable`: exception classes; default
+        ConnectionError and TimeoutError, calls that failed on the way out) is repeated: a world
+        whose step raised half-way has moved on, and stepping it again would hide the real error."""
+        kinds = getattr(self.worlds.get(i), "retryable", DEFAULT_RETRYABLE)
+        try:
+            return isinstance(err, tuple(kinds) if not isinstance(kinds, type) else kinds)
+        except TypeError:
+            return False
+
+    def _raised(self, first: BaseException, attempts: int = 0, last: Optional[BaseException] = None) -> str:
+        text = f"raised {type(first).__name__}: {' '.join(str(first).split())[:300]}"
+        if attempts:
+            again = "" if last is None or last is first else f"; the last raised {type(last).__name__}: {last}"
+            text += f" (the first error; retried {attempts} times{again})"
+        elif self.retries and last is not None:
+            text += (f" (not retried: {type(first).__name__} is not in the world's `retryable`, default "
+                     "(ConnectionError, TimeoutError))")
+        return text
 
     def _run_async(self, method: str, args: Mapping[int, tuple]) -> dict[int, Any]:
         async def one(i: int) -> Any:
+            first: Optional[BaseException] = None
             for attempt in range(self.retries + 1):
                 try:
                     return await asyncio.wait_for(getattr(self.worlds[i], method)(*args[i]), self.step_timeout)
@@ -235,8 +258,9 @@ class WorldRunner:
                     raise WorldCallFailed(i, method, f"did not return within step_timeout={self.step_timeout:g}s "
                                                      + TIMEOUT_HINT) from None
                 except Exception as err:
-                    if attempt == self.retries:
-                        raise WorldCallFailed(i, method, self._raised(err)) from err
+                    first = first or err
+                    if attempt == self.retries or not self._retryable(i, err):
+                        raise WorldCallFailed(i, method, self._raised(first, attempt, err)) from first
 
         async def gather() -> list[Any]:
             return await asyncio.gather(*(one(i) for i in args))

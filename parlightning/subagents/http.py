@@ -24,6 +24,20 @@ def prompt_of(instruction: Any) -> str:
     return instruction if isinstance(instruction, str) else json.dumps(instruction, sort_keys=True)
 
 
+def _probe(base_url: str, timeout: float) -> None:
+    """One TCP connection to the endpoint's host and port, or a ValueError naming them."""
+    import socket
+    import urllib.parse
+
+    parts = urllib.parse.urlsplit(base_url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        socket.create_connection((parts.hostname, port), timeout=timeout).close()
+    except OSError as err:
+        raise ValueError(f"HTTPPool: nothing answers at {parts.hostname}:{port} ({type(err).__name__}: {err}); start "
+                         "the endpoint or fix base_url (probe: false skips this check)") from None
+
+
 class HTTPPool(PoolBase):
     """Subagents as chat completions; see the module docstring.
 
@@ -37,14 +51,19 @@ class HTTPPool(PoolBase):
         success_marker: the reply counts as a success only if it contains this string (None:
             any well-formed reply succeeds).
         max_tokens: the request's `max_tokens`.
+        probe: open (and close) one TCP connection to the endpoint at construction, so a closed
+            port or a wrong host is one error before any rollout rather than every subagent
+            failing quietly; false skips it (an endpoint that starts later).
     A result's `steps` are the reply's `usage.completion_tokens` (1 when absent); `output` its text.
     """
 
     def __init__(self, base_url: str, model: str = "default", workers: int = 4, timeout: float = 30.0,
                  api_key: Optional[str] = None, system: Optional[str] = None,
-                 success_marker: Optional[str] = None, max_tokens: int = 256) -> None:
+                 success_marker: Optional[str] = None, max_tokens: int = 256, probe: bool = True) -> None:
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
             raise ValueError(f"HTTPPool: base_url must start with http:// or https://, got {base_url!r}")
+        if probe:
+            _probe(base_url, min(float(timeout), 10.0))
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.model, self.timeout, self.api_key, self.system = model, timeout, api_key, system
         self.success_marker, self.max_tokens = success_marker, max_tokens

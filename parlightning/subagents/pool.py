@@ -9,6 +9,7 @@ over HTTP). Plain Python (no torch), so worker processes start fast.
 from __future__ import annotations
 
 import itertools
+import math
 import random
 import threading
 import time
@@ -47,12 +48,21 @@ def normalize(value: Any, seconds: float) -> SubagentResult:
     if isinstance(value, SubagentResult):
         return value
     if isinstance(value, dict) and "success" in value:
-        return SubagentResult(bool(value["success"]), int(value.get("steps", 1)), seconds, value.get("output"))
+        return SubagentResult(bool(value["success"]), _steps(value.get("steps", 1)), seconds, value.get("output"))
     if isinstance(value, bool):
         return SubagentResult(value, 1, seconds)
     if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], bool):
-        return SubagentResult(value[0], int(value[1]), seconds)
+        return SubagentResult(value[0], _steps(value[1]), seconds)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise TypeError(f"returned {value!r}; return a mapping {{'success': bool, 'steps': int}} or a bool")
     return SubagentResult(True, 1, seconds, value)
+
+
+def _steps(value: Any) -> int:
+    """A subagent's step count: a finite number >= 0 (NaN, inf, strings and negatives are refused)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise TypeError(f"returned steps={value!r}; steps must be a finite number >= 0")
+    return int(value)
 
 
 class PoolBase:

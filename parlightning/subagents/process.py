@@ -1,6 +1,14 @@
 """`ProcessPool`: every subagent is a call of a user's Python function (`package.module:name`)
 in one of `workers` long-lived worker processes; a subagent past `timeout` or cancelled while
 running has its worker killed and replaced, so a hung subagent never hangs training.
+
+A worker says it is ready once it has imported the function (a spawned worker imports torch and
+the user's module first: seconds on a loaded machine); a subagent is handed only to a ready
+worker, and its `timeout` runs from then, so start-up time never counts against a call and a
+replaced worker's cold start never times out the next call. A worker that dies while starting
+(the function's module fails to import in it) fails every queued subagent with that reason. A
+function that raises, returns what `normalize` refuses (NaN steps, a wrong type) or ends its
+process (`os._exit`) fails that subagent with an error saying which.
 """
 
 from __future__ import annotations
@@ -21,9 +29,15 @@ def _load(path: str) -> Any:
     return getattr(importlib.import_module(module), attr)
 
 
+MAX_WORKERS = 64  # worker processes per pool: each is a Python process with torch and the user's module loaded
+READY = "ready"
+
+
 def _worker_main(fn_path: str, conn: Any) -> None:
-    """A worker process: answer (handle, instruction) with (handle, result fields) until None."""
+    """A worker process: say READY once `fn` is imported, then answer (handle, instruction) with
+    (handle, result fields) until None."""
     fn = _load(fn_path)
+    conn.send(READY)
     while True:
         try:
             job = conn.recv()
@@ -34,10 +48,15 @@ def _worker_main(fn_path: str, conn: Any) -> None:
         handle, instruction = job
         start = time.perf_counter()
         try:
-            r = normalize(fn(instruction), time.perf_counter() - start)
-            answer = (handle, r.success, r.steps, r.output, r.error)
+            value = fn(instruction)
         except Exception as err:  # the subagent failed; the worker lives on
-            answer = (handle, False, 0, None, f"{type(err).__name__}: {err}")
+            answer = (handle, False, 0, None, f"{fn_path} raised {type(err).__name__}: {err}")
+        else:
+            try:
+                r = normalize(value, time.perf_counter() - start)
+                answer = (handle, r.success, r.steps, r.output, r.error)
+            except (TypeError, ValueError) as err:
+                answer = (handle, False, 0, None, f"{fn_path} {err}")
         try:
             conn.send(answer)
         except Exception as err:  # an output that cannot be pickled
@@ -50,6 +69,7 @@ class _Worker:
         self.process = ctx.Process(target=_worker_main, args=(fn_path, child), daemon=True)
         self.process.start()
         child.close()
+        self.ready = False  # until the worker has imported the function
         self.job: Optional[tuple[int, float]] = None  # (handle, start time) while busy
 
     def stop(self, grace: float = 1.0) -> None:
@@ -78,12 +98,18 @@ class ProcessPool(PoolBase):
         workers: worker processes (concurrent subagents); more spawns queue.
         timeout: seconds one subagent may run before its worker is killed (None: no limit).
         start_method: multiprocessing start method (`spawn` is safe with threads and torch).
+        start_timeout: seconds the constructor waits for every worker to import the function
+            (so the first calls, and a world's `step_timeout`, never wait on start-up); a worker
+            that dies or is not ready by then is an error naming the function.
     """
 
     def __init__(self, fn: str, workers: int = 2, timeout: Optional[float] = None,
-                 start_method: str = "spawn") -> None:
+                 start_method: str = "spawn", start_timeout: float = 300.0) -> None:
         if isinstance(workers, bool) or not isinstance(workers, int) or workers <= 0:
             raise ValueError(f"ProcessPool: workers must be a positive integer, got {workers!r}")
+        if workers > MAX_WORKERS:
+            raise ValueError(f"ProcessPool: workers={workers} is above the cap of {MAX_WORKERS} worker processes per "
+                             "pool (each one loads torch and the function); use at most that many (more spawns queue)")
         if timeout is not None and timeout <= 0:
             raise ValueError(f"ProcessPool: timeout must be positive or None, got {timeout!r}")
         try:
@@ -98,6 +124,23 @@ class ProcessPool(PoolBase):
         self._ids = itertools.count()
         self._lock = threading.Lock()
         self._closed = False
+        self._broken: Optional[str] = None  # why workers cannot start (every queued subagent fails with it)
+        self._wait_ready(start_timeout)
+
+    def _wait_ready(self, start_timeout: float) -> None:
+        deadline = time.monotonic() + start_timeout
+        while True:
+            with self._lock:
+                self._pump()
+                broken, ready = self._broken, all(w.ready for w in self._workers)
+            if ready:
+                return
+            if broken is not None or time.monotonic() > deadline:
+                self.close()
+                why = broken or f"its workers were not ready within start_timeout={start_timeout:g}s"
+                raise ValueError(f"ProcessPool: {why}; check that {self.fn} imports quickly in a fresh process "
+                                 "or raise start_timeout")
+            time.sleep(0.02)
 
     @property
     def pids(self) -> list[int]:
@@ -138,9 +181,18 @@ class ProcessPool(PoolBase):
         self._workers[i] = _Worker(self._ctx, self.fn)
 
     def _pump(self) -> None:
-        """Collect answers, enforce timeouts, hand queued subagents to idle workers (lock held)."""
+        """Collect answers, enforce timeouts, hand queued subagents to idle ready workers (lock held)."""
         now = time.monotonic()
         for i, w in enumerate(self._workers):
+            if not w.ready:
+                try:
+                    w.ready = w.conn.poll() and w.conn.recv() == READY
+                except (OSError, EOFError):
+                    w.ready = False
+                if not w.ready and not w.process.is_alive():
+                    self._broken = (f"a worker for {self.fn} exited with code {w.process.exitcode} while starting "
+                                    "(does the function's module import in a fresh process?)")
+                continue
             if w.job is None:
                 continue
             handle, start = w.job
@@ -157,11 +209,16 @@ class ProcessPool(PoolBase):
                 except (EOFError, OSError):
                     pass
             if not w.process.is_alive():
-                self._replace(i, f"worker process died (exit code {w.process.exitcode})")
+                self._replace(i, f"{self.fn} ended its worker process (exit code {w.process.exitcode}; os._exit "
+                                 "or a crash) while running this subagent")
             elif self.timeout is not None and now - start > self.timeout:
                 self._replace(i, f"timed out after {self.timeout:g}s")
+        if self._broken is not None:
+            while self._queue:
+                handle, _ = self._queue.popleft()
+                self._results[handle] = SubagentResult(False, 0, 0.0, error=self._broken)
         for w in self._workers:
-            if w.job is None and self._queue:
+            if w.ready and w.job is None and self._queue:
                 handle, instruction = self._queue.popleft()
                 w.conn.send((handle, instruction))
                 w.job = (handle, time.monotonic())
