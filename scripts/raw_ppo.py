@@ -158,8 +158,9 @@ def train(args: Args, verbose: bool = False, on_iteration: Optional[Callable[[in
         timings.rollout_start.append(now())
         with torch.inference_mode():
             for t in range(T):
-                action, logprob, value = policy.act(obs, action_gen)
-                buf.write(t, obs=obs, actions=action, logprobs=logprob, values=value)
+                mask = env.action_masks()  # the live subtask slots (the Lightning path masks them too)
+                action, logprob, value = policy.act(obs, action_gen, mask=mask)
+                buf.write(t, obs=obs, actions=action, logprobs=logprob, values=value, masks=mask)
                 res = env.step(action, pick)
                 ep_return += res.reward
                 ep_length += 1
@@ -192,7 +193,7 @@ def train(args: Args, verbose: bool = False, on_iteration: Optional[Callable[[in
         flat = buf.flat()
         for _, idx in buf.minibatch_indices(args.update_epochs, args.num_minibatches, minibatch_gen):
             batch = gather_rows(flat, idx)
-            new_logprob, entropy, new_value = policy.evaluate(batch["obs"], batch["actions"])
+            new_logprob, entropy, new_value = policy.evaluate(batch["obs"], batch["actions"], mask=batch["masks"])
             out = ppo_loss(
                 new_logprob, entropy, new_value, batch["logprobs"], batch["values"], batch["advantages"],
                 batch["returns"], args.clip_coef, args.ent_coef, args.vf_coef, args.norm_adv, args.clip_vloss,
