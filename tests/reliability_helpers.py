@@ -172,3 +172,26 @@ class MarkStarted(RolloutCallback):
             with open(path + ".tmp", "w") as f:
                 f.write(str(os.getpid()))
             os.replace(path + ".tmp", path)
+
+
+def sync_as_ranks(samplers, timeout=60):
+    """Call every sampler's `sync(reduce_sum)` as if each were a DDP rank: one thread per sampler,
+    meeting in an all-reduce (SUM) that a barrier makes, as `trainer.strategy.reduce` would."""
+    import threading
+
+    barrier, inbox = threading.Barrier(len(samplers)), [None] * len(samplers)
+
+    def reduce_for(rank):
+        def reduce(t):
+            inbox[rank] = t.clone()
+            barrier.wait()
+            total = sum(inbox)
+            barrier.wait()
+            return total
+        return reduce
+
+    threads = [threading.Thread(target=s.sync, args=(reduce_for(r),)) for r, s in enumerate(samplers)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=timeout)

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from callbacks.hardest_first import HardestFirst
+from reliability_helpers import sync_as_ranks
 from parlightning.sampling import (
     DifficultyWeighted,
     PosteriorSignal,
@@ -395,28 +396,6 @@ def test_record_batch_with_a_mask_counts_only_finished_episodes(make):
     assert adapter.sampler.count == {"a": 2, "c": 1}
 
 
-def _sync_ranks(samplers):
-    """Sync every 'rank' (a thread each, meeting in an all-reduce SUM, as DDP's reduce would)."""
-    import threading
-
-    barrier, inbox = threading.Barrier(len(samplers)), [None] * len(samplers)
-
-    def reduce_for(rank):
-        def reduce(t):
-            inbox[rank] = t.clone()
-            barrier.wait()
-            total = sum(inbox)
-            barrier.wait()
-            return total
-        return reduce
-
-    threads = [threading.Thread(target=s.sync, args=(reduce_for(r),)) for r, s in enumerate(samplers)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(timeout=60)
-
-
 @pytest.mark.parametrize("cls", [DifficultyWeighted, PosteriorSignal])
 def test_ranks_resumed_from_their_own_states_agree_again_at_the_next_sync(cls):
     """Issue 22 bug 5. Under DDP with a lag budget each rank picks for rounds in flight after the
@@ -432,7 +411,7 @@ def test_ranks_resumed_from_their_own_states_agree_again_at_the_next_sync(cls):
     for r, s in enumerate(ranks):
         s.pick_batch(shard, 0, everyone, torch.Generator().manual_seed(r))
         s.record_batch(torch.arange(8), torch.tensor([1.0, 0.0] * 4))
-    _sync_ranks(ranks)
+    sync_as_ranks(ranks)
     assert torch.equal(ranks[0].picks, ranks[1].picks)
     for r, s in enumerate(ranks):  # rounds in flight: rank r picks r + 1 more actors than agreed
         s.pick_batch(shard, 1, torch.ones(r + 1, dtype=torch.bool), torch.Generator().manual_seed(10 + r))
@@ -443,7 +422,7 @@ def test_ranks_resumed_from_their_own_states_agree_again_at_the_next_sync(cls):
         s.load_state_dict(state)
     for r, s in enumerate(resumed):  # training goes on
         s.pick_batch(shard, 2, everyone, torch.Generator().manual_seed(20 + r))
-    _sync_ranks(resumed)
+    sync_as_ranks(resumed)
     a, b = resumed
     assert torch.equal(a.picks, b.picks) and torch.equal(a.attempts, b.attempts)
     assert int(a.picks.sum()) == 2 * 6 + (1 + 2) + 2 * 6  # every pick of every rank, counted once

@@ -431,9 +431,8 @@ def test_posterior_signal_sync_adds_counts_and_refits_on_the_union():
     """Two 'ranks' (threads meeting in an all-reduce) sync a PosteriorSignal: counts add, the
     posterior is refit from the union (equal to one sampler that saw every episode), and its
     informative share stays a probability (adding probabilities as counts logged -0.655)."""
-    import threading
-
     from parlightning.sampling import PosteriorSignal
+    from reliability_helpers import sync_as_ranks
 
     ids = [f"solo-{i}" for i in range(6)]
     ranks = [PosteriorSignal(pass_threshold=1.0, seed=r) for r in range(WORLD)]
@@ -445,22 +444,7 @@ def test_posterior_signal_sync_adds_counts_and_refits_on_the_union():
         sampler.pick_batch(torch.arange(6), 0, torch.ones(5, dtype=torch.bool), torch.Generator().manual_seed(rank))
         sampler.record_batch(torch.arange(6), outcomes[rank])
         union.record_batch(torch.arange(6), outcomes[rank])
-    barrier, inbox = threading.Barrier(WORLD), [None] * WORLD
-
-    def all_reduce_sum(rank):
-        def reduce(t):
-            inbox[rank] = t.clone()
-            barrier.wait()
-            total = sum(inbox)
-            barrier.wait()
-            return total
-        return reduce
-
-    threads = [threading.Thread(target=s.sync, args=(all_reduce_sum(r),)) for r, s in enumerate(ranks)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
+    sync_as_ranks(ranks)
     union.weights(ids)  # fits its posterior
     picks = ranks[0].picks + 0
     assert torch.equal(ranks[1].picks, picks) and int(picks.sum()) == WORLD * 5
