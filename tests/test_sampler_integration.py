@@ -2,7 +2,6 @@
 
 import glob
 import os
-import threading
 import warnings
 
 import pytest
@@ -13,6 +12,7 @@ from parlightning.envs.swarm import SwarmEnv
 from parlightning.fit import main
 from parlightning.logs import read_scalars
 from parlightning.sampling import DifficultyWeighted, PosteriorSignal
+from reliability_helpers import sync_as_ranks
 
 CONFIG = os.path.join(os.path.dirname(__file__), "..", "configs", "swarm.yaml")
 
@@ -41,32 +41,6 @@ def test_sampler_signals_are_logged(tmp_cwd):
     assert "sampler/informative_share" in tags and "sampler/pass_rate_spread" in tags
 
 
-def _thread_all_reduce(n_ranks):
-    """A sum all-reduce across threads (stands in for torch.distributed in a unit test)."""
-    barrier, parts = threading.Barrier(n_ranks), [None] * n_ranks
-
-    def for_rank(rank):
-        def reduce_sum(t):
-            parts[rank] = t.clone()
-            barrier.wait()
-            total = sum(parts)
-            barrier.wait()
-            return total
-
-        return reduce_sum
-
-    return for_rank
-
-
-def _sync_all(ranks):
-    reducer = _thread_all_reduce(len(ranks))
-    threads = [threading.Thread(target=r.sync, args=(reducer(i),)) for i, r in enumerate(ranks)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(10)
-
-
 @pytest.mark.parametrize("cls", [DifficultyWeighted, PosteriorSignal])
 def test_sync_gives_every_rank_the_union_of_all_ranks_counts(cls):
     ids = [f"t-{i}" for i in range(6)]
@@ -75,12 +49,12 @@ def test_sync_gives_every_rank_the_union_of_all_ranks_counts(cls):
         r.bind(ids, torch.device("cpu"))
     ranks[0].record_batch(torch.tensor([0, 1, 1]), torch.tensor([1.0, 0.0, 1.0]))
     ranks[1].record_batch(torch.tensor([1, 5]), torch.tensor([1.0, 0.0]))
-    _sync_all(ranks)
+    sync_as_ranks(ranks)
     for r in ranks:
         assert r.attempts.tolist() == [1, 3, 0, 0, 0, 1]
         assert r.passes.tolist() == [1, 2, 0, 0, 0, 0]
     ranks[1].record_batch(torch.tensor([2]), torch.tensor([1.0]))
-    _sync_all(ranks)
+    sync_as_ranks(ranks)
     for r in ranks:  # nothing counted twice across syncs
         assert r.attempts.tolist() == [1, 3, 1, 0, 0, 1]
     restored = cls(pass_threshold=1.0)
@@ -89,7 +63,7 @@ def test_sync_gives_every_rank_the_union_of_all_ranks_counts(cls):
     other = cls(pass_threshold=1.0)
     other.bind(ids, torch.device("cpu"))
     other.load_state_dict(ranks[0].state_dict())
-    _sync_all([restored, other])  # resumed ranks add nothing new: counts stay the checkpoint's
+    sync_as_ranks([restored, other])  # resumed ranks add nothing new: counts stay the checkpoint's
     assert restored.attempts.tolist() == [1, 3, 1, 0, 0, 1]
 
 
