@@ -84,10 +84,12 @@ def run_id(cell: dict, arm: str, seed: int, horizon: Optional[float] = None) -> 
 
 
 def specs_of(plan: dict[str, Any], horizon_cells: tuple[str, ...] = ()) -> list[dict]:
-    """Every run of the main grid (seeds outermost), then the horizon runs of `horizon_cells`."""
+    """Every run of the main grid (budget outermost, so the 1x map completes first; then seeds), then
+    the horizon runs of `horizon_cells`."""
     seen, out = set(), []
-    for seed in range(plan["seeds"]):
-        for cell in plan["cells"]:
+    budgets = sorted({c["budget"] for c in plan["cells"]})
+    for budget, seed in ((b, s) for b in budgets for s in range(plan["seeds"])):
+        for cell in (c for c in plan["cells"] if c["budget"] == budget):
             for arm in ARMS:
                 rid = run_id(cell, arm, seed)
                 if rid not in seen:
@@ -468,7 +470,7 @@ def main(argv: Optional[list[str]] = None) -> Optional[dict]:
         return None
     out = a.out or ROOT / "runs" / "collapse" / datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
-    open_study(out, plan)
+    open_study(out, plan, grow=("cells",))  # a map run 1x first can gain its 3x cells later
     main_specs = specs_of(plan)
     print(f"collapse study: {len(plan['cells'])} cells, {len(main_specs)} runs in the main grid, out {out}", flush=True)
     run_jobs(main_specs, out, a.jobs, lambda spec: make_job(spec, plan, out))

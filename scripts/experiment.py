@@ -152,17 +152,27 @@ def override_args(flat: dict[str, Any]) -> list[str]:
     return [f"--{k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in flat.items()]
 
 
-def open_study(out: Path, plan: dict[str, Any], ignore: Sequence[str] = ("launch",)) -> None:
+def open_study(out: Path, plan: dict[str, Any], ignore: Sequence[str] = ("launch",),
+               grow: Sequence[str] = ()) -> None:
     """Write the plan to OUT/study.json, or check a resumed study has the same one (`ignore`: keys
-    that do not change results); a mismatch is one error naming the changed keys."""
+    that do not change results); a mismatch is one error naming the changed keys. A `grow` key is a
+    list that may gain entries (a study extended with new cells keeps every finished run; dropping
+    an entry is a mismatch)."""
     saved = out / "study.json"
     if saved.is_file():
         previous, current = json.loads(saved.read_text()), json.loads(json.dumps(plan))
-        changed = sorted(k for k in set(plan) | set(previous) if k not in ignore and previous.get(k) != current.get(k))
+        grown = lambda k: (k in grow and isinstance(previous.get(k), list)  # noqa: E731
+                           and all(x in current.get(k, []) for x in previous[k]))
+        changed = sorted(k for k in set(plan) | set(previous)
+                         if k not in ignore and previous.get(k) != current.get(k) and not grown(k))
         if changed:
             raise SystemExit(f"error: --out {out} holds a study with other settings ({', '.join(changed)}); "
                              "rerun with the same arguments to resume, or pass a fresh --out")
-        print(f"resuming the study in {out}")
+        if current != previous:
+            write_json_atomic(saved, plan)
+            print(f"extending the study in {out} ({', '.join(k for k in grow if previous.get(k) != current.get(k))} grew)")
+        else:
+            print(f"resuming the study in {out}")
     else:
         write_json_atomic(saved, plan)
 

@@ -86,3 +86,10 @@ def test_flat_eval_and_a_changed_study_is_refused(tmp_path):
     experiment.open_study(tmp_path, {"seeds": 2, "launch": "exec"})  # how runs start does not matter
     with pytest.raises(SystemExit, match="holds a study with other settings \\(seeds\\)"):
         experiment.open_study(tmp_path, {"seeds": 3, "launch": "fork"})
+    grown = tmp_path / "grown"
+    grown.mkdir()
+    experiment.open_study(grown, {"seeds": 2, "cells": ["1x"]}, grow=("cells",))
+    experiment.open_study(grown, {"seeds": 2, "cells": ["1x", "3x"]}, grow=("cells",))  # a study gains cells
+    assert json.loads((grown / "study.json").read_text())["cells"] == ["1x", "3x"]
+    with pytest.raises(SystemExit, match="other settings \\(cells\\)"):  # but never loses one
+        experiment.open_study(grown, {"seeds": 2, "cells": ["3x"]}, grow=("cells",))
