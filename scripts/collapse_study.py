@@ -24,6 +24,7 @@ writes docs/results/collapse.md).
     python scripts/collapse_study.py --quick                 # the pipeline in a minute: 2 priors, 2 seeds, tiny budget
     python scripts/collapse_study.py --jobs 2 --wide-row --docs docs/results/collapse.md   # the full map: hours
     python scripts/collapse_study.py --plan --docs docs/results/collapse.md     # the page before any run (no numbers)
+    python scripts/collapse_study.py --report --out runs/collapse --docs docs/results/collapse.md  # the page from finished runs
 """
 
 from __future__ import annotations
@@ -131,6 +132,11 @@ def run_overrides(plan: dict, spec: dict) -> dict[str, Any]:
     if cell["prior"] not in ("none", "bc"):
         o["model.prior"] = float(cell["prior"])
     return o
+
+
+def finished(out: Path, specs: list[dict]) -> list[dict]:
+    """The results of the specs that have finished (all of them after a complete run)."""
+    return load_results(out, [s for s in specs if (out / "results" / f"{s['id']}.json").is_file()])
 
 
 def make_job(spec: dict, plan: dict, out: Path) -> Job:
@@ -241,7 +247,16 @@ def fmt(s: Optional[dict], d: int = 3) -> str:
     return "n/a" if not s else f"{s['mean']:.{d}f} ± {s['std']:.{d}f}"
 
 
-def page(summary: Optional[dict], plan: dict, images: dict[str, str]) -> str:
+def budget_note(plan: dict) -> str:
+    """Which budgets this plan holds so far (a map run 1x first gains its 3x cells later)."""
+    budgets = sorted({c["budget"] for c in plan["cells"] if c["world"] == "default"})
+    if budgets == [1, 3] or not budgets:
+        return ""
+    return (f" This plan holds the {', '.join(f'{b}x' for b in budgets)} cells only so far; the others are not run yet "
+            "(the same --out grows: `--budgets 1,3`).")
+
+
+def page(summary: Optional[dict], plan: dict, images: dict[str, str], progress: Optional[tuple[int, int]] = None) -> str:
     """docs/results/collapse.md: the definition, the budgets, then the map (or that it has not run)."""
     p = plan
     steps = p["epochs"] * p["num_envs"] * p["num_steps"]
@@ -258,7 +273,7 @@ def page(summary: Optional[dict], plan: dict, images: dict[str, str]) -> str:
              f"{p['anneal_frac']} of the run's budget; (c) λ constant. The anneal horizon ({p['horizons']} of the "
              "budget) is a third axis in the cells where (a) collapses.",
              f"- **Budget**: 1x = {p['epochs']} PPO iterations of {p['num_envs']} actors x {p['num_steps']} steps "
-             f"= {steps:,} env steps; 3x = {3 * steps:,}.",
+             f"= {steps:,} env steps; 3x = {3 * steps:,}." + budget_note(p),
              "- **Kimi-scale row** (`--wide-row`" + (", in this plan" if any(c["world"] == "wide" for c in p["cells"])
                                                      else ", not in this plan") + "): configs/swarm_wide.yaml (64 slots, "
              "100 subagents, slots policy) at prior 0.998, λ 0.1, 1x budget, the three arms.",
@@ -277,6 +292,10 @@ def page(summary: Optional[dict], plan: dict, images: dict[str, str]) -> str:
                   "collapse.", ""]
     else:
         lines += ["## Results", ""]
+    if progress is not None and progress[0] < progress[1]:
+        lines += [f"**Partial: {progress[0]} of {progress[1]} planned runs have finished**; "
+                  "each row below says how many seeds it holds (the (a) collapsed column's denominator), and a cell "
+                  "with fewer seeds than planned has wider intervals. The study resumes with the same command.", ""]
     lines += ["| world | prior | λ | budget | (a) collapsed | success (a) / (b) / (c) | subagents / ep (a) / (b) / (c) | "
               "final delegation share (a) / (b) / (c) | (b)-(a) success | (b)-(c) success | serial success |",
               "|---" * 11 + "|"]
@@ -422,6 +441,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=None, help="output folder (default runs/collapse/<time>); resumes")
     p.add_argument("--docs", type=Path, default=None, help="also write the results page here")
     p.add_argument("--plan", action="store_true", help="write the page without running anything (needs --docs)")
+    p.add_argument("--report", action="store_true", help="run nothing: summarize the finished runs in --out (partial "
+                   "allowed; the page says how many) and write the page and plots")
     p.add_argument("--launch", choices=("exec", "fork"), default=None)
     p.add_argument("--quick", action="store_true", help="2 priors x λ 1.0 x 1x budget x 2 seeds, 2 iterations of 16 x 8")
     a = p.parse_args(argv)
@@ -454,6 +475,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
             raise SystemExit(f"error: --{name.replace('_', '-')}: must be positive, got {getattr(a, name)}")
     if any(b <= 0 for b in a.budgets) or any(not 0 < h <= 1 for h in a.horizons) or not 0 < a.anneal_frac <= 1:
         raise SystemExit("error: --budgets must be positive multiples and --horizons / --anneal-frac lie in (0, 1]")
+    if a.report and a.out is None:
+        raise SystemExit("error: --report: summarizes an existing study; give its --out")
     if a.plan and a.docs is None:
         raise SystemExit("error: --plan: writes the page only; give --docs PATH")
     a.launch = a.launch or default_launch(q)
@@ -469,24 +492,34 @@ def main(argv: Optional[list[str]] = None) -> Optional[dict]:
         print(f"wrote {a.docs} (the design; no run yet)")
         return None
     out = a.out or ROOT / "runs" / "collapse" / datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    out.mkdir(parents=True, exist_ok=True)
-    open_study(out, plan, grow=("cells",))  # a map run 1x first can gain its 3x cells later
-    main_specs = specs_of(plan)
-    print(f"collapse study: {len(plan['cells'])} cells, {len(main_specs)} runs in the main grid, out {out}", flush=True)
-    run_jobs(main_specs, out, a.jobs, lambda spec: make_job(spec, plan, out))
-    first = summarize(plan, load_results(out, main_specs))
-    region = tuple(c["name"] for c in first["cells"] if c["a_collapses"])
-    specs = specs_of(plan, region)
-    if len(specs) > len(main_specs):
-        print(f"anneal horizons {plan['horizons']} in the collapse region ({len(region)} cells)", flush=True)
-        run_jobs(specs, out, a.jobs, lambda spec: make_job(spec, plan, out))
-    results = load_results(out, specs)
+    if a.report:
+        if not (out / "study.json").is_file():
+            raise SystemExit(f"error: --report: no study in {out} (no study.json); give the --out of a study")
+        open_study(out, plan)  # the same settings as the runs, or one error naming what differs
+        main_specs = specs_of(plan)
+        first = summarize(plan, finished(out, main_specs))
+        specs = specs_of(plan, tuple(c["name"] for c in first["cells"] if c["a_collapses"]))
+    else:
+        out.mkdir(parents=True, exist_ok=True)
+        open_study(out, plan, grow=("cells",))  # a map run 1x first can gain its 3x cells later
+        main_specs = specs_of(plan)
+        print(f"collapse study: {len(plan['cells'])} cells, {len(main_specs)} runs in the main grid, out {out}", flush=True)
+        run_jobs(main_specs, out, a.jobs, lambda spec: make_job(spec, plan, out))
+        first = summarize(plan, load_results(out, main_specs))
+        region = tuple(c["name"] for c in first["cells"] if c["a_collapses"])
+        specs = specs_of(plan, region)
+        if len(specs) > len(main_specs):
+            print(f"anneal horizons {plan['horizons']} in the collapse region ({len(region)} cells)", flush=True)
+            run_jobs(specs, out, a.jobs, lambda spec: make_job(spec, plan, out))
+    results = finished(out, specs)
+    progress = (len(results), len(specs))
     summary = summarize(plan, results)
+    summary["progress"] = {"finished": progress[0], "planned": progress[1]}
     write_json_atomic(out / "summary.json", summary)
     write_csv(results, out / "runs.csv")
     problems = [heatmaps(summary, out / "heatmaps.png"), delegation_curves(results, plan, out / "delegation.png")]
     images = {"heatmaps": "heatmaps.png", "delegation_share curves": "delegation.png"}
-    text = page(summary, plan, images)
+    text = page(summary, plan, images, progress)
     (out / "collapse.md").write_text(text)
     if a.docs is not None:  # the page and its pictures side by side
         a.docs.parent.mkdir(parents=True, exist_ok=True)
@@ -498,7 +531,7 @@ def main(argv: Optional[list[str]] = None) -> Optional[dict]:
             if (out / file).is_file():
                 shutil.copyfile(out / file, target)
                 named[name] = target.name
-        a.docs.write_text(page(summary, plan, named))
+        a.docs.write_text(page(summary, plan, named, progress))
     print(text)
     print("; ".join(p for p in problems if p) or f"plots: {out / 'heatmaps.png'}, {out / 'delegation.png'}")
     return summary

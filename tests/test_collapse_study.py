@@ -41,6 +41,16 @@ def test_quick_map_runs_every_phase_and_resumes(tmp_path):
     page = (out / "collapse.md").read_text()
     assert "Not yet run at full budget" in page and "quick smoke run" in page and "Collapse" in page
     assert (out / "heatmaps.png").read_bytes()[:4] == b"\x89PNG" and (out / "delegation.png").read_bytes()[:4] == b"\x89PNG"
+    assert summary["progress"] == {"finished": 7, "planned": 7}
+    # --report summarizes what has finished without running anything: with one result gone, a partial page
+    gone = next(p for p in (out / "results").rglob("seed0.json") if "prior=bc" in str(p) and "constant" in str(p))
+    kept = gone.read_bytes()
+    gone.unlink()
+    report = _run(*args, "--report", "--docs", str(tmp_path / "page.md"))
+    assert report.returncode == 0, report.stderr[-2000:]
+    assert "**Partial: 6 of 7 planned runs have finished**" in (tmp_path / "page.md").read_text()
+    assert not gone.exists() and json.loads((out / "summary.json").read_text())["progress"]["finished"] == 6
+    gone.write_bytes(kept)
     mtimes = {p: p.stat().st_mtime_ns for p in (out / "results").rglob("*.json")}
     again = _run(*args)
     assert again.returncode == 0 and "7 jobs, 7 already finished (skipped), 0 to run" in again.stdout
@@ -56,7 +66,8 @@ def test_the_plan_page_has_no_numbers_and_bad_arguments_are_one_error_line(tmp_p
     assert "0.998" in text and "983,040 env steps" in text  # the design names the budget it will use
     for args, message in ((["--priors", "1.5"], "error: --priors"), (["--plan"], "error: --plan: writes the page only"),
                           (["--seeds", "0"], "error: --seeds: must be positive"),
-                          (["--config", "nope.yaml"], "error: --config: no config file")):
+                          (["--config", "nope.yaml"], "error: --config: no config file"),
+                          (["--report"], "error: --report: no study in")):
         bad = _run(*args, "--out", str(tmp_path / "never"))
         assert bad.returncode != 0 and bad.stderr.strip().splitlines()[-1].startswith(message), bad.stderr
     assert not (tmp_path / "never").exists()
