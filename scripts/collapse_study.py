@@ -2,7 +2,8 @@
 itself, and does annealed PARL shaping rescue it there?
 
 Axes: the policy's serial prior (`model.prior` = P(do it yourself) at the start: none, 0.9, 0.99,
-0.998; or `bc`, behaviour cloning on the serial policy with label smoothing 0.002 before PPO) x the
+0.998, 0.9999, 0.99999 -- the last two added once seed 0 showed that 0.998 no longer collapses with
+action masks, to find the edge; or `bc`, behaviour cloning on the serial policy with label smoothing 0.002 before PPO) x the
 shaping scale λ (λ1 = λ2 = 0.1 or 1.0) x the training budget (1x or 3x the config's iterations).
 Arms: (a) perf_only (r_perf only; it has no λ, so one run serves both λ rows), (b) annealed (λ
 linearly to 0 at --anneal-frac of the run's budget), (c) constant λ. Then the anneal horizon as a
@@ -49,7 +50,7 @@ from experiment import (  # noqa: E402
 
 ARMS = ("perf_only", "annealed", "constant")
 LABEL = {"perf_only": "(a) r_perf only", "annealed": "(b) annealed", "constant": "(c) constant"}
-PRIORS = ("none", "0.9", "0.99", "0.998", "bc")
+PRIORS = ("none", "0.9", "0.99", "0.998", "0.9999", "0.99999", "bc")
 QUICK_PRIORS = ("0.998", "bc")
 COLLAPSE_SUCCESS_GAP, COLLAPSE_SUBAGENTS = 0.05, 10.0
 CURVES = {"delegation_share": ("rollout/delegation_share",), "success_rate": ("rollout/success_rate",)}
