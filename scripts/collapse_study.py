@@ -86,12 +86,13 @@ def run_id(cell: dict, arm: str, seed: int, horizon: Optional[float] = None) -> 
 
 
 def specs_of(plan: dict[str, Any], horizon_cells: tuple[str, ...] = ()) -> list[dict]:
-    """Every run of the main grid (budget outermost, so the 1x map completes first; then seeds), then
-    the horizon runs of `horizon_cells`."""
+    """Every run of the main grid (the default world before the wide row, whose runs cost ~40 minutes
+    each on one core; then budget, so the 1x map completes first; then seeds), then the horizon runs
+    of `horizon_cells`."""
     seen, out = set(), []
-    budgets = sorted({c["budget"] for c in plan["cells"]})
-    for budget, seed in ((b, s) for b in budgets for s in range(plan["seeds"])):
-        for cell in (c for c in plan["cells"] if c["budget"] == budget):
+    order = sorted({(c["world"] != "default", c["budget"]) for c in plan["cells"]})
+    for (wide, budget), seed in ((o, s) for o in order for s in range(plan["seeds"])):
+        for cell in (c for c in plan["cells"] if c["budget"] == budget and (c["world"] != "default") == wide):
             for arm in ARMS:
                 rid = run_id(cell, arm, seed)
                 if rid not in seen:
