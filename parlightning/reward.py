@@ -15,6 +15,8 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
+from parlightning.config_types import PositiveInt, check_args
+
 __all__ = ["Schedule", "LinearSchedule", "CosineSchedule", "ConstantSchedule", "PARLReward"]
 
 
@@ -146,15 +148,12 @@ class PARLReward:
 
     def __init__(
         self,
-        max_subagents: int,
+        max_subagents: PositiveInt,
         lambda1: Optional[Schedule] = None,
         lambda2: Optional[Schedule] = None,
     ) -> None:
-        if isinstance(max_subagents, bool) or not isinstance(max_subagents, numbers.Integral) or max_subagents <= 0:
-            raise ValueError(
-                f"PARLReward: max_subagents={max_subagents!r} must be a positive int, the most subagents "
-                "an episode may spawn (r_parallel = n_subagents / max_subagents), e.g. max_subagents=8"
-            )
+        # max_subagents: the most subagents an episode may spawn (r_parallel = n_subagents / max_subagents)
+        max_subagents = check_args("PARLReward", PARLReward.__init__, locals())["max_subagents"]
         for name, schedule in (("lambda1", lambda1), ("lambda2", lambda2)):
             if schedule is not None and not callable(getattr(schedule, "value", None)):
                 raise ValueError(
