@@ -137,9 +137,12 @@ def rewrite(text: str, is_python: bool) -> str:
     return text
 
 
+ENTRY_MARK = "# A thin entry module, written by tools/relayout.py.\n"
+
+
 def entry_module(old: str, new: str) -> str:
     name = old.rpartition(".")[2]
-    return (f'"""`python -m {old}`: the entry point; the program is `{new}`, and importing `{old}` gives that\n'
+    return (ENTRY_MARK + f'"""`python -m {old}`: the entry point; the program is `{new}`, and importing `{old}` gives that\n'
             f'module itself (the same object: its names, its patches, a callable `fit`)."""\n\n'
             "import sys\n\n"
             f"from {new.rpartition('.')[0]} import {name} as _program\n\n"
@@ -198,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
                 init.write_text(package_init(package))
     for old, new in MOVES.items():
         src, dst = path_of(old), path_of(new)
-        if src.exists() and not dst.exists() and not (old in ENTRY and src.read_text().startswith('"""`python -m')):
+        if src.exists() and not dst.exists() and not (old in ENTRY and src.read_text().startswith(ENTRY_MARK)):
             say(f"git mv {src} {dst}")
             if not args.dry_run:
                 dst.parent.mkdir(parents=True, exist_ok=True)
