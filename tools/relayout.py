@@ -15,7 +15,7 @@ The layers, lowest first (a module imports only from its own layer or those belo
   top level   errors, config_types, buffer (RolloutBuffer, compute_gae), rollout: the shared vocabulary
   envs        the worlds (SwarmEnv and its kernel, CartPole, Gymnasium, external worlds, subagent pools)
   runtime     processes, checkpoints, preflight, rank watch
-  policies    heads with action masks: mlp, slots, recurrent
+  policies    heads with action masks: actor_critic (MLP), slots, recurrent
   distribution  strategies (DP/CP/TP), the round planner, samplers, rank-agreed counters
   parl        the PARL objective: the shaped reward and critical steps
   collection  step loop, schedules, transports, finishing a round
@@ -42,7 +42,7 @@ MOVES = {
     "parlightning.data": "parlightning.ppo.data",
     "parlightning.reward": "parlightning.parl.reward",
     "parlightning.metrics": "parlightning.parl.metrics",
-    "parlightning.policies": "parlightning.policies.mlp",
+    "parlightning.policies": "parlightning.policies.actor_critic",
     "parlightning.slots_policy": "parlightning.policies.slots",
     "parlightning.recurrent": "parlightning.policies.recurrent",
     "parlightning.sampling": "parlightning.distribution.samplers",
@@ -70,8 +70,8 @@ ENTRY = ("parlightning.fit", "parlightning.evaluate", "parlightning.export", "pa
 PACKAGES = {  # new package -> its docstring (its __init__.py defines nothing else, unless FACADES says so)
     "parlightning.ppo": "The PPO algorithm on Lightning: the clipped loss, `PPOModule` and `RolloutDataModule`.",
     "parlightning.parl": "The PARL objective: the shaped reward (`PARLReward`, λ schedules) and critical steps.",
-    "parlightning.policies": "The policies: actor-critic heads with action masks (`mlp`), one network shared across "
-                             "subtask slots (`slots`), recurrent (`recurrent`).",
+    "parlightning.policies": "The policies: actor-critic MLP heads with action masks (`actor_critic`), one network "
+                             "shared across subtask slots (`slots`), recurrent (`recurrent`).",
     "parlightning.distribution": "Distribution across ranks: strategies (DP / CP / TP), the round planner, task "
                                  "samplers and rank-agreed counters.",
     "parlightning.analysis": "Reading results: statistics, TensorBoard scalars, episode traces, stage blame.",
@@ -79,7 +79,7 @@ PACKAGES = {  # new package -> its docstring (its __init__.py defines nothing el
                         "helpers (default callbacks, the logged config, packaged configs).",
 }
 FACADES = {  # a package whose old module name is the package itself: re-export the old module's names
-    "parlightning.policies": ["parlightning.policies.mlp"],
+    "parlightning.policies": ["parlightning.policies.actor_critic"],
 }
 ROOTS = ("parlightning", "tests", "scripts", "configs", "callbacks", "docs")
 FILES = ("pyproject.toml", "MANIFEST.in")
@@ -99,7 +99,7 @@ def git(*args: str, check: bool = True) -> str:
 def dotted_pattern(old: str, new: str) -> re.Pattern:
     """`old` as a whole dotted name, not already part of `new` (so a second run changes nothing)."""
     ahead = ""
-    if new.startswith(old + "."):  # e.g. parlightning.policies -> parlightning.policies.mlp
+    if new.startswith(old + "."):  # e.g. parlightning.policies -> parlightning.policies.actor_critic
         children = sorted({n[len(old) + 1:].split(".")[0] for n in MOVES.values() if n.startswith(old + ".")})
         ahead = r"(?!\.(?:" + "|".join(map(re.escape, children)) + r")\b)"
     return re.compile(r"(?<![\w.])" + re.escape(old) + r"(?![\w])" + ahead)
