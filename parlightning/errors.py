@@ -78,12 +78,16 @@ def _constrained(name: str) -> "tuple[str, bool] | None":
 
 def _restriction_line(key: str, message: str) -> "str | None":
     """A value refused by a constrained type (`parlightning.config_types`) as `key: must ..., got V`."""
-    inner = list(re.finditer(r'Parser key "([^"]+)":', message))[1:]  # a class_path's argument: its own key
+    inner = list(re.finditer(r'( *)Parser key "([^"]+)":', message))[1:]  # class_path arguments: their own keys
     if inner:
-        key = f"{key}.init_args.{inner[-1].group(1)}"
-        start = inner[-1].end()
-        stop = message.find("Got value: Namespace(", start)
-        message = message[start:stop if stop >= 0 else len(message)]
+        key += "".join(f".init_args.{m.group(2)}" for m in inner)
+        depth = len(inner[-1].group(1))
+        block = []  # the innermost key's own lines (deeper indented than it)
+        for line in message[inner[-1].end():].splitlines()[1:]:
+            if len(line) - len(line.lstrip(" ")) <= depth:
+                break
+            block.append(line)
+        message = "\n".join(block).split("Got value: Namespace(")[0]
     found = _NOT_OF_TYPE.search(message)
     constrained = _constrained(found.group(1)) if found is not None else None
     if constrained is None:

@@ -16,7 +16,7 @@ from parlightning.errors import ConfigError, parser_error_line, requirement
 from parlightning.fit import main
 from parlightning.module import PPOModule
 from parlightning.parallel import ClusterParallel, TensorParallel
-from parlightning.reward import PARLReward
+from parlightning.reward import CosineSchedule, LinearSchedule, PARLReward
 from parlightning.sampling import DifficultyWeighted, PosteriorSignal
 
 CONFIG = os.path.join(os.path.dirname(__file__), "..", "configs", "swarm.yaml")
@@ -43,6 +43,8 @@ PYTHON_CASES = [  # (build, the one line it must raise)
     (lambda: ClusterParallel(clusters_per_worker=0), "ClusterParallel.clusters_per_worker: must be a positive integer"),
     (lambda: TensorParallel(0), "TensorParallel.n_sections: must be a positive integer, got 0"),
     (lambda: PARLReward("4"), "PARLReward.max_subagents: must be a positive integer, got '4'"),
+    (lambda: LinearSchedule(horizon=0), "LinearSchedule.horizon: must be positive (a finite number), got 0"),
+    (lambda: CosineSchedule(warmup=-1), "CosineSchedule.warmup: must be >= 0 (a finite number), got -1"),
 ]
 
 
@@ -62,6 +64,10 @@ def test_python_construction_checks_the_annotation_with_one_line(build, line):
     (["--data.env.init_args.max_cost", "0"], "error: data.env.init_args.max_cost: must be a positive integer, got 0"),
     (["--data.env.init_args.subagent_budget", "0"],
      "error: data.env.init_args.subagent_budget: must be a positive integer, or null, got 0"),
+    (["--data.reward.init_args.lambda1.init_args.horizon", "0"],  # two class_paths deep; the null is the outer one's
+     "error: data.reward.init_args.lambda1.init_args.horizon: must be positive (a finite number), got 0"),
+    (["--data.sampler", "parlightning.sampling.DifficultyWeighted", "--data.sampler.init_args.c", "-1"],
+     "error: data.sampler.init_args.c: must be >= 0 (a finite number), got -1"),
 ])
 def test_the_cli_refuses_with_the_same_words_before_building_anything(tmp_path, monkeypatch, capsys, args, line):
     monkeypatch.setattr(RolloutDataModule, "collect", lambda self: pytest.fail("a rollout started"))
