@@ -81,6 +81,38 @@ PACKAGES = {  # new package -> its docstring (its __init__.py defines nothing el
 FACADES = {  # a package whose old module name is the package itself: re-export the old module's names
     "parlightning.policies": ["parlightning.policies.actor_critic"],
 }
+# docs/guides/extending.md's "## Layout" section (to the end of the page) after the move
+LAYOUT_PAGE = "docs/guides/extending.md"
+LAYOUT = """## Layout
+
+The packages are layers: a module imports only from its own layer or the ones above it in this table
+(`python tools/relayout.py --upward` and `python ../shared/tools/import_cycles.py parlightning` check it).
+Old module paths (the modules that sat directly in `parlightning/` before this layout) still import, as the moved
+module itself (`parlightning/_moved.py`), so a YAML `class_path` written for an earlier release keeps working.
+
+| path | holds |
+|---|---|
+| `parlightning/errors.py`, `config_types.py`, `buffer.py`, `rollout.py` | the shared vocabulary: `ConfigError`; the constrained types of config fields (`PositiveInt`, `PositiveFinite`, ..., `check_args`); `RolloutBuffer` (its per-step fields one table, `STEP_FIELDS`) + GAE; `Rollout` |
+| `parlightning/envs/` | the worlds: `BatchedEnv` (and the action-mask contract), `SwarmEnv` (+ `swarm_tasks.py`, the compiled step `swarm_compiled.py` with its C++ source `swarm_step.cpp`), `CartPoleEnv`, `GymVectorEnv`, `MemoryEnv`, `NormalizeEnv`; `external.py`, `world_runner.py`, `world_processes.py`, `world_ray.py`: per-episode worlds on threads, processes or Ray |
+| `parlightning/subagents/` | the subagent pool seam (simulated, process, HTTP, async HTTP) |
+| `parlightning/runtime/` | `processes.py` (the process toolkit: start method, messages, parent watch, stop, named errors), `checkpoint.py`, `preflight.py` (checks before anything is written), `rank_watch.py` (one rank's fault stops all) |
+| `parlightning/policies/` | `actor_critic.py` (MLP actor-critic and action heads), `slots.py` (`SlotsActorCritic`), `recurrent.py` (GRU/LSTM); `parlightning.policies.X` re-exports `actor_critic`'s names |
+| `parlightning/distribution/` | `strategies.py` (DP / CP / TP / PP refusal), `planning.py` (`RoundPlanner`), `samplers.py` (`RoundRobin`, `DifficultyWeighted`, `PosteriorSignal`), `counters.py` (`AgreedCounters`, the rank-agreed counts) |
+| `parlightning/parl/` | `reward.py` (`PARLReward`, λ schedules), `metrics.py` (`CriticalSteps`) |
+| `parlightning/collection/` | collection composed ([guide](collection.md)): `StepLoop`, schedules `LockStep` / `LagBudget(k)`, transports inline / thread / process, `finish_round`, `RoundContext`, `Collector` |
+| `parlightning/callbacks/` | `RolloutCallback`, `StrategyPlanner`, `PARLAnnealing`, `CriticalStepsMonitor` |
+| `parlightning/ppo/` | `loss.py` (`ppo_loss`), `module.py` (`PPOModule`), `data.py` (`RolloutDataModule`: config, loader, checkpoints) |
+| `parlightning/analysis/` | `stats.py` (bootstrap CIs), `logs.py` (TensorBoard scalars), `trace.py` (evaluate's `--trace`), `pipeline.py` (`PipelineChain`, per-stage blame) |
+| `parlightning/cli/` | the programs: `fit.py`, `evaluate.py`, `export.py`, `bc.py`, `plot.py`; `defaults.py` (progress bar, `last.ckpt`), `config_log.py` (the resolved config to every logger), `packaged.py` (`--config NAME`) |
+| `parlightning/{fit,evaluate,export,bc,plot}.py` | thin `python -m parlightning.X` entry modules (importing one gives its `cli` module) |
+| `parlightning/api.py`, `inference.py` | the Python API: `fit(config=, overrides=)`, the console scripts; `load_policy(path).predict` |
+| `callbacks/` | examples to copy: `BlockPlanner`, `HardestFirst`; shipped as `parlightning.examples` |
+| `configs/` | shipped as `parlightning/configs/` (`--config swarm` names `swarm.yaml`) |
+| `scripts/` | benchmarks and experiments that print tables, on one runner (`experiment.py`; in a checkout: not in the wheel) |
+| `tools/relayout.py` | the move that made this layout (old module -> new module table) |
+| `docs/` | guides (`docs/guides/`) and results pages (`docs/results/`) |
+"""
+
 ROOTS = ("parlightning", "tests", "scripts", "configs", "callbacks", "docs")
 FILES = ("pyproject.toml", "MANIFEST.in")
 TEXT = {".py", ".yaml", ".yml", ".md", ".toml", ".cfg", ".txt", ".in", ".json", ".cpp"}
@@ -222,6 +254,14 @@ def main(argv: list[str] | None = None) -> int:
             say(f"rewrite {p}")
             if not args.dry_run:
                 p.write_text(new, encoding="utf-8", errors="surrogateescape")
+    page = Path(LAYOUT_PAGE)
+    if page.is_file():
+        text = page.read_text(encoding="utf-8")
+        head, found, _ = text.partition("## Layout\n")
+        if found and text != head + LAYOUT:
+            say(f"rewrite {page} (its Layout section)")
+            if not args.dry_run:
+                page.write_text(head + LAYOUT, encoding="utf-8")
     if not args.dry_run:
         git("add", "-A", "parlightning", "tests", "scripts", "configs", "callbacks", "docs", *FILES, check=False)
     say(f"{changed} files rewritten" + (" (dry run)" if args.dry_run else ""))
