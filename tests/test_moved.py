@@ -105,6 +105,7 @@ def test_the_tool_rewrites_dotted_names_once():
                     "from parlightning.runtime import preflight\nfrom parlightning.cli.fit import main\n"
                     "python -m parlightning.fit --config swarm\n")
     assert tool["rewrite"](once, True) == once  # idempotent
+    assert tool["rewrite"](tool["LAYOUT"], False) == tool["LAYOUT"]  # the new Layout section survives a rerun
 
 
 @pytest.mark.skipif(not (ROOT / ".git").exists(), reason="needs the git checkout")

@@ -96,7 +96,7 @@ module itself (`parlightning/_moved.py`), so a YAML `class_path` written for an 
 | `parlightning/envs/` | the worlds: `BatchedEnv` (and the action-mask contract), `SwarmEnv` (+ `swarm_tasks.py`, the compiled step `swarm_compiled.py` with its C++ source `swarm_step.cpp`), `CartPoleEnv`, `GymVectorEnv`, `MemoryEnv`, `NormalizeEnv`; `external.py`, `world_runner.py`, `world_processes.py`, `world_ray.py`: per-episode worlds on threads, processes or Ray |
 | `parlightning/subagents/` | the subagent pool seam (simulated, process, HTTP, async HTTP) |
 | `parlightning/runtime/` | `processes.py` (the process toolkit: start method, messages, parent watch, stop, named errors), `checkpoint.py`, `preflight.py` (checks before anything is written), `rank_watch.py` (one rank's fault stops all) |
-| `parlightning/policies/` | `actor_critic.py` (MLP actor-critic and action heads), `slots.py` (`SlotsActorCritic`), `recurrent.py` (GRU/LSTM); `parlightning.policies.X` re-exports `actor_critic`'s names |
+| `parlightning/policies/` | `actor_critic.py` (MLP actor-critic and action heads), `slots.py` (`SlotsActorCritic`), `recurrent.py` (GRU/LSTM); the package re-exports `actor_critic`'s names |
 | `parlightning/distribution/` | `strategies.py` (DP / CP / TP / PP refusal), `planning.py` (`RoundPlanner`), `samplers.py` (`RoundRobin`, `DifficultyWeighted`, `PosteriorSignal`), `counters.py` (`AgreedCounters`, the rank-agreed counts) |
 | `parlightning/parl/` | `reward.py` (`PARLReward`, λ schedules), `metrics.py` (`CriticalSteps`) |
 | `parlightning/collection/` | collection composed ([guide](collection.md)): `StepLoop`, schedules `LockStep` / `LagBudget(k)`, transports inline / thread / process, `finish_round`, `RoundContext`, `Collector` |
