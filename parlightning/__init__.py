@@ -1,6 +1,10 @@
 """parlightning: PPO for orchestrator policies (PARL) on PyTorch Lightning."""
 
+from parlightning import _moved
+
 __version__ = "0.1.0"
+
+_moved.install()  # old module paths (before the subpackage layout) resolve to the moved modules
 
 __all__ = ["Policy", "load_policy"]  # `parlightning.fit` is the training entry point (a callable module)
 

@@ -48,6 +48,9 @@ def compute_gae(
     return advantages, advantages + values
 
 
+UPDATE_EPOCH_END = "update_epoch_end"  # a minibatch's flag: the last one of its update epoch (set by the loader)
+
+
 def gather_rows(fields: dict[str, Tensor], idx: Tensor) -> dict[str, Tensor]:
     """A minibatch: rows `idx` (dim 0) of every field. `index_select` is ~4x faster than `v[idx]`
     on CPU (measured: 3 ms vs 12 ms for 32k of 131k rows)."""

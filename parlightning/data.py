@@ -21,12 +21,13 @@ import lightning.pytorch as pl
 import torch
 from torch import Tensor
 
-from parlightning.buffer import gather_rows
+from parlightning.buffer import UPDATE_EPOCH_END, gather_rows
 from parlightning.callbacks.base import rollout_callbacks
 from parlightning.callbacks.planner import StrategyPlanner
 from parlightning.checkpoint import gather_ranks
 from parlightning.collection import Collector, RoundHooks, make_collector
 from parlightning.collection.planning import RoundPlanner
+from parlightning.config_types import ClosedUnitInterval, NonNegativeInt, PositiveInt, check_args
 from parlightning.envs.base import BatchedEnv
 from parlightning.errors import ConfigError
 from parlightning.parallel import family_of
@@ -42,11 +43,6 @@ def _default_env(num_envs: int, device: str, seed: int) -> BatchedEnv:
     from parlightning.envs.swarm import SwarmEnv
 
     return SwarmEnv(num_envs=num_envs, device=device, seed=seed)
-
-
-def _positive(name: str, value: Any) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ConfigError(f"data.{name}: must be a positive integer, got {value!r}")
 
 
 class LightningHooks(RoundHooks):
@@ -82,7 +78,9 @@ class LightningHooks(RoundHooks):
 class RolloutLoader:
     """The train 'dataloader': iterating it collects a rollout, then yields
     update_epochs x num_minibatches minibatch dicts from it. Sized, so Lightning never
-    prefetches across a policy update."""
+    prefetches across a policy update. The loader owns the update-epoch boundary: the last
+    minibatch of each update epoch carries `batch[UPDATE_EPOCH_END] = True` (False on the others;
+    the same minibatch on every rank), and a target-KL stop ends it only at such a boundary."""
 
     def __init__(self, datamodule: "RolloutDataModule") -> None:
         self.dm = datamodule
@@ -107,6 +105,7 @@ class RolloutLoader:
                 return  # target-KL stop: only between update epochs (CleanRL), decided identically on every rank
             batch = gather_rows(flat, idx)
             batch["round"] = round_tag
+            batch[UPDATE_EPOCH_END] = (i + 1) % dm.num_minibatches == 0
             yield batch
 
 
@@ -143,23 +142,26 @@ class RolloutDataModule(pl.LightningDataModule):
     def __init__(
         self,
         env: Optional[EnvFactory] = None,
-        num_envs: int = 256,
-        num_steps: int = 128,
-        update_epochs: int = 4,
-        num_minibatches: int = 4,
-        gamma: float = 0.99,
-        gae_lambda: float = 0.95,
+        num_envs: PositiveInt = 256,
+        num_steps: PositiveInt = 128,
+        update_epochs: PositiveInt = 4,
+        num_minibatches: PositiveInt = 4,
+        gamma: ClosedUnitInterval = 0.99,
+        gae_lambda: ClosedUnitInterval = 0.95,
         sampler: Optional[TaskSampler] = None,
         reward: Optional[PARLReward] = None,
         seed: Optional[int] = None,
         artifact_key: Optional[Callable[[str], str]] = None,
-        bptt_len: Optional[int] = None,
-        max_policy_lag: int = 0,
+        bptt_len: Optional[PositiveInt] = None,
+        max_policy_lag: NonNegativeInt = 0,
         collect_in: str = "thread",
     ) -> None:
         super().__init__()
-        if isinstance(max_policy_lag, bool) or not isinstance(max_policy_lag, int) or max_policy_lag < 0:
-            raise ConfigError(f"data.max_policy_lag: must be an integer >= 0 (0: synchronous), got {max_policy_lag!r}")
+        typed = check_args("data", RolloutDataModule.__init__, locals())  # the annotated ranges (config_types)
+        num_envs, num_steps, update_epochs, num_minibatches = (typed[k] for k in (
+            "num_envs", "num_steps", "update_epochs", "num_minibatches"))
+        gamma, gae_lambda, bptt_len, max_policy_lag = (typed[k] for k in (
+            "gamma", "gae_lambda", "bptt_len", "max_policy_lag"))
         self.max_policy_lag = max_policy_lag
         if collect_in not in ("thread", "process"):
             raise ConfigError(f"data.collect_in: must be 'thread' or 'process', got {collect_in!r}")
@@ -167,10 +169,7 @@ class RolloutDataModule(pl.LightningDataModule):
             raise ConfigError("data.collect_in: process collects without a barrier; set data.max_policy_lag >= 1 "
                               "(or leave collect_in at thread)")
         self.collect_in = collect_in
-        for name in ("num_envs", "num_steps", "update_epochs", "num_minibatches"):
-            _positive(name, locals()[name])
         if bptt_len is not None:
-            _positive("bptt_len", bptt_len)
             if num_steps % bptt_len:
                 raise ConfigError(f"data.bptt_len: {bptt_len} does not divide data.num_steps={num_steps}; pick a divisor")
         batch = num_envs * num_steps
@@ -179,10 +178,6 @@ class RolloutDataModule(pl.LightningDataModule):
                 f"data.num_minibatches: {num_minibatches} does not divide the rollout batch "
                 f"num_envs x num_steps = {batch}; pick a divisor of {batch}"
             )
-        if not 0.0 <= gamma <= 1.0:
-            raise ConfigError(f"data.gamma: must lie in [0, 1], got {gamma!r}")
-        if not 0.0 <= gae_lambda <= 1.0:
-            raise ConfigError(f"data.gae_lambda: must lie in [0, 1], got {gae_lambda!r}")
         if sampler is not None and not isinstance(sampler, TaskSampler):
             raise ConfigError(
                 f"data.sampler: {type(sampler).__name__} is not a TaskSampler; it needs "

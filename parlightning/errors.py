@@ -1,5 +1,6 @@
 """`ConfigError`: bad configuration, reported as one clear message naming the field and the fix."""
 
+import math
 import re
 
 _PARSER_NOISE = (
@@ -25,6 +26,90 @@ def root_error_line(err: BaseException) -> str:
     return " ".join(line.strip() for line in str(err).splitlines() if line.strip())
 
 
+_BOUND = re.compile(r"v(>=|<=|>|<)(-?[0-9.e+-]+|-?inf)")
+_NOT_OF_TYPE = re.compile(r"Not of type (\w+): ?(.*)")
+
+
+def _number(text: str) -> str:
+    value = float(text)
+    return str(int(value)) if value.is_integer() else repr(value)
+
+
+def requirement(expression: str, integer: bool = False) -> str:
+    """A restricted number type's expression (`v>0 and v<inf`, jsonargparse's) as what a value
+    must be: `must be a positive integer`, `must be >= 0 (a finite number)`, `must lie in [0, 1]`."""
+    bounds = _BOUND.findall(expression)
+    if " or " in expression or len(bounds) != expression.count("v"):
+        return f"must satisfy {expression}"
+    lo = [(float(v), op == ">") for op, v in bounds if op in (">", ">=")]
+    hi = [(float(v), op == "<") for op, v in bounds if op in ("<", "<=")]
+    finite = any(math.isinf(v) for v, _ in hi)
+    hi = [(v, strict) for v, strict in hi if not math.isinf(v)]
+    if len(lo) > 1 or len(hi) > 1:
+        return f"must satisfy {expression}"
+    kind = "an integer" if integer else "a finite number" if finite else "a number"
+    if lo and hi:
+        (a, a_strict), (b, b_strict) = lo[0], hi[0]
+        interval = f"{'(' if a_strict else '['}{_number(str(a))}, {_number(str(b))}{')' if b_strict else ']'}"
+        return f"must be an integer in {interval}" if integer else f"must lie in {interval}"
+    if lo:
+        a, strict = lo[0]
+        if integer:
+            if strict and a == 0:
+                return "must be a positive integer"
+            return f"must be an integer {'>' if strict else '>='} {_number(str(a))}"
+        head = "must be positive" if strict and a == 0 else f"must be {'>' if strict else '>='} {_number(str(a))}"
+        return f"{head} ({kind})" if finite else head
+    if hi:
+        b, strict = hi[0]
+        return f"must be {kind} {'<' if strict else '<='} {_number(str(b))}"
+    return f"must be {kind}"
+
+
+def _constrained(name: str) -> "tuple[str, bool] | None":
+    """(expression, integer) of the restricted number type registered as `name` (jsonargparse's)."""
+    from jsonargparse.typing import registered_types
+
+    for tp in registered_types.values():
+        if getattr(tp, "__name__", None) == name and hasattr(tp, "_expression"):
+            return tp._expression, tp._type is int
+    return None
+
+
+def _restriction_line(key: str, message: str) -> "str | None":
+    """A value refused by a constrained type (`parlightning.config_types`) as `key: must ..., got V`."""
+    inner = list(re.finditer(r'( *)Parser key "([^"]+)":', message))[1:]  # class_path arguments: their own keys
+    if inner:
+        key += "".join(f".init_args.{m.group(2)}" for m in inner)
+        depth = len(inner[-1].group(1))
+        block = []  # the innermost key's own lines (deeper indented than it)
+        for line in message[inner[-1].end():].splitlines()[1:]:
+            if len(line) - len(line.lstrip(" ")) <= depth:
+                break
+            block.append(line)
+        message = "\n".join(block).split("Got value: Namespace(")[0]
+    found = _NOT_OF_TYPE.search(message)
+    constrained = _constrained(found.group(1)) if found is not None else None
+    if constrained is None:
+        return None
+    reason = found.group(2).strip().rstrip(".")
+    value = None
+    outside = re.match(r"(.*?) ?does not conform to restriction", reason)
+    if outside is not None and outside.group(1):
+        value = outside.group(1)
+    elif outside is None:  # not a number at all: "could not convert string to float: 'abc'", "invalid literal ..."
+        quoted = re.search(r":\s*(.+)$", reason)
+        value = quoted.group(1) if quoted else None
+    given = re.search(r"Given value: (.*)", message)
+    if value is None and given is not None:
+        value = given.group(1).strip()
+    value = value.strip().rstrip(".") if value is not None else None
+    text = requirement(*constrained)
+    if "Expected a <class 'NoneType'>" in message:
+        text += ", or null"
+    return f"{key}: {text}" + (f", got {value}" if value is not None else "")
+
+
 def parser_error_line(message: str) -> str:
     """A config parser (jsonargparse) error as one line: the key, then its most specific reasons
     (drops the union bookkeeping and repeated lines)."""
@@ -48,6 +133,9 @@ def parser_error_line(message: str) -> str:
         return (f"{key}: {path} must declare that it returns a BatchedEnv: annotate it "
                 f"`def {path.rpartition('.')[2]}(num_envs: int, device: str, seed: int) -> BatchedEnv:` "
                 "(from parlightning.envs import BatchedEnv), or name a BatchedEnv class")
+    restricted = _restriction_line(key, message)
+    if restricted is not None:  # a value outside a constrained type: the range it must lie in
+        return restricted
     reasons: list[str] = []
     for line in [rest, *lines[1:]]:
         if line and not line.startswith(_PARSER_NOISE) and line not in reasons:

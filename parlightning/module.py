@@ -16,7 +16,9 @@ import lightning.pytorch as pl
 import torch
 from torch import Tensor
 
+from parlightning.buffer import UPDATE_EPOCH_END
 from parlightning.callbacks.planner import find_planner
+from parlightning.config_types import NonNegativeFinite, PositiveFinite, PositiveInt, check_args
 from parlightning.envs.base import action_mask_of
 from parlightning.errors import ConfigError
 from parlightning.loss import ppo_loss
@@ -124,25 +126,26 @@ class PPOModule(pl.LightningModule):
 
     def __init__(
         self,
-        lr: float = 2.5e-4,
+        lr: PositiveFinite = 2.5e-4,
         anneal_lr: bool = True,
-        adam_eps: float = 1e-5,
-        clip_coef: float = 0.2,
+        adam_eps: PositiveFinite = 1e-5,
+        clip_coef: PositiveFinite = 0.2,
         clip_vloss: bool = True,
-        ent_coef: float = 0.01,
-        vf_coef: float = 0.5,
+        ent_coef: NonNegativeFinite = 0.01,
+        vf_coef: NonNegativeFinite = 0.5,
         norm_adv: bool = True,
-        max_grad_norm: Optional[float] = 0.5,
-        target_kl: Optional[float] = None,
+        max_grad_norm: Optional[PositiveFinite] = 0.5,
+        target_kl: Optional[PositiveFinite] = None,
         hidden_sizes: Sequence[int] = (64, 64),
         activation: str = "tanh",
         policy: str = "mlp",
-        rnn_hidden: int = 64,
+        rnn_hidden: PositiveInt = 64,
         fused_adam: bool = False,
         prior: Optional[Union[float, dict]] = None,
         init_from: Optional[str] = None,
     ) -> None:
         super().__init__()
+        typed = check_args("model", PPOModule.__init__, locals())  # the annotated ranges (config_types)
         check_prior(prior)
         if init_from is not None:
             if prior is not None:
@@ -153,29 +156,12 @@ class PPOModule(pl.LightningModule):
                                   "python -m parlightning.bc or parlightning.fit")
         if policy not in POLICIES:
             raise ConfigError(f"model.policy: unknown {policy!r}; choose one of {list(POLICIES)}")
-        if isinstance(rnn_hidden, bool) or not isinstance(rnn_hidden, int) or rnn_hidden <= 0:
-            raise ConfigError(f"model.rnn_hidden: must be a positive integer, got {rnn_hidden!r}")
-        if lr <= 0:
-            raise ConfigError(f"model.lr: must be positive, got {lr!r}")
-        if clip_coef <= 0:
-            raise ConfigError(f"model.clip_coef: must be positive, got {clip_coef!r}")
-        if ent_coef < 0:
-            raise ConfigError(f"model.ent_coef: must be >= 0 (a negative weight rewards a collapsing policy), got {ent_coef!r}")
-        if vf_coef < 0:
-            raise ConfigError(f"model.vf_coef: must be >= 0 (a negative weight trains the critic away from the "
-                              f"returns), got {vf_coef!r}")
-        if max_grad_norm is not None and max_grad_norm <= 0:
-            raise ConfigError(f"model.max_grad_norm: must be positive, got {max_grad_norm!r}; use null to turn "
-                              "clipping off")
-        if adam_eps <= 0:
-            raise ConfigError(f"model.adam_eps: must be positive (Adam divides by sqrt(v) + eps), got {adam_eps!r}")
         if activation not in ACTIVATIONS:
             raise ConfigError(f"model.activation: unknown {activation!r}; choose one of {sorted(ACTIVATIONS)}")
-        if not hidden_sizes or any((not isinstance(h, int)) or h <= 0 for h in hidden_sizes):
+        if not hidden_sizes or any(isinstance(h, bool) or not isinstance(h, int) or h <= 0 for h in hidden_sizes):
             raise ConfigError(f"model.hidden_sizes: needs positive integer widths, got {list(hidden_sizes)}")
-        if target_kl is not None and target_kl <= 0:
-            raise ConfigError(f"model.target_kl: must be positive or null, got {target_kl!r}")
         self.save_hyperparameters(logger=False)  # the loggers get the whole config once, as `model.lr` etc. (config_log)
+        self.hparams.update(typed)  # plain floats and ints (the parser's own subclasses never reach a checkpoint)
         self.policy: Optional[ActorCritic] = None
         self._epoch_kl: list[Tensor] = []
         self._nonfinite_step: Optional[Tensor] = None  # first optimizer step with a NaN/inf loss (-1: none)
@@ -305,15 +291,16 @@ class PPOModule(pl.LightningModule):
         return out.loss
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
-        """At the end of every update epoch (the same batch on every rank): one collective that
-        decides the target-KL stop and the non-finite-loss stop together. Never in an epoch-end
-        hook: Lightning's progress bar syncs epoch metrics there on rank 0 only, and a collective
-        of ours in between would meet a different one on the other ranks (gloo aborts)."""
-        if (batch_idx + 1) % self.trainer.datamodule.num_minibatches:
-            return
-        self._end_update_epoch()
+        """After the minibatch the loader marks as its update epoch's last (`UPDATE_EPOCH_END`,
+        the same minibatch on every rank): `on_update_epoch_end`."""
+        if isinstance(batch, dict) and batch.get(UPDATE_EPOCH_END, False):
+            self.on_update_epoch_end()
 
-    def _end_update_epoch(self) -> None:
+    def on_update_epoch_end(self) -> None:
+        """The end of an update epoch (one pass over the rollout): one collective that decides the
+        target-KL stop and the non-finite-loss stop together. Never in an epoch-end hook:
+        Lightning's progress bar syncs epoch metrics there on rank 0 only, and a collective of ours
+        in between would meet a different one on the other ranks (gloo aborts)."""
         hp = self.hparams
         local = self._nonfinite_step is not None and bool(self._nonfinite_step >= 0)
         kl = self._last_kl.detach().float() if self._last_kl is not None else torch.zeros((), device=self.device)
@@ -329,7 +316,7 @@ class PPOModule(pl.LightningModule):
     # ------------------------------------------------------------------ non-finite guard
     def _note_nonfinite(self, loss: Tensor, *parts: Tensor) -> None:
         """Keep, on the device (no host sync per step), the first optimizer step whose loss was NaN
-        or inf and its parts; `_end_update_epoch` reads it after every update epoch, `_raise_if_nonfinite` before every save."""
+        or inf and its parts; `on_update_epoch_end` reads it after every update epoch, `_raise_if_nonfinite` before every save."""
         parts = torch.stack([p.detach().float() for p in (loss, *parts)])
         if self._nonfinite_step is None:
             self._nonfinite_step = torch.full((), -1, dtype=torch.long, device=parts.device)

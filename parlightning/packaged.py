@@ -13,7 +13,8 @@ import os
 from pathlib import Path
 from typing import Optional, Sequence
 
-CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+PACKAGE_DIR = Path(__file__).resolve().parents[__name__.count(".") - 1]  # parlightning/, wherever this module sits
+CONFIG_DIR = PACKAGE_DIR / "configs"
 
 # The example callbacks' old import paths (a checkout's `callbacks/` folder on sys.path) -> the packaged ones.
 MOVED_CLASS_PATHS = {

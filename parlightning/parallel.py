@@ -24,6 +24,7 @@ from typing import Any, Callable, Optional, Protocol, Sequence, Union, runtime_c
 import torch
 from torch import Tensor
 
+from parlightning.config_types import NonNegativeFinite, PositiveInt, check_args
 from parlightning.counters import AgreedCounters
 
 __all__ = [
@@ -242,13 +243,11 @@ class ClusterParallel(_AgreedStatistics):
     def __init__(
         self,
         cluster_of: Optional[Callable[[str], str]] = None,
-        c: float = 1.4,
-        clusters_per_worker: int = 1,
+        c: NonNegativeFinite = 1.4,
+        clusters_per_worker: PositiveInt = 1,
     ) -> None:
-        if not (isinstance(c, (int, float)) and math.isfinite(c) and c >= 0):
-            raise ValueError(f"c: the exploration constant must be a finite number >= 0, got {c!r}")
-        if isinstance(clusters_per_worker, bool) or not isinstance(clusters_per_worker, int) or clusters_per_worker < 1:
-            raise ValueError(f"clusters_per_worker: must be a positive int, got {clusters_per_worker!r}")
+        typed = check_args("ClusterParallel", ClusterParallel.__init__, locals())  # c: the exploration constant
+        c, clusters_per_worker = typed["c"], typed["clusters_per_worker"]
         self.cluster_of = cluster_of if cluster_of is not None else family_of
         self.c = float(c)
         self.clusters_per_worker = clusters_per_worker
@@ -449,13 +448,11 @@ class TensorParallel(_AgreedStatistics):
     @_normal_tensors
     def __init__(
         self,
-        n_sections: int,
+        n_sections: PositiveInt,
         keys: Optional[Sequence[str]] = None,
         route: Optional[Callable[[str], str]] = None,
     ) -> None:
-        if isinstance(n_sections, bool) or not isinstance(n_sections, int) or n_sections < 1:
-            raise ValueError(f"n_sections: must be a positive int, got {n_sections!r}")
-        self.n_sections = n_sections
+        self.n_sections = check_args("TensorParallel", TensorParallel.__init__, locals())["n_sections"]
         self.route = route
         self._lock = threading.Lock()
         self.keys: Optional[tuple[str, ...]] = None

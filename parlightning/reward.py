@@ -15,6 +15,8 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
+from parlightning.config_types import NonNegativeFinite, PositiveFinite, PositiveInt, check_args
+
 __all__ = ["Schedule", "LinearSchedule", "CosineSchedule", "ConstantSchedule", "PARLReward"]
 
 
@@ -49,19 +51,15 @@ class _Annealed(Schedule):
     """Shared logic of start -> end schedules: hold `start` for `warmup` units, anneal over the
     next `horizon` units, then hold `end` (exactly) forever after."""
 
-    def __init__(self, start: float = 0.1, end: float = 0.0, horizon: int = 1_000_000, warmup: int = 0) -> None:
+    def __init__(self, start: float = 0.1, end: float = 0.0, horizon: PositiveFinite = 1_000_000,
+                 warmup: NonNegativeFinite = 0) -> None:
         owner = type(self).__name__
         self.start = _check_real("start", start, owner)
         self.end = _check_real("end", end, owner)
-        if isinstance(horizon, bool) or not isinstance(horizon, numbers.Real) or not horizon > 0 or not math.isfinite(horizon):
-            raise ValueError(
-                f"{owner}: horizon={horizon!r} must be a positive number of annealing units "
-                "(env or optimizer steps), e.g. horizon=1000000; use ConstantSchedule for a fixed λ"
-            )
-        if isinstance(warmup, bool) or not isinstance(warmup, numbers.Real) or not warmup >= 0 or not math.isfinite(warmup):
-            raise ValueError(f"{owner}: warmup={warmup!r} must be >= 0 units; use warmup=0 for no warm-up")
-        self.horizon = horizon
-        self.warmup = warmup
+        # horizon: annealing units (env or optimizer steps), e.g. 1000000 (ConstantSchedule for a fixed λ)
+        typed = check_args(owner, _Annealed.__init__, locals())
+        self.horizon = horizon if isinstance(horizon, int) and not isinstance(horizon, bool) else typed["horizon"]
+        self.warmup = warmup if isinstance(warmup, int) and not isinstance(warmup, bool) else typed["warmup"]
 
     def _shape(self, t: float) -> float:
         """Fraction of the way from start to end at progress t in (0, 1)."""
@@ -89,7 +87,8 @@ class LinearSchedule(_Annealed):
     value(p) = start for p <= warmup; end for p >= warmup + horizon; linear in between.
     """
 
-    def __init__(self, start: float = 0.1, end: float = 0.0, horizon: int = 1_000_000, warmup: int = 0) -> None:
+    def __init__(self, start: float = 0.1, end: float = 0.0, horizon: PositiveFinite = 1_000_000,
+                 warmup: NonNegativeFinite = 0) -> None:
         super().__init__(start=start, end=end, horizon=horizon, warmup=warmup)
 
     def _shape(self, t: float) -> float:
@@ -100,7 +99,8 @@ class CosineSchedule(_Annealed):
     """Half-cosine from `start` to `end` over `horizon` units after `warmup` units held at `start`:
     slow at both ends, (start + end) / 2 halfway."""
 
-    def __init__(self, start: float = 0.1, end: float = 0.0, horizon: int = 1_000_000, warmup: int = 0) -> None:
+    def __init__(self, start: float = 0.1, end: float = 0.0, horizon: PositiveFinite = 1_000_000,
+                 warmup: NonNegativeFinite = 0) -> None:
         super().__init__(start=start, end=end, horizon=horizon, warmup=warmup)
 
     def _shape(self, t: float) -> float:
@@ -146,15 +146,12 @@ class PARLReward:
 
     def __init__(
         self,
-        max_subagents: int,
+        max_subagents: PositiveInt,
         lambda1: Optional[Schedule] = None,
         lambda2: Optional[Schedule] = None,
     ) -> None:
-        if isinstance(max_subagents, bool) or not isinstance(max_subagents, numbers.Integral) or max_subagents <= 0:
-            raise ValueError(
-                f"PARLReward: max_subagents={max_subagents!r} must be a positive int, the most subagents "
-                "an episode may spawn (r_parallel = n_subagents / max_subagents), e.g. max_subagents=8"
-            )
+        # max_subagents: the most subagents an episode may spawn (r_parallel = n_subagents / max_subagents)
+        max_subagents = check_args("PARLReward", PARLReward.__init__, locals())["max_subagents"]
         for name, schedule in (("lambda1", lambda1), ("lambda2", lambda2)):
             if schedule is not None and not callable(getattr(schedule, "value", None)):
                 raise ValueError(

@@ -19,7 +19,12 @@ from typing import Any, Callable, Optional, Protocol, Sequence, runtime_checkabl
 import torch
 from torch import Tensor
 
+from parlightning.config_types import NonNegativeFinite, PositiveFinite, check_args, restricted_number_type
 from parlightning.counters import AgreedCounters
+
+PassThreshold = restricted_number_type("PassThreshold", float, [(">", 0.0), ("<=", 1.0)],
+                                       docstring="the score that counts as a pass, in (0, 1]")
+FlipRate = restricted_number_type("FlipRate", float, [(">=", 0.0), ("<", 0.5)], docstring="a flip rate in [0, 0.5)")
 
 
 @runtime_checkable
@@ -168,13 +173,9 @@ class _LearningSampler:
 
     PER_TASK = ("attempts", "passes", "picks")
 
-    def __init__(self, pass_threshold: float, seed: Optional[int]) -> None:
-        if not (isinstance(pass_threshold, (int, float)) and 0.0 < pass_threshold <= 1.0):
-            raise ValueError(
-                f"pass_threshold={pass_threshold!r} must be in (0, 1]; use the env's solved threshold "
-                "(0.999 for binary outcomes, lower, e.g. 0.8, for a graded scorer)"
-            )
-        self.pass_threshold = float(pass_threshold)
+    def __init__(self, pass_threshold: PassThreshold, seed: Optional[int]) -> None:
+        # pass_threshold: use the env's solved threshold (0.999 for binary outcomes, e.g. 0.8 for a graded scorer)
+        self.pass_threshold = check_args(type(self).__name__, _LearningSampler.__init__, locals())["pass_threshold"]
         self.seed = seed
         self._lock = threading.Lock()
         self._rng = torch.Generator()
@@ -460,10 +461,9 @@ class DifficultyWeighted(_LearningSampler):
     collapse, use `PosteriorSignal`.
     """
 
-    def __init__(self, c: float = 0.2, pass_threshold: float = 0.999, seed: Optional[int] = None) -> None:
-        if not (isinstance(c, (int, float)) and c >= 0 and math.isfinite(c)):
-            raise ValueError(f"c={c!r} must be a finite number >= 0 (0.2 is the default; larger explores more)")
-        self.c = float(c)
+    def __init__(self, c: NonNegativeFinite = 0.2, pass_threshold: PassThreshold = 0.999,
+                 seed: Optional[int] = None) -> None:
+        self.c = check_args("DifficultyWeighted", DifficultyWeighted.__init__, locals())["c"]  # 0.2: default; larger explores more
         super().__init__(pass_threshold, seed)
 
     def _weights(self, shard: Tensor) -> Tensor:
@@ -500,18 +500,14 @@ class PosteriorSignal(_LearningSampler):
 
     def __init__(
         self,
-        pass_threshold: float = 0.999,
-        flip_rate: Optional[float] = None,
-        sharpness: float = 3.0,
+        pass_threshold: PassThreshold = 0.999,
+        flip_rate: Optional[FlipRate] = None,
+        sharpness: PositiveFinite = 3.0,
         informative_prior: tuple[float, float] = (2.0, 2.0),
         seed: Optional[int] = None,
     ) -> None:
-        if flip_rate is not None and not (isinstance(flip_rate, (int, float)) and 0.0 <= flip_rate < 0.5):
-            raise ValueError(f"flip_rate={flip_rate!r} must be in [0, 0.5), or None to estimate it from the outcomes")
-        if not (isinstance(sharpness, (int, float)) and sharpness > 0):
-            raise ValueError(
-                f"sharpness={sharpness!r} must be > 0 (1 = probability matching, 3 = default, higher exploits harder)"
-            )
+        typed = check_args("PosteriorSignal", PosteriorSignal.__init__, locals())  # flip_rate None: estimated
+        flip_rate, sharpness = typed["flip_rate"], typed["sharpness"]  # sharpness 1: probability matching
         a, b = (float(v) for v in informative_prior)
         if not (a > 0 and b > 0):
             raise ValueError(

@@ -14,12 +14,10 @@ Not a command: imported by the drivers (`from experiment import ...`, scripts/ o
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import math
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -51,38 +49,32 @@ T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 
 
 
 # ---------------------------------------------------------------------------------------------- processes
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child
-    """Linux: the child gets SIGKILL when the study dies, so a killed study leaves no orphans behind."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-
+# Both launches start their runs through parlightning.runtime.processes (one toolkit for every process
+# the package starts): a run exits when the study is gone (`run_owned`'s parent watch), whichever way it
+# was started.
 def child_env() -> dict[str, str]:
     return dict(os.environ, PYTHONWARNINGS="ignore", PYTHONPATH=os.pathsep.join(
         [str(ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])))
 
 
-def _run_module(module: str, argv: list[str], log: str) -> None:  # pragma: no cover - runs in the child
-    """In a child forked from the preloaded server: `python -m module *argv` (or `python script.py *argv`
-    when `module` ends in .py) without re-importing what the server has imported."""
-    import runpy
+def _forked_run(conn: Any, owner: int, args: list[str], log: str) -> None:  # pragma: no cover - runs in the child
+    """A `processes.Child` target: the run's output into `log`, then `run_owned` (nothing is re-imported
+    that the fork server has imported already)."""
     import warnings
 
-    _die_with_parent()
+    from parlightning.runtime.processes import run_owned
+
+    conn.close()  # a run talks through its files, not the pipe
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.chdir(ROOT)
     warnings.simplefilter("ignore")
-    sys.argv = [module, *argv]
-    if module.endswith(".py"):
-        runpy.run_path(module, run_name="__main__")
-    else:
-        runpy.run_module(module, run_name="__main__", alter_sys=True)
-    sys.stdout.flush()
-    sys.stderr.flush()
+    try:
+        run_owned(owner, args)
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
 
 
 PRELOAD = ["parlightning.fit", "parlightning.evaluate", "parlightning.pipeline", "torch.utils.tensorboard",
@@ -90,37 +82,38 @@ PRELOAD = ["parlightning.fit", "parlightning.evaluate", "parlightning.pipeline",
 
 
 class Forked:
-    """A `python -m` run in a child of a fork server that has imported the CLIs once (Popen-like poll)."""
+    """A `python -m` run in a child of the toolkit's fork server, which has imported the CLIs once
+    (`processes.Child` under forkserver with PRELOAD); Popen-like `poll` / `returncode`."""
 
-    _context = None
+    _env_set = False
 
     def __init__(self, cmd: list[str], log: Path) -> None:
-        import multiprocessing as mp
+        from parlightning.runtime.processes import Child
 
-        if Forked._context is None:
+        if not Forked._env_set:  # before the fork server starts: its children inherit this environment
             os.environ.update(child_env())
-            Forked._context = mp.get_context("forkserver")
-            Forked._context.set_forkserver_preload(PRELOAD)
-        module, argv = (cmd[2], cmd[3:]) if cmd[1] == "-m" else (cmd[1], cmd[2:])
-        self.process = Forked._context.Process(target=_run_module, args=(module, argv, str(log)), daemon=True)
-        self.process.start()
+            Forked._env_set = True
+        self.child = Child(_forked_run, (cmd[1:], str(log)), name=f"run-{log.parent.name}-{log.stem}",
+                           what=f"the {log.stem} run of {log.parent.name}", method="forkserver", preload=PRELOAD)
 
     def poll(self) -> Optional[int]:
-        return None if self.process.is_alive() else self.process.exitcode
+        return None if self.child.process.is_alive() else self.child.process.exitcode
 
     @property
     def returncode(self) -> Optional[int]:
-        return self.process.exitcode
+        return self.child.process.exitcode
 
 
 def spawn(cmd: list[str], log: Path, launch: str) -> Any:
-    """Start `python -m ...` as a fresh interpreter (`exec`) or as a child of the preloaded fork server (`fork`)."""
+    """Start `python -m ...` as a fresh interpreter (`exec`) or as a child of the preloaded fork server
+    (`fork`); either way owned by this process (`processes.run_owned`)."""
+    from parlightning.runtime.processes import owned_command
+
     (log.parent / "command.txt").open("a").write(" ".join(cmd) + "\n")  # the equivalent command line, to rerun by hand
     if launch == "fork":
         return Forked(cmd, log)
-    preexec = _die_with_parent if sys.platform.startswith("linux") else None
     with open(log, "w") as out:
-        return subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=child_env(), preexec_fn=preexec)
+        return subprocess.Popen(owned_command(cmd), cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=child_env())
 
 
 def default_launch(quick: bool) -> str:

@@ -96,7 +96,7 @@ HELPERS = "reliability_helpers"
 BAD_INPUT = [  # (arguments, the field the message names, a piece of the fix it gives); "@gym"/"@tensor": base config
     (["--data.bogus", "1"], "data.bogus", "--help lists them"),
     (["--data.num_envs", "0"], "data.num_envs", "positive integer"),
-    (["--data.num_envs", "many"], "data.num_envs", "Expected a <class 'int'>"),
+    (["--data.num_envs", "many"], "data.num_envs", "must be a positive integer, got 'many'"),
     (["--data.num_steps", "-4"], "data.num_steps", "positive integer"),
     (["--data.num_minibatches", "7"], "data.num_minibatches", "pick a divisor of 256"),
     (["--data.gamma", "1.5"], "data.gamma", "[0, 1]"),
@@ -131,8 +131,8 @@ BAD_INPUT = [  # (arguments, the field the message names, a piece of the fix it 
     (["--ckpt_path", "{real}", "--model.hidden_sizes", "[32]"], "model.hidden_sizes", "resume with the checkpoint's"),
     # issue 12, section 3: model hyperparameters
     (["--model.vf_coef", "-1"], "model.vf_coef", "must be >= 0"),
-    (["--model.max_grad_norm", "0"], "model.max_grad_norm", "use null to turn clipping off"),
-    (["--model.max_grad_norm", "-0.5"], "model.max_grad_norm", "use null to turn clipping off"),
+    (["--model.max_grad_norm", "0"], "model.max_grad_norm", "or null, got 0"),
+    (["--model.max_grad_norm", "-0.5"], "model.max_grad_norm", "or null, got -0.5"),
     (["--model.lr", "-1e-3"], "--model.lr", "write --model.lr=-1e-3"),
     (["--model.lr=-1e-3"], "model.lr", "must be positive"),
     (["--model.adam_eps", "0"], "model.adam_eps", "must be positive"),

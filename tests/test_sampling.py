@@ -332,7 +332,7 @@ def test_pass_threshold_mismatch_names_both_thresholds():
 
 # -- bad input -----------------------------------------------------------------------------
 def test_bad_input_raises_one_clear_error():
-    with pytest.raises(ValueError, match="c="):
+    with pytest.raises(ValueError, match=r"\.c: must"):
         DifficultyWeighted(c=-1)
     with pytest.raises(ValueError, match="pass_threshold"):
         DifficultyWeighted(pass_threshold=0)

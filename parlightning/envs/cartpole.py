@@ -16,6 +16,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
+from parlightning.config_types import PositiveInt, check_args
 from parlightning.envs.base import ActionSpec, BatchedEnv, StepResult
 
 # Gymnasium's constants (gymnasium/envs/classic_control/cartpole.py).
@@ -32,12 +33,6 @@ X_THRESHOLD = 2.4
 RESET_BOUND = 0.05
 
 
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return value
-
-
 class CartPoleEnv(BatchedEnv):
     """N CartPole-v1 actors stepped by one set of tensor ops, with per-actor auto-reset.
 
@@ -51,9 +46,10 @@ class CartPoleEnv(BatchedEnv):
 
     checkpoint_exact = True  # state_dict resumes the very same trajectories
 
-    def __init__(self, num_envs: int, device: str | torch.device = "cpu", seed: int = 0, max_episode_steps: int = 500):
-        self.num_envs = _positive_int("num_envs", num_envs)
-        self.max_episode_steps = _positive_int("max_episode_steps", max_episode_steps)
+    def __init__(self, num_envs: PositiveInt, device: str | torch.device = "cpu", seed: int = 0,
+                 max_episode_steps: PositiveInt = 500):
+        typed = check_args("", CartPoleEnv.__init__, locals())  # the annotated ranges (config_types)
+        self.num_envs, self.max_episode_steps = typed["num_envs"], typed["max_episode_steps"]
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise ValueError(f"seed must be an int, got {seed!r}")
         self.device = torch.device(device)

@@ -48,6 +48,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 from torch import Tensor
 
+from parlightning.config_types import ClosedUnitInterval, NonNegativeInt, PositiveInt, check_args, restricted_number_type
 from parlightning.envs.base import ActionSpec, BatchedEnv, EpisodeParts, StepResult
 from parlightning.envs.swarm_tasks import FAMILIES, HARD, LOCAL, N_KINDS, PLAIN, SPLITS, Costs, TaskBank, oracle_split_index
 from parlightning.errors import ConfigError
@@ -58,15 +59,11 @@ SCRIPTED = ("serial", "oracle", "optimal", "random")
 CEILING = "optimal"  # the best scripted policy: the ceiling every comparison reports against
 
 
-def _check_int(name: str, value: Any, low: int = 1) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        what = "a positive integer" if low == 1 else f"an integer >= {low}"
-        raise ConfigError(f"SwarmEnv: `{name}` must be {what}, got {value!r}")
-
-
-def _check_float(name: str, value: Any, low: float, high: float, fix: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
-        raise ConfigError(f"SwarmEnv: `{name}` must lie in [{low}, {high}] ({fix}), got {value!r}")
+Cost = restricted_number_type("Cost", float, [(">=", 0.0), ("<=", 1e6)], docstring="a cost in steps, 0..1e6")
+LateCredit = restricted_number_type("LateCredit", float, [(">=", 0.0), ("<=", 0.999)],
+                                    docstring="credit for a late finish, below 1")
+LateWindow = restricted_number_type("LateWindow", float, [(">=", 1.0), ("<=", 1e6)],
+                                    docstring="a multiple of the budget, 1..1e6")
 
 
 class SwarmEnv(BatchedEnv):
@@ -90,46 +87,41 @@ class SwarmEnv(BatchedEnv):
 
     def __init__(
         self,
-        num_envs: int = 256,
+        num_envs: PositiveInt = 256,
         device: str | torch.device = "cpu",
         seed: int = 0,
         families: Sequence[str] = ("solo", "fanout", "pipeline", "locked"),
-        tasks_per_family: int = 16,
+        tasks_per_family: PositiveInt = 16,
         split: str = "train",
-        max_levels: int = 4,
-        max_width: int = 12,
-        max_cost: int = 10,
-        splits: Sequence[int] = (1, 2, 4),
-        max_subagents: int = 128,
-        subagent_budget: Optional[int] = None,
-        spawn_steps: float = 1.0,
-        merge_cost: float = 0.05,
-        brief_cost: float = 0.5,
-        subagent_reliability: float = 0.99,
-        max_episode_steps: int = 16,
-        bank_seed: int = 1234,
-        late_credit: float = 0.1,
-        late_window: float = 2.0,
+        max_levels: PositiveInt = 4,
+        max_width: PositiveInt = 12,
+        max_cost: PositiveInt = 10,
+        splits: Sequence[PositiveInt] = (1, 2, 4),
+        max_subagents: PositiveInt = 128,
+        subagent_budget: Optional[PositiveInt] = None,
+        spawn_steps: Cost = 1.0,
+        merge_cost: Cost = 0.05,
+        brief_cost: Cost = 0.5,
+        subagent_reliability: ClosedUnitInterval = 0.99,
+        max_episode_steps: PositiveInt = 16,
+        bank_seed: NonNegativeInt = 1234,
+        late_credit: LateCredit = 0.1,
+        late_window: LateWindow = 2.0,
         compile: bool = False,
         round_cap: str = "terminal",
     ) -> None:
-        for name in ("num_envs", "tasks_per_family", "max_levels", "max_width", "max_cost", "max_subagents",
-                     "max_episode_steps"):
-            _check_int(name, locals()[name])
-        _check_int("bank_seed", bank_seed, 0)
-        if subagent_budget is not None:
-            _check_int("subagent_budget", subagent_budget)
+        typed = check_args("", SwarmEnv.__init__, locals())  # the annotated ranges (config_types)
+        num_envs, tasks_per_family, max_levels, max_width, max_cost = (typed[k] for k in (
+            "num_envs", "tasks_per_family", "max_levels", "max_width", "max_cost"))
+        max_subagents, subagent_budget, max_episode_steps, bank_seed = (typed[k] for k in (
+            "max_subagents", "subagent_budget", "max_episode_steps", "bank_seed"))
+        spawn_steps, merge_cost, brief_cost, subagent_reliability, late_credit, late_window = (typed[k] for k in (
+            "spawn_steps", "merge_cost", "brief_cost", "subagent_reliability", "late_credit", "late_window"))
         self.subagent_budget = subagent_budget
         self._budget = float(subagent_budget) if subagent_budget is not None else float("inf")
-        splits = tuple(splits)
-        if not splits or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in splits) \
-                or list(splits) != sorted(set(splits)):
+        splits = tuple(typed["splits"])
+        if not splits or list(splits) != sorted(set(splits)):
             raise ConfigError(f"SwarmEnv: `splits` must be increasing positive shard counts like [1, 2, 4], got {list(splits)}")
-        for name, value in (("spawn_steps", spawn_steps), ("merge_cost", merge_cost), ("brief_cost", brief_cost)):
-            _check_float(name, value, 0.0, 1e6, "a cost in steps")
-        _check_float("subagent_reliability", subagent_reliability, 0.0, 1.0, "a probability")
-        _check_float("late_credit", late_credit, 0.0, 0.999, "credit for a late finish, below 1")
-        _check_float("late_window", late_window, 1.0, 1e6, "a multiple of the budget")
         if len(families) == 0:
             raise ConfigError("SwarmEnv: `families` is empty; name at least one of " + str(sorted(FAMILIES)))
         self.num_envs, self.device = num_envs, torch.device(device)

@@ -228,3 +228,28 @@ class Child:
         self.closed = True
         with self._send_lock:  # not in the middle of another thread's message
             stop([self.process], [self.conn], grace)
+
+
+# ---------------------------------------------------------------------------------- a whole program
+OWNED = "import sys; from parlightning.runtime.processes import run_owned; run_owned(int(sys.argv[1]), sys.argv[2:])"
+
+
+def run_owned(owner: int, args: Sequence[str]) -> None:
+    """In a child: run a program, `["-m", module, *argv]` or `[script.py, *argv]`, as `python ARGS`
+    would, exiting when process `owner` is gone (`watch_parent`): a killed study leaves no runs behind."""
+    import runpy
+    import sys
+
+    watch_parent(owner)
+    if args[0] == "-m":
+        sys.argv = [args[1], *args[2:]]
+        runpy.run_module(args[1], run_name="__main__", alter_sys=True)
+    else:
+        sys.argv = list(args)
+        runpy.run_path(args[0], run_name="__main__")
+
+
+def owned_command(cmd: Sequence[str], owner: Optional[int] = None) -> list[str]:
+    """`cmd` (`[python, -m, module, ...]` or `[python, script.py, ...]`) as a fresh interpreter that runs
+    it through `run_owned`, owned by `owner` (default: this process)."""
+    return [cmd[0], "-c", OWNED, str(owner if owner is not None else os.getpid()), *cmd[1:]]
