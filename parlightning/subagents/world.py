@@ -13,6 +13,7 @@ pays), `locked` (budget below the critical path: never solvable).
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from typing import Any, Optional, Sequence
@@ -54,6 +55,15 @@ class PoolOrchestrationWorld:
         main_cpu_seconds: CPU seconds of Python the main agent burns per env step (parsing, bookkeeping,
             a local simulation: work that threads cannot overlap under the GIL; worker processes can).
         subagent_timeout: seconds to wait for a stage's subagents before counting them failed.
+        call_latency: [median, sigma]: each step the main agent also waits for one model call of
+            lognormal latency (seconds; drawn from the world's seeded stream), overlapping its
+            subagents (the step lasts the longer of the two). None: no such call.
+        fail_rate, hang_rate: the share of steps that raise `ConnectionError` (a 5xx answer) or
+            hang for `hang_seconds` (a call that never answers), drawn from the world's stream:
+            fault injection for the failure policy (`on_error`).
+        `busy_seconds` counts the seconds of model calls and subagents this world waited for (each
+        step: the longer of `call_latency`'s draw and its subagents' seconds, as drawn, however
+        late the host noticed the answer): the numerator of a subagent utilisation.
         the rest: the task bank (as in SwarmEnv) and the episode limits.
     Observation: per slot [pending, one-hot skill, cost / max_cost], then budget left, elapsed,
     stage, stages (scaled) and steps taken. Action: multi-discrete, one entry per slot.
@@ -63,8 +73,19 @@ class PoolOrchestrationWorld:
                  tasks_per_family: int = 4, max_levels: int = 2, max_width: int = 3, n_skills: int = 3,
                  max_cost: int = 3, spawn_steps: int = 1, max_episode_steps: int = 8, late_credit: float = 0.1,
                  late_window: float = 2.0, main_seconds: float = 0.0, main_cpu_seconds: float = 0.0,
-                 subagent_timeout: Optional[float] = 60.0, bank_seed: int = 1234) -> None:
+                 subagent_timeout: Optional[float] = 60.0, bank_seed: int = 1234,
+                 call_latency: Optional[Sequence[float]] = None, fail_rate: float = 0.0, hang_rate: float = 0.0,
+                 hang_seconds: float = 3600.0) -> None:
         self.pool, self.seed = pool, seed
+        if call_latency is not None and (len(call_latency) != 2 or not call_latency[0] > 0 or call_latency[1] < 0):
+            raise ValueError(f"PoolOrchestrationWorld: call_latency must be [median > 0, sigma >= 0], got {call_latency!r}")
+        if not (0 <= fail_rate <= 1 and 0 <= hang_rate <= 1):
+            raise ValueError(f"PoolOrchestrationWorld: fail_rate and hang_rate must lie in [0, 1], got "
+                             f"{fail_rate!r}, {hang_rate!r}")
+        self.call_latency = tuple(call_latency) if call_latency is not None else None
+        self.fail_rate, self.hang_rate, self.hang_seconds = fail_rate, hang_rate, hang_seconds
+        self._rng = random.Random(seed * 7919 + 17)
+        self.busy_seconds = 0.0
         self.max_width, self.n_skills, self.max_levels, self.max_cost = max_width, n_skills, max_levels, max_cost
         self.max_episode_steps, self.late_credit, self.late_window = max_episode_steps, late_credit, late_window
         self.main_seconds, self.subagent_timeout = main_seconds, subagent_timeout
@@ -108,6 +129,20 @@ class PoolOrchestrationWorld:
         return self._observe()
 
     def step(self, action: Sequence[int]) -> tuple[list[float], float, bool, bool, Optional[dict[str, float]]]:
+        start = time.perf_counter()
+        return self._step(action, start)
+
+    def _step(self, action: Sequence[int], start: float) -> tuple:
+        if self.fail_rate or self.hang_rate:
+            u = self._rng.random()
+            if u < self.hang_rate:
+                time.sleep(self.hang_seconds)
+            elif u < self.hang_rate + self.fail_rate:
+                raise ConnectionError(f"simulated 503 from the model on task {self.task}")
+        call_until = None
+        if self.call_latency is not None:
+            median, sigma = self.call_latency
+            call_until = start + median * math.exp(sigma * self._rng.gauss(0.0, 1.0))
         stage = self.stages[self.level]
         own = [i for i, (p, a) in enumerate(zip(self.pending, action)) if p and a == 0]
         delegated = [i for i, (p, a) in enumerate(zip(self.pending, action)) if p and a > 0]
@@ -122,6 +157,11 @@ class PoolOrchestrationWorld:
         if self.main_seconds:
             time.sleep(self.main_seconds)  # the main agent works while its subagents run
         results = self.pool.wait(handles, timeout=self.subagent_timeout) if handles else []
+        self.busy_seconds += max([r.seconds for r in results] + [(call_until - start) if call_until else 0.0])
+        if call_until is not None:
+            left = call_until - time.perf_counter()
+            if left > 0:
+                time.sleep(left)
         main_steps = 1.0 + sum(stage[i][1] for i in own)
         done_here = set(own) | {i for i, r in zip(delegated, results) if r.success}
         self.elapsed += main_steps + max((r.steps for r in results), default=0)
