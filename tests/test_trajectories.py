@@ -263,3 +263,40 @@ def test_on_error_drop_needs_per_actor_collection():
         dm.build(torch.device("cpu"))
     with pytest.raises(ConfigError, match="on_error"):
         ExternalBatchedEnv(2, world=ActorWorld, on_error="ignore")
+
+
+def test_the_shipped_async_config_trains(tmp_cwd):
+    import os
+
+    from parlightning.fit import main
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    cli = main(["--config", os.path.join(root, "configs", "external_async.yaml"), "--trainer.max_epochs", "2",
+                "--trainer.enable_progress_bar", "false", "--data.num_envs", "8", "--data.num_steps", "8",
+                "--data.actors_in_flight", "12"])
+    dm = cli.datamodule
+    assert isinstance(dm.collector.schedule, Trajectories) and dm.collector.env.num_envs == 12
+    assert dm.round_index == 2 and dm.env_steps == 2 * 8 * 8
+    stats = dm.last_rollout.stats
+    assert float(stats["rollout/episodes"]) > 0 and "collect/dropped_trajectories" in stats
+    assert dm.collector.env._closed
+
+
+def test_bench_async_quick_prints_every_table(tmp_path):
+    import importlib.util
+    import os
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "bench_async.py")
+    spec = importlib.util.spec_from_file_location("bench_async", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = bench.main(["--quick", "--sizes", "8", "--seeds", "2", "--learn_epochs", "1",
+                      "--write", str(tmp_path / "async.md")])
+    text = (tmp_path / "async.md").read_text()
+    for heading in ("## 1. Utilisation", "## 2. Learning", "## 3. Faults", "load average"):
+        assert heading in text
+    assert {r["schedule"] for r in out["rows"]} == {"lock-step", "round lag 1", "per-actor"}
+    assert all(0 < r["utilisation"] < 1.5 for r in out["rows"])  # (a call straddling the window may count whole)
+    assert out["faults"]["drop"]["completed"]
+    assert out["faults"]["fail"].startswith("error: external world PoolOrchestrationWorld actor ")
+    assert "on task '" in out["faults"]["fail"] and "step raised ConnectionError" in out["faults"]["fail"]
