@@ -40,7 +40,7 @@ from parlightning.envs.external import ExternalBatchedEnv  # noqa: E402
 from parlightning.evaluate import greedy_action, run_episodes  # noqa: E402
 from parlightning.module import PPOModule  # noqa: E402
 from parlightning.reward import LinearSchedule, PARLReward  # noqa: E402
-from parlightning.subagents import PoolOrchestrationWorld  # noqa: E402
+from parlightning.subagents.world import AsyncPoolOrchestrationWorld, PoolOrchestrationWorld  # noqa: E402
 
 T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26}
 WORLD = {"families": ["solo", "fanout", "locked"], "tasks_per_family": 4, "max_width": 3, "n_skills": 3}
@@ -54,8 +54,10 @@ SCHEDULES = {  # name -> data module keys
 class WorldEnv:
     """`data.env` for the benchmark: ExternalBatchedEnv on PoolOrchestrationWorld (a picklable factory)."""
 
-    def __init__(self, world_kwargs: dict, seconds_per_step: float = 0.0, **env_kwargs) -> None:
+    def __init__(self, world_kwargs: dict, seconds_per_step: float = 0.0, world: type = PoolOrchestrationWorld,
+                 **env_kwargs) -> None:
         self.world_kwargs, self.seconds_per_step, self.env_kwargs = world_kwargs, seconds_per_step, env_kwargs
+        self.world = world
         self.worlds: list = []  # the worlds of the largest env built (closing the env forgets them)
 
     def __call__(self, num_envs: int, device: str, seed: int) -> ExternalBatchedEnv:
@@ -65,7 +67,7 @@ class WorldEnv:
         return env
 
     def _build(self, num_envs: int, device: str, seed: int) -> ExternalBatchedEnv:
-        return ExternalBatchedEnv(num_envs, device, seed, world=PoolOrchestrationWorld,
+        return ExternalBatchedEnv(num_envs, device, seed, world=self.world,
                                   world_kwargs={**WORLD, **self.world_kwargs},
                                   shared={"pool": {"class_path": "parlightning.subagents.SimulatedPool",
                                                    "init_args": {"reliability": 0.9,
@@ -82,9 +84,9 @@ def fit(dm: RolloutDataModule, epochs: int, seed: int, module: PPOModule | None 
     return module, time.perf_counter() - start
 
 
-def throughput_row(n: int, steps: int, epochs: int, latency: tuple[float, float], name: str) -> dict:
+def throughput_row(n: int, steps: int, epochs: int, latency: tuple[float, float], name: str, world: type) -> dict:
     pl.seed_everything(0, verbose=False)
-    env = WorldEnv({"call_latency": list(latency)}, step_timeout=60.0)
+    env = WorldEnv({"call_latency": list(latency)}, world=world, step_timeout=60.0)
     dm = RolloutDataModule(env=env, num_envs=n, num_steps=steps, update_epochs=1, num_minibatches=1,
                            **SCHEDULES[name])
     marks = []  # (time, busy seconds, env steps, stale share) at each iteration's end: the steady state
@@ -187,6 +189,9 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--sizes", type=int, nargs="+", default=None, help="N values for the utilisation table")
     p.add_argument("--seeds", type=int, default=None, help="seeds of the learning check")
     p.add_argument("--learn_epochs", type=int, default=None, help="PPO iterations per learning run")
+    p.add_argument("--world", choices=("async", "thread"), default="async",
+                   help="the utilisation table's worlds: async def on one event loop (default) or a thread each")
+    p.add_argument("--parts", type=int, nargs="+", default=[1, 2, 3], help="which sections to run (1 2 3)")
     p.add_argument("--write", default=None, help="results page to write (default docs/results/async.md, "
                                                  "not with --quick)")
     a = p.parse_args(argv)
@@ -200,13 +205,14 @@ def main(argv: list[str] | None = None) -> dict:
     lines = [f"# bench_async: {started}, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, "
              f"{os.cpu_count()} CPUs, {platform.python_version()}",
              f"command: python scripts/bench_async.py {' '.join(argv if argv is not None else sys.argv[1:])}".rstrip()]
-    rows = []
-    for n in sizes:
-        steps, epochs = (4, 3) if n >= 1000 else (8, 4)
+    rows: list[dict] = []
+    world = AsyncPoolOrchestrationWorld if a.world == "async" else PoolOrchestrationWorld
+    for n in sizes if 1 in a.parts else []:
+        steps, epochs = (4, 4) if n >= 1000 else (8, 5)
         for name in SCHEDULES:
-            rows.append(throughput_row(n, steps, epochs, latency, name))
-    lines += ["", f"## 1. Utilisation and throughput (lognormal call latency: median {latency[0] * 1000:g} ms, "
-                  f"sigma {latency[1]:g}; B = N segments, T = 8 (4 at N >= 1000), 1 PPO epoch)", "",
+            rows.append(throughput_row(n, steps, epochs, latency, name, world))
+    lines += [] if not rows else ["", f"## 1. Utilisation and throughput (lognormal call latency: median {latency[0] * 1000:g} ms, "
+                  f"sigma {latency[1]:g}; {world.__name__}; B = N segments, T = 8 (4 at N >= 1000), 1 PPO epoch)", "",
               "| N | schedule | subagent utilisation | trained samples/s | vs round lag | stale share |",
               "|---|---|---|---|---|---|"]
     for r in rows:
@@ -214,27 +220,31 @@ def main(argv: list[str] | None = None) -> dict:
         lines.append(f"| {r['N']} | {r['schedule']} | {r['utilisation']:.0%} | {r['samples_per_s']:,.0f} | "
                      f"{r['samples_per_s'] / lag['samples_per_s']:.2f}x | {r['stale_share']:.1%} |")
     learn = [learning_run(name, seed, learn_epochs, 1 if a.quick else 4)
-             for name in ("lock-step", "per-actor") for seed in range(seeds)]
-    lines += ["", f"## 2. Learning at equal trained env steps (configs/external.yaml's world, {learn_epochs} "
-                  f"iterations of 32 x 16 = {learn[0]['env_steps']:,} env steps, {seeds} seeds; held-out bank 2234, "
-                  "greedy)", "", "| schedule | held-out success mean ± std | 95% CI | stale share |", "|---|---|---|---|"]
-    summary = {}
-    for name in ("lock-step", "per-actor"):
-        xs = [r["held_out_success"] for r in learn if r["schedule"] == name]
-        m, s = mean_std(xs)
-        h = T95.get(len(xs) - 1, 2.0) * s / len(xs) ** 0.5 if len(xs) > 1 else float("nan")
-        summary[name] = (m, s, m - h, m + h)
-        stale = statistics.mean(r["stale_share"] for r in learn if r["schedule"] == name)
-        lines.append(f"| {name} | {m:.3f} ± {s:.3f} | [{m - h:.3f}, {m + h:.3f}] | {stale:.1%} |")
-    lo, hi = summary["lock-step"][2], summary["lock-step"][3]
-    inside = lo <= summary["per-actor"][0] <= hi
-    lines.append(f"\nper-actor mean {'inside' if inside else 'OUTSIDE'} lock-step's 95% CI")
-    faults = fault_runs(sizes[0] if a.quick else 64, 3 if a.quick else 6)
-    d = faults["drop"]
-    lines += ["", "## 3. Faults (5% of calls raise ConnectionError, 1% hang; step_timeout 0.5 s)", "",
-              f"on_error: drop: completed {d['epochs']} iterations: {d['completed']}; dropped trajectories "
-              f"{d['dropped']:.0f} of {d['dropped'] + d['segments']:.0f} ({d['dropped_share']:.1%})",
-              f"on_error: fail: {faults['fail']}"]
+             for name in ("lock-step", "per-actor") for seed in range(seeds)] if 2 in a.parts else []
+    summary: dict = {}
+    inside = None
+    if learn:
+        lines += ["", f"## 2. Learning at equal trained env steps (configs/external.yaml's world, {learn_epochs} "
+                      f"iterations of 32 x 16 = {learn[0]['env_steps']:,} env steps, {seeds} seeds; held-out bank 2234, "
+                      "greedy)", "", "| schedule | held-out success mean ± std | 95% CI | stale share |", "|---|---|---|---|"]
+        summary = {}
+        for name in ("lock-step", "per-actor"):
+            xs = [r["held_out_success"] for r in learn if r["schedule"] == name]
+            m, s = mean_std(xs)
+            h = T95.get(len(xs) - 1, 2.0) * s / len(xs) ** 0.5 if len(xs) > 1 else float("nan")
+            summary[name] = (m, s, m - h, m + h)
+            stale = statistics.mean(r["stale_share"] for r in learn if r["schedule"] == name)
+            lines.append(f"| {name} | {m:.3f} ± {s:.3f} | [{m - h:.3f}, {m + h:.3f}] | {stale:.1%} |")
+        lo, hi = summary["lock-step"][2], summary["lock-step"][3]
+        inside = lo <= summary["per-actor"][0] <= hi
+        lines.append(f"\nper-actor mean {'inside' if inside else 'OUTSIDE'} lock-step's 95% CI")
+    faults = fault_runs(sizes[0] if a.quick else 64, 3 if a.quick else 6) if 3 in a.parts else {}
+    if faults:
+        d = faults["drop"]
+        lines += ["", "## 3. Faults (5% of calls raise ConnectionError, 1% hang; step_timeout 0.5 s)", "",
+                  f"on_error: drop: completed {d['epochs']} iterations: {d['completed']}; dropped trajectories "
+                  f"{d['dropped']:.0f} of {d['dropped'] + d['segments']:.0f} ({d['dropped_share']:.1%})",
+                  f"on_error: fail: {faults['fail']}"]
     text = "\n".join(lines)
     print(text)
     target = a.write or (None if a.quick else str(ROOT / "docs" / "results" / "async.md"))

@@ -19,7 +19,7 @@ import time
 from typing import Any, Optional, Sequence
 
 from parlightning.envs.base import ActionSpec
-from parlightning.subagents.pool import SubagentPool
+from parlightning.subagents.pool import SubagentPool, SubagentResult
 
 FAMILIES = {"solo": (1, 1), "fanout": (2, 3), "locked": (2, 3)}  # family -> (width lo, width hi)
 
@@ -130,15 +130,33 @@ class PoolOrchestrationWorld:
 
     def step(self, action: Sequence[int]) -> tuple[list[float], float, bool, bool, Optional[dict[str, float]]]:
         start = time.perf_counter()
-        return self._step(action, start)
+        if self._fault():
+            time.sleep(self.hang_seconds)
+        call_until, stage, own, delegated, handles = self._begin(action, start)
+        if self.main_cpu_seconds:  # Python work holding the GIL (thread CPU time, so contention does not shorten it)
+            until = time.thread_time() + self.main_cpu_seconds
+            while time.thread_time() < until:
+                pass
+        if self.main_seconds:
+            time.sleep(self.main_seconds)  # the main agent works while its subagents run
+        results = self.pool.wait(handles, timeout=self.subagent_timeout) if handles else []
+        if call_until is not None:
+            left = call_until - time.perf_counter()
+            if left > 0:
+                time.sleep(left)
+        return self._finish(start, call_until, stage, own, delegated, results)
 
-    def _step(self, action: Sequence[int], start: float) -> tuple:
+    def _fault(self) -> bool:
+        """Fault injection: True for a call that hangs; raises for one that fails."""
         if self.fail_rate or self.hang_rate:
             u = self._rng.random()
             if u < self.hang_rate:
-                time.sleep(self.hang_seconds)
-            elif u < self.hang_rate + self.fail_rate:
+                return True
+            if u < self.hang_rate + self.fail_rate:
                 raise ConnectionError(f"simulated 503 from the model on task {self.task}")
+        return False
+
+    def _begin(self, action: Sequence[int], start: float) -> tuple:
         call_until = None
         if self.call_latency is not None:
             median, sigma = self.call_latency
@@ -150,18 +168,11 @@ class PoolOrchestrationWorld:
                                     "prompt": f"subtask {self.task}/{self.level}/{i}: skill {stage[i][0]}, "
                                               f"instruction {int(action[i]) - 1}, cost {stage[i][1]}"})
                    for i in delegated]
-        if self.main_cpu_seconds:  # Python work holding the GIL (thread CPU time, so contention does not shorten it)
-            until = time.thread_time() + self.main_cpu_seconds
-            while time.thread_time() < until:
-                pass
-        if self.main_seconds:
-            time.sleep(self.main_seconds)  # the main agent works while its subagents run
-        results = self.pool.wait(handles, timeout=self.subagent_timeout) if handles else []
+        return call_until, stage, own, delegated, handles
+
+    def _finish(self, start: float, call_until: Optional[float], stage: list, own: list, delegated: list,
+                results: list) -> tuple:
         self.busy_seconds += max([r.seconds for r in results] + [(call_until - start) if call_until else 0.0])
-        if call_until is not None:
-            left = call_until - time.perf_counter()
-            if left > 0:
-                time.sleep(left)
         main_steps = 1.0 + sum(stage[i][1] for i in own)
         done_here = set(own) | {i for i, r in zip(delegated, results) if r.success}
         self.elapsed += main_steps + max((r.steps for r in results), default=0)
@@ -184,3 +195,43 @@ class PoolOrchestrationWorld:
             parts = {"outcome": outcome, "n_subagents": self.n_subagents, "assigned": self.assigned,
                      "completed": self.completed, "critical_steps": self.elapsed, "serial_steps": self.serial}
         return self._observe(), outcome, terminated, truncated, parts
+
+
+class AsyncPoolOrchestrationWorld(PoolOrchestrationWorld):
+    """`PoolOrchestrationWorld` with `async def` reset and step: its waits (the model call, the
+    subagents, a hang) are awaited, so thousands of worlds share one event loop in one thread
+    (`ExternalBatchedEnv` runs `async def` worlds that way) instead of a thread each.
+    `main_cpu_seconds` and `main_seconds` are not supported (they would block the loop)."""
+
+    async def reset(self, task: Optional[str]) -> list[float]:  # type: ignore[override]
+        return PoolOrchestrationWorld.reset(self, task)
+
+    async def step(self, action: Sequence[int]) -> tuple:  # type: ignore[override]
+        import asyncio
+
+        start = time.perf_counter()
+        if self._fault():
+            await asyncio.sleep(self.hang_seconds)
+        call_until, stage, own, delegated, handles = self._begin(action, start)
+        interval = getattr(self.pool, "poll_interval", 0.0005)
+        results: dict[int, Any] = {}
+        deadline = None if self.subagent_timeout is None else start + self.subagent_timeout
+        while len(results) < len(handles):
+            for h in handles:
+                if h not in results:
+                    r = self.pool.poll(h)
+                    if r is not None:
+                        results[h] = r
+            if len(results) < len(handles):
+                if deadline is not None and time.perf_counter() > deadline:
+                    for h in handles:
+                        if h not in results:
+                            self.pool.cancel(h)
+                            results[h] = SubagentResult(False, 0, self.subagent_timeout, error="timed out")
+                    break
+                await asyncio.sleep(interval)
+        if call_until is not None:
+            left = call_until - time.perf_counter()
+            if left > 0:
+                await asyncio.sleep(left)
+        return self._finish(start, call_until, stage, own, delegated, [results[h] for h in handles])
