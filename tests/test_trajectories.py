@@ -204,7 +204,7 @@ def test_a_hung_call_is_dropped_on_its_own_deadline_and_the_world_rebuilt():
         assert got[2] and len(failures) == 1
         assert "ActorWorld actor 2 on task 't-0': step did not return within step_timeout=0.3s" in failures[0]
         assert not any(got[i] for i in got if i != 2)
-        assert env._runner.replaced == 1
+        assert env.replaced_worlds == 1
         env.send([2], torch.ones(1, dtype=torch.long))  # the fresh world answers
         for _ in range(400):
             arr = env.receive(first, 0.1)

@@ -396,7 +396,13 @@ class ExternalBatchedEnv(BatchedEnv):
             runner.submit(i, "step", (a,))
 
     def in_flight(self) -> int:
+        """Calls started by `send` (or the resets they led to) whose answer has not been received."""
         return self._runner.in_flight()
+
+    @property
+    def replaced_worlds(self) -> int:
+        """Worlds rebuilt after a call hung (`on_error: drop`)."""
+        return int(getattr(self._runner, "replaced", 0))
 
     def _parse_step(self, i: int, answer: Any) -> tuple:
         """(obs, reward, terminated, truncated, parts row or None) of world i's step answer, or the error."""
@@ -442,7 +448,7 @@ class ExternalBatchedEnv(BatchedEnv):
             busy += ans.seconds
             try:
                 if not ans.ok:
-                    why = ans.value.why if isinstance(ans.value, WorldCallFailed) else runner._raised(
+                    why = ans.value.why if isinstance(ans.value, WorldCallFailed) else runner.raised(
                         ans.value, ans.attempts, ans.value)
                     raise self._fail(i, ans.method, why)
                 if ans.method == "step":

@@ -279,6 +279,10 @@ class WorldRunner:
         except TypeError:
             return False
 
+    def raised(self, first: BaseException, attempts: int = 0, last: Optional[BaseException] = None) -> str:
+        """What a failed call's message says of its exception(s)."""
+        return self._raised(first, attempts, last)
+
     def _raised(self, first: BaseException, attempts: int = 0, last: Optional[BaseException] = None) -> str:
         text = f"raised {type(first).__name__}: {' '.join(str(first).split())[:300]}"
         if attempts:
