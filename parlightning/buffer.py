@@ -121,6 +121,7 @@ class RolloutBuffer:
         self.episode_start: Optional[Tensor] = None  # [T, N] bool: obs at t is its episode's first (recurrent policy)
         self.prox_logprobs: Optional[Tensor] = None  # [T, N] the learner's log-probs, once it scored a stale rollout
         self.is_weights: Optional[Tensor] = None  # [T, N] truncated importance weights, likewise
+        self.sample_mask: Optional[Tensor] = None  # [T, N] bool: trained on (per-actor collection drops stale ones)
 
     def _allocate(self, name: str, first: Optional[Tensor] = None) -> Tensor:
         spec = STEP_FIELDS[name]
@@ -193,6 +194,8 @@ class RolloutBuffer:
             flat["behaviour_logprobs"] = flat["logprobs"]
             flat["logprobs"] = self.prox_logprobs.reshape(B)
             flat["is_weights"] = self.is_weights.reshape(B)
+        if self.sample_mask is not None:  # samples outside the staleness bound stay out of the loss
+            flat["sample_mask"] = self.sample_mask.reshape(B)
         return flat
 
     def sequences(self, bptt_len: int) -> dict[str, Tensor]:

@@ -137,6 +137,12 @@ class RolloutDataModule(pl.LightningDataModule):
             GIL with the learner) or "process" (a child process that runs the step loop: its own
             interpreter, so the update is not slowed by collection; CPU only, data.env must pickle).
             See docs/guides/collection.md.
+        collect: "rounds" (default: lock-step or the lag budget, every actor steps together) or
+            "trajectories": per-actor asynchronous collection, each actor acts when its own world
+            answers; a round is num_envs trajectory segments of num_steps steps, each sample at
+            most max_policy_lag (>= 1) versions old or dropped from the loss (`Trajectories`).
+        actors_in_flight: with collect: trajectories, the number of worlds (calls in flight),
+            independent of the batch (num_envs segments); default num_envs.
     """
 
     def __init__(
@@ -155,6 +161,8 @@ class RolloutDataModule(pl.LightningDataModule):
         bptt_len: Optional[PositiveInt] = None,
         max_policy_lag: NonNegativeInt = 0,
         collect_in: str = "thread",
+        collect: str = "rounds",
+        actors_in_flight: Optional[PositiveInt] = None,
     ) -> None:
         super().__init__()
         typed = check_args("data", RolloutDataModule.__init__, locals())  # the annotated ranges (config_types)
@@ -162,10 +170,20 @@ class RolloutDataModule(pl.LightningDataModule):
             "num_envs", "num_steps", "update_epochs", "num_minibatches"))
         gamma, gae_lambda, bptt_len, max_policy_lag = (typed[k] for k in (
             "gamma", "gae_lambda", "bptt_len", "max_policy_lag"))
+        actors_in_flight = typed["actors_in_flight"]
+        if collect not in ("rounds", "trajectories"):
+            raise ConfigError(f"data.collect: must be 'rounds' or 'trajectories' (per-actor), got {collect!r}")
+        if collect == "trajectories" and max_policy_lag < 1:
+            raise ConfigError("data.max_policy_lag: data.collect: trajectories bounds staleness per sample and needs "
+                              "max_policy_lag >= 1 (e.g. 2)")
+        if actors_in_flight is not None and collect != "trajectories":
+            raise ConfigError("data.actors_in_flight: only per-actor collection has a capacity apart from the "
+                              "batch; set data.collect: trajectories or leave it unset")
+        self.collect_mode, self.actors_in_flight = collect, actors_in_flight
         self.max_policy_lag = max_policy_lag
         if collect_in not in ("thread", "process"):
             raise ConfigError(f"data.collect_in: must be 'thread' or 'process', got {collect_in!r}")
-        if collect_in == "process" and max_policy_lag == 0:
+        if collect_in == "process" and max_policy_lag == 0 and collect == "rounds":
             raise ConfigError("data.collect_in: process collects without a barrier; set data.max_policy_lag >= 1 "
                               "(or leave collect_in at thread)")
         self.collect_in = collect_in
@@ -245,6 +263,7 @@ class RolloutDataModule(pl.LightningDataModule):
         another schedule or transport, see `parlightning.collection`)."""
         return make_collector(self.env_factory, self.num_envs, self.num_steps, self.seed + rank, device,
                               max_policy_lag=self.max_policy_lag, collect_in=self.collect_in, sampler=self.sampler,
+                              collect=self.collect_mode, actors_in_flight=self.actors_in_flight,
                               reward=self.reward, gamma=self.gamma, gae_lambda=self.gae_lambda, rank=rank)
 
     def _check_thresholds(self, env: Any) -> None:

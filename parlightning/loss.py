@@ -32,13 +32,19 @@ def ppo_loss(
     norm_adv: bool = True,
     clip_vloss: bool = True,
     is_weight: Optional[Tensor] = None,
+    sample_mask: Optional[Tensor] = None,
 ) -> PPOLoss:
     """Clipped surrogate + (optionally clipped) value loss - entropy bonus, CleanRL's formulation:
     advantages normalised per minibatch, value loss 0.5 * max(unclipped, clipped).
 
     `is_weight` (stale rollouts, `parlightning.collection.schedules.LagBudget`): per-sample truncated
     importance weights pi_prox / mu multiplying the clipped surrogate, with `old_logprob` the proximal
-    policy's (decoupled PPO); None is plain PPO."""
+    policy's (decoupled PPO); None is plain PPO. `sample_mask` (per-actor collection,
+    `parlightning.collection.schedules.Trajectories`): bool per sample, False for samples outside the
+    staleness bound; they take no part in any term (means over the kept samples); None keeps all."""
+    if sample_mask is not None:
+        return _masked_loss(new_logprob, entropy, new_value, old_logprob, old_value, advantages, returns, clip_coef,
+                            ent_coef, vf_coef, norm_adv, clip_vloss, is_weight, sample_mask)
     logratio = new_logprob - old_logprob
     ratio = logratio.exp()
     with torch.no_grad():
@@ -56,5 +62,38 @@ def ppo_loss(
     else:
         v_loss = 0.5 * v_unclipped.mean()
     entropy_mean = entropy.mean()
+    loss = pg_loss - ent_coef * entropy_mean + vf_coef * v_loss
+    return PPOLoss(loss, pg_loss, v_loss, entropy_mean, approx_kl, old_approx_kl, clip_fraction)
+
+
+def _masked_loss(new_logprob: Tensor, entropy: Tensor, new_value: Tensor, old_logprob: Tensor, old_value: Tensor,
+                 advantages: Tensor, returns: Tensor, clip_coef: float, ent_coef: float, vf_coef: float,
+                 norm_adv: bool, clip_vloss: bool, is_weight: Optional[Tensor], sample_mask: Tensor) -> PPOLoss:
+    """`ppo_loss` over the samples in `sample_mask` only (every mean, the advantage normalisation too)."""
+    m = sample_mask.to(new_logprob.dtype)
+    n = m.sum().clamp(min=1.0)
+
+    def mean(x: Tensor) -> Tensor:
+        return (x * m).sum() / n
+
+    logratio = (new_logprob - old_logprob) * m
+    ratio = logratio.exp()
+    with torch.no_grad():
+        old_approx_kl = mean(-logratio)
+        approx_kl = mean((ratio - 1) - logratio)
+        clip_fraction = mean(((ratio - 1.0).abs() > clip_coef).float())
+    if norm_adv and advantages.numel() > 1:
+        mu = mean(advantages)
+        std = (((advantages - mu) ** 2 * m).sum() / (n - 1).clamp(min=1.0)).sqrt()
+        advantages = (advantages - mu) / (std + 1e-8)
+    pg = torch.max(-advantages * ratio, -advantages * ratio.clamp(1 - clip_coef, 1 + clip_coef))
+    pg_loss = mean(pg if is_weight is None else pg * is_weight)
+    v_unclipped = (new_value - returns) ** 2
+    if clip_vloss:
+        v_clipped = old_value + (new_value - old_value).clamp(-clip_coef, clip_coef)
+        v_loss = 0.5 * mean(torch.max(v_unclipped, (v_clipped - returns) ** 2))
+    else:
+        v_loss = 0.5 * mean(v_unclipped)
+    entropy_mean = mean(entropy)
     loss = pg_loss - ent_coef * entropy_mean + vf_coef * v_loss
     return PPOLoss(loss, pg_loss, v_loss, entropy_mean, approx_kl, old_approx_kl, clip_fraction)

@@ -278,6 +278,7 @@ class PPOModule(pl.LightningModule):
             new_logprob, entropy, new_value, batch["logprobs"], batch["values"], batch["advantages"],
             batch["returns"], hp.clip_coef, hp.ent_coef, hp.vf_coef, hp.norm_adv, hp.clip_vloss,
             is_weight=batch.get("is_weights"),  # stale rollouts (data.max_policy_lag > 0) only
+            sample_mask=batch.get("sample_mask"),  # per-actor collection: samples within the staleness bound
         )
         self._note_nonfinite(out.loss, out.policy_loss, out.value_loss, out.entropy)
         rows = batch["advantages"].numel()

@@ -26,8 +26,9 @@ from torch import Tensor
 from parlightning.checkpoint import rng_state, set_rng_state
 from parlightning.collection.context import RoundContext, RoundHooks
 from parlightning.collection.finish import finish_round
-from parlightning.collection.schedules import LagBudget, LockStep
+from parlightning.collection.schedules import LagBudget, LockStep, Trajectories
 from parlightning.collection.step_loop import SamplerLock, SamplerPicks, StepLoop, stream_seed
+from parlightning.collection.trajectories import TrajectoryTransport
 from parlightning.collection.transports import InlineTransport, ProcessTransport, ThreadTransport
 from parlightning.errors import ConfigError
 from parlightning.rollout import Rollout
@@ -160,13 +161,13 @@ class Collector:
             if iteration_time is not None:
                 waits["perf/learner_wait_frac"] = torch.tensor(min(self._learner_wait / iteration_time, 1.0))
             waits["perf/collector_wait_frac"] = torch.tensor(result.wait_frac)
-        steps = self.num_envs * result.buffer.num_steps * self.hooks.world_size
+        steps = result.buffer.num_envs * result.buffer.num_steps * self.hooks.world_size  # trained steps
         rollout = finish_round(
             result, hooks=self.hooks, sampler=self.sampler, picks=self.picks, lock=self.lock, reward=self.reward,
             planner=self.planner, schedule=self.schedule, policy=policy, gamma=self.gamma,
             gae_lambda=self.gae_lambda, env_steps=env_steps + steps,
             solved_threshold=float(getattr(self.env, "solved_threshold", 1.0)), iteration_time=iteration_time,
-            extra_stats=waits)
+            extra_stats={**waits, **result.stats})
         self._learner_wait = wait  # counted against the iteration it starts
         return rollout
 
@@ -220,18 +221,42 @@ class Collector:
 def make_collector(factory: Callable, num_envs: int, num_steps: int, seed: int, device: torch.device, *,
                    max_policy_lag: int = 0, collect_in: str = "thread", sampler: Any = None, reward: Any = None,
                    gamma: float = 0.99, gae_lambda: float = 0.95, rank: int = 0,
-                   start_method: Optional[str] = None) -> Collector:
-    """The collector for `data.max_policy_lag` and `data.collect_in`: lag 0 is lock-step inline;
-    k >= 1 a lag budget in a thread or in a child process."""
+                   start_method: Optional[str] = None, collect: str = "rounds",
+                   actors_in_flight: Optional[int] = None) -> Collector:
+    """The collector for `data.collect`, `data.max_policy_lag` and `data.collect_in`: rounds with lag
+    0 is lock-step inline; k >= 1 a lag budget in a thread or in a child process; `trajectories` is
+    per-actor asynchronous collection (`actors_in_flight` worlds, batches of `num_envs` segments)."""
     if collect_in not in ("thread", "process"):
         raise ConfigError(f"data.collect_in: must be 'thread' or 'process', got {collect_in!r}")
-    schedule: Any = LockStep() if max_policy_lag == 0 else LagBudget(max_policy_lag)
+    if collect not in ("rounds", "trajectories"):
+        raise ConfigError(f"data.collect: must be 'rounds' or 'trajectories', got {collect!r}")
     lock = SamplerLock()
+    if collect == "trajectories":
+        schedule: Any = Trajectories(max_policy_lag)
+        if collect_in == "process":
+            raise ConfigError("data.collect_in: process is not supported with data.collect: trajectories (its actors "
+                              "run on one thread here); use collect_in: thread, or workers for the worlds")
+        loop = StepLoop(factory, actors_in_flight or num_envs, num_steps, seed, device)
+        try:
+            traj = TrajectoryTransport(loop, lock, schedule.lag, num_envs, rank)
+            return Collector(traj, schedule, sampler, reward, seed, device, gamma, gae_lambda, lock)
+        except BaseException:
+            close = getattr(loop.env, "close", None)
+            if callable(close):
+                close()
+            raise
+    schedule = LockStep() if max_policy_lag == 0 else LagBudget(max_policy_lag)
     if collect_in == "process" and schedule.lag:
         transport: Any = ProcessTransport(factory, num_envs, num_steps, seed, device, lock, schedule.lag, rank,
                                           start_method)
     else:
         loop = StepLoop(factory, num_envs, num_steps, seed, device)
+        if getattr(loop.env, "on_error", "fail") == "drop":
+            close = getattr(loop.env, "close", None)
+            if callable(close):
+                close()
+            raise ConfigError("data.env.init_args.on_error: drop needs data.collect: trajectories (a round of "
+                              "lock-step actors cannot lose one actor's trajectory); use fail or retry")
         transport = ThreadTransport(loop, lock, schedule.lag, rank) if schedule.lag else InlineTransport(loop)
     try:
         return Collector(transport, schedule, sampler, reward, seed, device, gamma, gae_lambda, lock)

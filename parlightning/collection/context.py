@@ -12,7 +12,7 @@ with its result; a child process receives it with the ticket (it pickles: tensor
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from torch import Tensor
@@ -48,7 +48,8 @@ class RoundResult:
     current_task: each actor's task at the round's end. signals: the sampler's signals at the
     round's end, read by whoever picked (None: read at finish, after the round's records).
     rollout_time: seconds in the step loop; wait_frac: the share of the transport's time it
-    waited for this round to be released.
+    waited for this round to be released. stats: what the transport counted while collecting this
+    round's data (per-actor collection: dropped trajectories, retries, utilisation), logged with it.
     """
 
     context: RoundContext
@@ -60,6 +61,7 @@ class RoundResult:
     current_task: Optional[Tensor] = None
     signals: Optional[dict[str, Tensor]] = None
     wait_frac: float = 0.0
+    stats: dict[str, Tensor] = field(default_factory=dict)  # the collector's own, logged with this round
 
 
 class RoundHooks:

@@ -38,6 +38,21 @@ from parlightning.collection.context import RoundResult
 from parlightning.errors import ConfigError
 
 
+def score_proximal(buf: Any, policy: Any, weight_clip: float) -> None:
+    """The decoupled objective's inputs: the learner's log-probs (pi_prox) of every sample and the
+    truncated importance weights min(pi_prox / mu, weight_clip), into the buffer."""
+    keyed = {"key": buf.keys.reshape(-1)} if buf.keys is not None else {}
+    B = buf.num_steps * buf.num_envs
+    if buf.masks is not None:  # the proximal log-prob under the same action masks as the behaviour's
+        keyed["mask"] = buf.masks.reshape(B, -1)
+    with torch.no_grad():
+        prox, _, _ = policy.evaluate(buf.obs.reshape(B, *buf.obs.shape[2:]),
+                                     buf.actions.reshape(B, *buf.actions.shape[2:]), **keyed)
+    prox = prox.reshape(buf.num_steps, buf.num_envs)
+    buf.prox_logprobs = prox
+    buf.is_weights = (prox - buf.logprobs).exp().clamp(max=weight_clip)
+
+
 class LockStep:
     """Collect round v with the weights of version v, after the learner's v-th update."""
 
@@ -88,17 +103,52 @@ class LagBudget:
 
     def finish(self, result: RoundResult, rollout: Any, policy: Any) -> None:
         """Check the budget, score the round with the learner's current policy (pi_prox) and log its lag."""
-        buf = rollout.buffer
-        keyed = {"key": buf.keys.reshape(-1)} if buf.keys is not None else {}
-        B = buf.num_steps * buf.num_envs
-        if buf.masks is not None:  # the proximal log-prob under the same action masks as the behaviour's
-            keyed["mask"] = buf.masks.reshape(B, -1)
-        with torch.no_grad():
-            prox, _, _ = policy.evaluate(buf.obs.reshape(B, *buf.obs.shape[2:]),
-                                         buf.actions.reshape(B, *buf.actions.shape[2:]), **keyed)
-        prox = prox.reshape(buf.num_steps, buf.num_envs)
-        buf.prox_logprobs = prox
-        buf.is_weights = (prox - buf.logprobs).exp().clamp(max=self.weight_clip)
+        score_proximal(rollout.buffer, policy, self.weight_clip)
         lags = self.check(result, rollout.round_index)  # the learner trains round v after v updates
         rollout.stats["perf/policy_lag"] = torch.tensor(sum(lags) / len(lags))
         rollout.stats["perf/policy_lag_max"] = torch.tensor(float(max(lags)))
+
+
+class Trajectories:
+    """Per-actor asynchronous collection (`data.collect: trajectories`): every actor acts as soon as
+    its own world answers, with the newest published weights, each step stamped with their version;
+    a round is a batch of B = data.num_envs trajectory segments of T = data.num_steps steps (complete,
+    or cut where the next segment of the same actor begins: bootstrapped like a round's end), taken
+    oldest first. Staleness is bounded per sample: round v is trained after v updates, and a sample
+    whose acting version is more than `k` behind is dropped from the loss (its `sample_mask` is
+    False; `collect/stale_dropped` counts them, `collect/stale_share` is their share). The rest is
+    the lag budget's decoupled objective, unchanged (pi_prox, truncated importance weights)."""
+
+    stamps = True
+
+    def __init__(self, k: int, weight_clip: float = 1.0) -> None:
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ConfigError(f"data.max_policy_lag: per-actor collection (data.collect: trajectories) bounds "
+                              f"staleness per sample and needs an integer >= 1 (e.g. 2), got {k!r}")
+        self.lag, self.weight_clip = k, weight_clip
+
+    def horizon(self, version: int) -> int:
+        return version  # contexts are issued one round at a time; the actors never wait for them
+
+    def policy_version(self, result: RoundResult) -> int:
+        return min(result.step_versions)
+
+    def check_recurrent(self) -> None:
+        raise ConfigError("data.collect: trajectories does not support recurrent policies; use model.policy: mlp "
+                          "or data.collect: rounds")
+
+    def finish(self, result: RoundResult, rollout: Any, policy: Any) -> None:
+        """Mask the samples older than the budget, score the rest with pi_prox, log the lag and the drops."""
+        buf = rollout.buffer
+        lags = rollout.round_index - buf.versions
+        keep = lags <= self.lag
+        if bool((lags < 0).any()):
+            raise RuntimeError("Trajectories: a sample was stamped with a version the learner has not published")
+        buf.sample_mask = keep
+        score_proximal(buf, policy, self.weight_clip)
+        kept = keep.sum()
+        stats = rollout.stats
+        stats["collect/stale_dropped"] = (~keep).sum().float()
+        stats["collect/stale_share"] = 1.0 - kept.float() / keep.numel()
+        stats["perf/policy_lag"] = (lags * keep).sum().float() / kept.clamp(min=1)
+        stats["perf/policy_lag_max"] = torch.where(keep, lags, torch.zeros_like(lags)).max().float()

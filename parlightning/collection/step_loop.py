@@ -173,6 +173,14 @@ class StepLoop:
         self.current_task = torch.where(reset_mask, picked, self.current_task)  # the actors that reset start these
         return picked
 
+    def pick_for(self, context: RoundContext, reset_mask: Tensor) -> Tensor:
+        """The tasks the actors in `reset_mask` start next (from `context`'s shard); they become theirs."""
+        return self._pick(context, reset_mask)
+
+    def restart(self, context: RoundContext) -> None:
+        """Every actor starts a new episode now (after an inexact resume, or per-actor collection's start)."""
+        self._restart(context)
+
     def _restart(self, context: RoundContext) -> None:
         """After an inexact resume: every actor starts a new episode on a task its sampler picks from
         this round's shard (the world could not restore the episodes it was in)."""

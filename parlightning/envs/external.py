@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Optional, Protocol, Sequence
 
 import numpy as np
 import torch
@@ -53,7 +53,33 @@ from parlightning.envs.world_processes import WorkerProcesses
 from parlightning.envs.world_runner import WorldCallFailed, WorldRunner, build_shared, close_all, resolve
 from parlightning.errors import ConfigError, ReportedError
 
-__all__ = ["ExternalBatchedEnv", "ExternalWorldError", "World", "build_shared", "resolve"]
+__all__ = ["Arrivals", "ExternalBatchedEnv", "ExternalWorldError", "World", "build_shared", "resolve"]
+
+ON_ERROR = ("fail", "retry", "drop")
+
+
+class Arrivals(NamedTuple):
+    """The actors whose world answered, from `ExternalBatchedEnv.receive` (per-actor collection).
+
+    actors [M] long: who; obs [M, *obs]: what each sees next (after an auto-reset where its episode
+    ended, or after a dropped trajectory); reward, terminated, truncated [M]: its step's answer;
+    final_obs [M, *obs]: the observation its step ended on; parts: `EpisodeParts` [M] (read where
+    terminated | truncated; None for a world without tasks); dropped [M] bool: its trajectory was
+    dropped (its world failed: nothing of it is to be trained on; obs is a fresh episode's);
+    failures: why, one line per drop; retries: calls repeated; busy: seconds the answered calls took.
+    """
+
+    actors: Tensor
+    obs: Tensor
+    reward: Tensor
+    terminated: Tensor
+    truncated: Tensor
+    final_obs: Tensor
+    parts: Optional[EpisodeParts]
+    dropped: Tensor
+    failures: list[str]
+    retries: int
+    busy: float
 
 PART_NAMES = EpisodeParts._fields[1:]  # everything but `task`, which the adapter knows
 
@@ -98,6 +124,15 @@ class ExternalBatchedEnv(BatchedEnv):
         step_timeout: seconds a reset or step may take before the run ends with an error.
         retries: times a call that raised a retryable exception (the world's `retryable`, default
             ConnectionError / TimeoutError) is repeated before the run ends with its first error.
+        on_error: what a world call that still fails (raised after `retries`, hung past
+            `step_timeout`, returned a malformed value) does: `fail` (default) ends the run with an
+            `ExternalWorldError` naming world, actor, task, call and field; `retry` repeats every
+            exception (not only `retryable`; the world's calls must be safe to repeat) `retries`
+            times, then fails; `drop` (per-actor collection, `data.collect: trajectories`) drops
+            the actor's trajectory (never trained on, counted in `collect/dropped_trajectories`),
+            rebuilds a hung world, and starts a new episode.
+        drop_budget: under `on_error: drop`, the share of a round's trajectories that may be dropped;
+            more ends the run with one error naming the worlds that failed and why.
         switch_interval: the interpreter's GIL switch interval while the env is open (seconds;
             None leaves it). Python's default, 5 ms, lets a computing thread (the learner, under
             `data.max_policy_lag`) hold the GIL for up to 5 ms while a world thread whose wait just
@@ -133,6 +168,8 @@ class ExternalBatchedEnv(BatchedEnv):
         workers: int = 0,
         start_method: Optional[str] = None,
         runner: str = "local",
+        on_error: str = "fail",
+        drop_budget: float = 0.1,
     ) -> None:
         if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs <= 0:
             raise ConfigError(f"data.env.num_envs: must be a positive integer, got {num_envs!r}")
@@ -140,6 +177,11 @@ class ExternalBatchedEnv(BatchedEnv):
             raise ConfigError(f"data.env.step_timeout: must be a positive number of seconds, got {step_timeout!r}")
         if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
             raise ConfigError(f"data.env.retries: must be an integer >= 0, got {retries!r}")
+        if on_error not in ON_ERROR:
+            raise ConfigError(f"data.env.init_args.on_error: must be one of {list(ON_ERROR)}, got {on_error!r}")
+        if isinstance(drop_budget, bool) or not isinstance(drop_budget, (int, float)) or not 0 <= drop_budget <= 1:
+            raise ConfigError(f"data.env.init_args.drop_budget: must be a share in [0, 1], got {drop_budget!r}")
+        self.on_error, self.drop_budget = on_error, float(drop_budget)
         self.num_envs, self.device = num_envs, torch.device(device)
         self.step_timeout, self.retries = float(step_timeout), retries
         self._closed = False
@@ -173,6 +215,11 @@ class ExternalBatchedEnv(BatchedEnv):
                 self._runner = WorldRunner(factory, {**(world_kwargs or {}), **self.shared}, list(range(num_envs)),
                                            seed, self.step_timeout, retries)
             facts = self._runner.facts()
+            if on_error == "retry":
+                if not isinstance(self._runner, WorldRunner):
+                    raise ConfigError("data.env.init_args.on_error: retry needs the worlds on threads here "
+                                      "(workers: 0, runner: local); use fail with `retries` and `retryable`")
+                self._runner.retry_any = True
         except ConfigError:
             self.close()
             raise
@@ -184,6 +231,9 @@ class ExternalBatchedEnv(BatchedEnv):
         for attr, value in facts["extras"].items():  # optional facts the data module checks
             setattr(self, attr, value)
         self._tasks = [0] * num_envs  # bank index each actor works on
+        self._held: dict[int, tuple] = {}  # per-actor collection: a finished step waiting for its world's reset
+        self._dropping: dict[int, str] = {}  # actor -> why its trajectory was dropped (its reset is in flight)
+        self._held_task: dict[int, int] = {}  # actor -> the task of the episode its held step finished
 
     @property
     def worker_pids(self) -> list[int]:
@@ -332,6 +382,145 @@ class ExternalBatchedEnv(BatchedEnv):
             episode = EpisodeParts(task_t, *self._tensor(parts).unbind(0))
         reward_t = self._tensor(np.array(reward, dtype=np.float32))
         return StepResult(self._tensor(next_obs), reward_t, term_t, trunc_t, self._tensor(final), episode)
+
+    # ------------------------------------------------------------------ per-actor collection
+    @property
+    def streams(self) -> bool:
+        """Whether `send` / `receive` work: the worlds run on threads (or an event loop) here."""
+        return isinstance(getattr(self, "_runner", None), WorldRunner)
+
+    def send(self, actors: Sequence[int], action: Tensor) -> None:
+        """Start a step of each world in `actors` ([M] ints, none with a call in flight) with its row of `action`."""
+        runner = self._runner
+        for i, a in zip(actors, self._action_args(action)):
+            runner.submit(i, "step", (a,))
+
+    def in_flight(self) -> int:
+        """Calls started by `send` (or the resets they led to) whose answer has not been received."""
+        return self._runner.in_flight()
+
+    @property
+    def replaced_worlds(self) -> int:
+        """Worlds rebuilt after a call hung (`on_error: drop`)."""
+        return int(getattr(self._runner, "replaced", 0))
+
+    def _parse_step(self, i: int, answer: Any) -> tuple:
+        """(obs, reward, terminated, truncated, parts row or None) of world i's step answer, or the error."""
+        try:
+            o, r, term, trunc, p = answer
+        except (TypeError, ValueError):
+            raise self._fail(i, "step", f"returned {answer!r:.200}; it must return "
+                                        "(obs, reward, terminated, truncated, parts)") from None
+        obs = self._obs_array([o], "step", [i])[0]
+        r = self._number(i, "reward", r)
+        term, trunc = self._flag(i, "terminated", term), self._flag(i, "truncated", trunc)
+        row = None
+        if term or trunc:
+            row = self._parts_row(i, r, p)
+        return obs, r, term, trunc and not term, row
+
+    def _parts_row(self, i: int, r: float, p: Any) -> list[float]:
+        if p is not None and not isinstance(p, Mapping):
+            raise self._fail(i, "step", f"returned parts {p!r:.80} ({type(p).__name__}); field parts must be "
+                                        f"None or a mapping of {list(PART_NAMES)}")
+        p = dict(p or {})
+        unknown = set(p) - set(PART_NAMES)
+        if unknown:
+            raise self._fail(i, "step", f"returned parts with unknown fields {sorted(unknown)}; use {list(PART_NAMES)}")
+        p.setdefault("outcome", min(max(r, 0.0), 1.0))
+        return [self._number(i, f"parts[{name!r}]", p.get(name, 0.0)) for name in PART_NAMES]
+
+    def receive(self, next_task: Optional[Callable[[Tensor], Tensor]], timeout: float) -> Optional[Arrivals]:
+        """The actors whose world answered (waiting up to `timeout` seconds for the first; None if
+        none did). An actor whose episode ended is reset (to `next_task(reset_mask)`'s pick where the
+        world has tasks) and arrives when its reset answers, with its step's reward, flags, final
+        observation and parts. A call that fails follows `on_error` (see the class docstring)."""
+        if self._closed:
+            raise RuntimeError("ExternalBatchedEnv: receive after close()")
+        runner = self._runner
+        ready: list[tuple] = []  # (actor, obs, reward, term, trunc, final_obs, parts_row, task, dropped)
+        resets: list[int] = []
+        failures: list[str] = []
+        retries, busy = 0, 0.0
+        for ans in runner.answers(timeout):
+            i = ans.i
+            retries += ans.attempts
+            busy += ans.seconds
+            try:
+                if not ans.ok:
+                    why = ans.value.why if isinstance(ans.value, WorldCallFailed) else runner.raised(
+                        ans.value, ans.attempts, ans.value)
+                    raise self._fail(i, ans.method, why)
+                if ans.method == "step":
+                    parsed = self._parse_step(i, ans.value)
+                    if parsed[2] or parsed[3]:
+                        self._held[i] = parsed
+                        resets.append(i)
+                    else:
+                        ready.append((i, parsed[0], parsed[1], False, False, parsed[0], None, self._tasks[i], False))
+                else:  # reset
+                    obs = self._obs_array([ans.value], "reset", [i])[0]
+                    if i in self._dropping:
+                        self._dropping.pop(i)
+                        self._held.pop(i, None)
+                        ready.append((i, obs, 0.0, False, False, obs, None, self._tasks[i], True))
+                    else:
+                        o, r, term, trunc, row = self._held.pop(i)
+                        ready.append((i, obs, r, term, trunc, o, row, self._held_task.pop(i, self._tasks[i]), False))
+            except ExternalWorldError as err:
+                if self.on_error != "drop":
+                    raise
+                failures.append(str(err))
+                if isinstance(ans.value, WorldCallFailed) and not ans.ok:
+                    runner.replace(i)  # hung: its thread is abandoned, a fresh world takes its place
+                self._held.pop(i, None)
+                self._held_task.pop(i, None)
+                self._dropping[i] = str(err)
+                resets.append(i)
+        if resets:
+            fresh = list(dict.fromkeys(resets))
+            if getattr(self, "task_ids", None) is not None and next_task is not None:
+                mask = torch.zeros(self.num_envs, dtype=torch.bool)
+                mask[fresh] = True
+                picked = next_task(mask.to(self.device)).tolist()
+                for i in fresh:
+                    if i in self._held:
+                        self._held_task[i] = self._tasks[i]  # the finished episode's task, for its parts
+                    self._tasks[i] = int(picked[i])
+            for i in fresh:
+                runner.submit(i, "reset", (self._task_arg(i),))
+        if not ready:
+            return None if not failures else Arrivals(*self._empty(), failures, retries, busy)
+        return self._arrivals(ready, failures, retries, busy)
+
+    def _empty(self) -> tuple:
+        e = torch.zeros(0, device=self.device)
+        obs = torch.zeros(0, *self.observation_shape, device=self.device)
+        parts = None
+        if getattr(self, "task_ids", None) is not None:
+            parts = EpisodeParts(torch.zeros(0, dtype=torch.long, device=self.device),
+                                 *(e for _ in PART_NAMES))
+        return (torch.zeros(0, dtype=torch.long, device=self.device), obs, e, e.bool(), e.bool(), obs, parts,
+                e.bool())
+
+    def _arrivals(self, ready: list[tuple], failures: list[str], retries: int, busy: float) -> Arrivals:
+        M = len(ready)
+        actors = np.array([r[0] for r in ready], dtype=np.int64)
+        obs = np.stack([r[1] for r in ready])
+        final = np.stack([r[5] for r in ready])
+        reward = np.array([r[2] for r in ready], dtype=np.float32)
+        flags = np.array([[r[3] for r in ready], [r[4] for r in ready], [r[8] for r in ready]], dtype=np.bool_)
+        parts = None
+        if getattr(self, "task_ids", None) is not None:
+            rows = np.zeros((len(PART_NAMES), M), dtype=np.float32)
+            for k, r in enumerate(ready):
+                if r[6] is not None:
+                    rows[:, k] = r[6]
+            tasks = self._tensor(np.array([r[7] for r in ready], dtype=np.int64))
+            parts = EpisodeParts(tasks, *self._tensor(rows).unbind(0))
+        term, trunc, dropped = self._tensor(flags).unbind(0)
+        return Arrivals(self._tensor(actors), self._tensor(obs), self._tensor(reward), term, trunc, self._tensor(final),
+                        parts, dropped, failures, retries, busy)
 
     # ------------------------------------------------------------------ lifecycle
     def state_dict(self) -> dict[str, Any]:

@@ -9,6 +9,7 @@ task and turns it into `ExternalWorldError`.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import importlib
 import inspect
 import queue
@@ -142,9 +143,36 @@ class _ThreadActor:
                 batch.answer(index, True, value)
 
 
+class _StreamCall:
+    """One call of the stream interface: its answer goes to the stream's queue with its ticket (a
+    late answer of a call given up on is recognised by its stale ticket and ignored)."""
+
+    __slots__ = ("sink", "ticket")
+
+    def __init__(self, sink: queue.SimpleQueue, ticket: int) -> None:
+        self.sink, self.ticket = sink, ticket
+
+    def answer(self, i: int, ok: bool, value: Any) -> None:
+        self.sink.put((i, self.ticket, ok, value, time.perf_counter()))
+
+
+class StreamAnswer:
+    """What `WorldRunner.answers` returns per finished call: actor `i`, `method`, `ok`, `value`
+    (the world's answer, or the exception / a `WorldCallFailed` for a timeout), `seconds` it took,
+    `attempts` (retries used)."""
+
+    __slots__ = ("i", "method", "ok", "value", "seconds", "attempts")
+
+    def __init__(self, i: int, method: str, ok: bool, value: Any, seconds: float, attempts: int) -> None:
+        self.i, self.method, self.ok, self.value, self.seconds, self.attempts = i, method, ok, value, seconds, attempts
+
+
 class WorldRunner:
     """Worlds for actors `actors` (global indices: world i is built with `seed + i`, `actor=i`
-    where its factory takes them), called concurrently by `run_all`.
+    where its factory takes them), called concurrently by `run_all` (a batch: every answer or the
+    first failure) or one actor at a time by `submit` / `answers` (the stream interface of
+    per-actor asynchronous collection: each call has its own deadline, `replace` builds a fresh
+    world for an actor whose call hung).
 
     Args:
         factory: the world class or factory; kwargs: its keyword arguments (shared resources included).
@@ -155,13 +183,19 @@ class WorldRunner:
                  step_timeout: float, retries: int) -> None:
         self.step_timeout, self.retries = step_timeout, retries
         self.world_name = factory_name(factory)
+        self._factory, self._kwargs, self._seed = factory, kwargs, seed
+        self._sink: queue.SimpleQueue = queue.SimpleQueue()  # the stream interface's answers
+        self._calls: dict[int, tuple[int, str, tuple, float, int]] = {}  # actor -> (ticket, method, args, t0, tries)
+        self._deadlines: list[tuple[float, int, int]] = []  # heap of (deadline, actor, ticket)
+        self._tickets = 0
+        self.replaced = 0  # worlds rebuilt after a hung call
+        self.retry_any = False  # on_error: retry repeats every exception, not only the world's `retryable`
         self.worlds: dict[int, Any] = {}
         self._actors: dict[int, _ThreadActor] = {}
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         for i in actors:
-            extra = {k: v for k, v in (("seed", seed + i), ("actor", i)) if accepts(factory, k)}
             try:
-                self.worlds[i] = factory(**kwargs, **extra)
+                self.worlds[i] = self._build(i, seed + i)
             except ConfigError:
                 self.close()
                 raise
@@ -178,6 +212,11 @@ class WorldRunner:
             self._loop_thread.start()
         else:
             self._actors = {i: _ThreadActor(i, w) for i, w in self.worlds.items()}
+
+    def _build(self, i: int, seed: int) -> Any:
+        factory = self._factory
+        extra = {k: v for k, v in (("seed", seed), ("actor", i)) if accepts(factory, k)}
+        return factory(**self._kwargs, **extra)
 
     def facts(self) -> dict[str, Any]:
         """What the env reads from the first world: shapes, spec, task bank, optional facts."""
@@ -232,11 +271,17 @@ class WorldRunner:
         """Only what world i declares retryable (`retryable`: exception classes; default
         ConnectionError and TimeoutError, calls that failed on the way out) is repeated: a world
         whose step raised half-way has moved on, and stepping it again would hide the real error."""
+        if self.retry_any:  # on_error: retry (the world's calls are safe to repeat)
+            return isinstance(err, Exception) and not isinstance(err, WorldCallFailed)
         kinds = getattr(self.worlds.get(i), "retryable", DEFAULT_RETRYABLE)
         try:
             return isinstance(err, tuple(kinds) if not isinstance(kinds, type) else kinds)
         except TypeError:
             return False
+
+    def raised(self, first: BaseException, attempts: int = 0, last: Optional[BaseException] = None) -> str:
+        """What a failed call's message says of its exception(s)."""
+        return self._raised(first, attempts, last)
 
     def _raised(self, first: BaseException, attempts: int = 0, last: Optional[BaseException] = None) -> str:
         text = f"raised {type(first).__name__}: {' '.join(str(first).split())[:300]}"
@@ -273,6 +318,89 @@ class WorldRunner:
             future.cancel()
             raise WorldCallFailed(min(args), method, "and its event loop stopped answering") from None
         return dict(zip(args, values))
+
+    # ------------------------------------------------------------------ the stream interface
+    def submit(self, i: int, method: str, args: tuple, attempts: int = 0) -> None:
+        """Start `method(*args)` on world i (which has no call in flight); its answer comes from `answers`."""
+        self._tickets += 1
+        ticket = self._tickets
+        now = time.perf_counter()
+        self._calls[i] = (ticket, method, args, now, attempts)
+        heapq.heappush(self._deadlines, (now + self.step_timeout, i, ticket))
+        call = _StreamCall(self._sink, ticket)
+        if self.is_async:
+            assert self._loop is not None
+            world = self.worlds[i]
+
+            async def one() -> None:
+                try:
+                    value = await getattr(world, method)(*args)
+                except BaseException as err:
+                    call.answer(i, False, err)
+                else:
+                    call.answer(i, True, value)
+
+            self._loop.call_soon_threadsafe(self._loop.create_task, one())
+        else:
+            self._actors[i].inbox.put((call, method, args))
+
+    def in_flight(self) -> int:
+        return len(self._calls)
+
+    def answers(self, timeout: float) -> list[StreamAnswer]:
+        """The calls that finished (at least one, unless `timeout` seconds pass first): answers,
+        errors after retries (a retryable error is resubmitted, `retries` times), and calls past
+        their own deadline (`step_timeout` from their start, as a `WorldCallFailed`; the world is
+        then hung: `replace` it before its next call)."""
+        out: list[StreamAnswer] = []
+        wait = timeout
+        if self._deadlines:
+            wait = max(min(timeout, self._deadlines[0][0] - time.perf_counter()), 0.0)
+        try:
+            item = self._sink.get(timeout=wait) if wait > 0 else self._sink.get_nowait()
+        except queue.Empty:
+            item = None
+        while item is not None:
+            self._settle(item, out)
+            try:
+                item = self._sink.get_nowait()
+            except queue.Empty:
+                item = None
+        now = time.perf_counter()
+        while self._deadlines and self._deadlines[0][0] <= now:
+            _, i, ticket = heapq.heappop(self._deadlines)
+            call = self._calls.get(i)
+            if call is None or call[0] != ticket:
+                continue  # answered (or resubmitted) in time
+            del self._calls[i]
+            why = WorldCallFailed(i, call[1], f"did not return within step_timeout={self.step_timeout:g}s "
+                                              + TIMEOUT_HINT)
+            out.append(StreamAnswer(i, call[1], False, why, now - call[3], call[4]))
+        return out
+
+    def _settle(self, item: tuple, out: list[StreamAnswer]) -> None:
+        i, ticket, ok, value, done_at = item
+        call = self._calls.get(i)
+        if call is None or call[0] != ticket:
+            return  # the late answer of a call given up on
+        _, method, args, t0, attempts = call
+        if not ok and attempts < self.retries and self._retryable(i, value):
+            self.submit(i, method, args, attempts + 1)
+            return
+        del self._calls[i]
+        out.append(StreamAnswer(i, method, ok, value, done_at - t0, attempts))
+
+    def replace(self, i: int) -> None:
+        """A fresh world for actor i (its call hung: a thread world's thread is abandoned, daemon)."""
+        self._calls.pop(i, None)
+        self.replaced += 1
+        world = self._build(i, self._seed + i + 7919 * self.replaced)
+        self.worlds[i] = world
+        if not self.is_async:
+            old = self._actors.get(i)
+            if old is not None:
+                old.inbox.put(None)  # ends it if it ever returns
+            self._actors[i] = _ThreadActor(i, world)
 
     def close(self) -> None:
         """Stop the threads (a hung world stays behind as an abandoned daemon thread) and close the worlds."""

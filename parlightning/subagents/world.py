@@ -13,12 +13,13 @@ pays), `locked` (budget below the critical path: never solvable).
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from typing import Any, Optional, Sequence
 
 from parlightning.envs.base import ActionSpec
-from parlightning.subagents.pool import SubagentPool
+from parlightning.subagents.pool import SubagentPool, SubagentResult
 
 FAMILIES = {"solo": (1, 1), "fanout": (2, 3), "locked": (2, 3)}  # family -> (width lo, width hi)
 
@@ -54,6 +55,15 @@ class PoolOrchestrationWorld:
         main_cpu_seconds: CPU seconds of Python the main agent burns per env step (parsing, bookkeeping,
             a local simulation: work that threads cannot overlap under the GIL; worker processes can).
         subagent_timeout: seconds to wait for a stage's subagents before counting them failed.
+        call_latency: [median, sigma]: each step the main agent also waits for one model call of
+            lognormal latency (seconds; drawn from the world's seeded stream), overlapping its
+            subagents (the step lasts the longer of the two). None: no such call.
+        fail_rate, hang_rate: the share of steps that raise `ConnectionError` (a 5xx answer) or
+            hang for `hang_seconds` (a call that never answers), drawn from the world's stream:
+            fault injection for the failure policy (`on_error`).
+        `busy_seconds` counts the seconds of model calls and subagents this world waited for (each
+        step: the longer of `call_latency`'s draw and its subagents' seconds, as drawn, however
+        late the host noticed the answer): the numerator of a subagent utilisation.
         the rest: the task bank (as in SwarmEnv) and the episode limits.
     Observation: per slot [pending, one-hot skill, cost / max_cost], then budget left, elapsed,
     stage, stages (scaled) and steps taken. Action: multi-discrete, one entry per slot.
@@ -63,8 +73,19 @@ class PoolOrchestrationWorld:
                  tasks_per_family: int = 4, max_levels: int = 2, max_width: int = 3, n_skills: int = 3,
                  max_cost: int = 3, spawn_steps: int = 1, max_episode_steps: int = 8, late_credit: float = 0.1,
                  late_window: float = 2.0, main_seconds: float = 0.0, main_cpu_seconds: float = 0.0,
-                 subagent_timeout: Optional[float] = 60.0, bank_seed: int = 1234) -> None:
+                 subagent_timeout: Optional[float] = 60.0, bank_seed: int = 1234,
+                 call_latency: Optional[Sequence[float]] = None, fail_rate: float = 0.0, hang_rate: float = 0.0,
+                 hang_seconds: float = 3600.0) -> None:
         self.pool, self.seed = pool, seed
+        if call_latency is not None and (len(call_latency) != 2 or not call_latency[0] > 0 or call_latency[1] < 0):
+            raise ValueError(f"PoolOrchestrationWorld: call_latency must be [median > 0, sigma >= 0], got {call_latency!r}")
+        if not (0 <= fail_rate <= 1 and 0 <= hang_rate <= 1):
+            raise ValueError(f"PoolOrchestrationWorld: fail_rate and hang_rate must lie in [0, 1], got "
+                             f"{fail_rate!r}, {hang_rate!r}")
+        self.call_latency = tuple(call_latency) if call_latency is not None else None
+        self.fail_rate, self.hang_rate, self.hang_seconds = fail_rate, hang_rate, hang_seconds
+        self._rng = random.Random(seed * 7919 + 17)
+        self.busy_seconds = 0.0
         self.max_width, self.n_skills, self.max_levels, self.max_cost = max_width, n_skills, max_levels, max_cost
         self.max_episode_steps, self.late_credit, self.late_window = max_episode_steps, late_credit, late_window
         self.main_seconds, self.subagent_timeout = main_seconds, subagent_timeout
@@ -108,13 +129,10 @@ class PoolOrchestrationWorld:
         return self._observe()
 
     def step(self, action: Sequence[int]) -> tuple[list[float], float, bool, bool, Optional[dict[str, float]]]:
-        stage = self.stages[self.level]
-        own = [i for i, (p, a) in enumerate(zip(self.pending, action)) if p and a == 0]
-        delegated = [i for i, (p, a) in enumerate(zip(self.pending, action)) if p and a > 0]
-        handles = [self.pool.spawn({"skill": stage[i][0], "instruction": int(action[i]) - 1, "cost": stage[i][1],
-                                    "prompt": f"subtask {self.task}/{self.level}/{i}: skill {stage[i][0]}, "
-                                              f"instruction {int(action[i]) - 1}, cost {stage[i][1]}"})
-                   for i in delegated]
+        start = time.perf_counter()
+        if self._fault():
+            time.sleep(self.hang_seconds)
+        call_until, stage, own, delegated, handles = self._begin(action, start)
         if self.main_cpu_seconds:  # Python work holding the GIL (thread CPU time, so contention does not shorten it)
             until = time.thread_time() + self.main_cpu_seconds
             while time.thread_time() < until:
@@ -122,6 +140,39 @@ class PoolOrchestrationWorld:
         if self.main_seconds:
             time.sleep(self.main_seconds)  # the main agent works while its subagents run
         results = self.pool.wait(handles, timeout=self.subagent_timeout) if handles else []
+        if call_until is not None:
+            left = call_until - time.perf_counter()
+            if left > 0:
+                time.sleep(left)
+        return self._finish(start, call_until, stage, own, delegated, results)
+
+    def _fault(self) -> bool:
+        """Fault injection: True for a call that hangs; raises for one that fails."""
+        if self.fail_rate or self.hang_rate:
+            u = self._rng.random()
+            if u < self.hang_rate:
+                return True
+            if u < self.hang_rate + self.fail_rate:
+                raise ConnectionError(f"simulated 503 from the model on task {self.task}")
+        return False
+
+    def _begin(self, action: Sequence[int], start: float) -> tuple:
+        call_until = None
+        if self.call_latency is not None:
+            median, sigma = self.call_latency
+            call_until = start + median * math.exp(sigma * self._rng.gauss(0.0, 1.0))
+        stage = self.stages[self.level]
+        own = [i for i, (p, a) in enumerate(zip(self.pending, action)) if p and a == 0]
+        delegated = [i for i, (p, a) in enumerate(zip(self.pending, action)) if p and a > 0]
+        handles = [self.pool.spawn({"skill": stage[i][0], "instruction": int(action[i]) - 1, "cost": stage[i][1],
+                                    "prompt": f"subtask {self.task}/{self.level}/{i}: skill {stage[i][0]}, "
+                                              f"instruction {int(action[i]) - 1}, cost {stage[i][1]}"})
+                   for i in delegated]
+        return call_until, stage, own, delegated, handles
+
+    def _finish(self, start: float, call_until: Optional[float], stage: list, own: list, delegated: list,
+                results: list) -> tuple:
+        self.busy_seconds += max([r.seconds for r in results] + [(call_until - start) if call_until else 0.0])
         main_steps = 1.0 + sum(stage[i][1] for i in own)
         done_here = set(own) | {i for i, r in zip(delegated, results) if r.success}
         self.elapsed += main_steps + max((r.steps for r in results), default=0)
@@ -144,3 +195,43 @@ class PoolOrchestrationWorld:
             parts = {"outcome": outcome, "n_subagents": self.n_subagents, "assigned": self.assigned,
                      "completed": self.completed, "critical_steps": self.elapsed, "serial_steps": self.serial}
         return self._observe(), outcome, terminated, truncated, parts
+
+
+class AsyncPoolOrchestrationWorld(PoolOrchestrationWorld):
+    """`PoolOrchestrationWorld` with `async def` reset and step: its waits (the model call, the
+    subagents, a hang) are awaited, so thousands of worlds share one event loop in one thread
+    (`ExternalBatchedEnv` runs `async def` worlds that way) instead of a thread each.
+    `main_cpu_seconds` and `main_seconds` are not supported (they would block the loop)."""
+
+    async def reset(self, task: Optional[str]) -> list[float]:  # type: ignore[override]
+        return PoolOrchestrationWorld.reset(self, task)
+
+    async def step(self, action: Sequence[int]) -> tuple:  # type: ignore[override]
+        import asyncio
+
+        start = time.perf_counter()
+        if self._fault():
+            await asyncio.sleep(self.hang_seconds)
+        call_until, stage, own, delegated, handles = self._begin(action, start)
+        interval = getattr(self.pool, "poll_interval", 0.0005)
+        results: dict[int, Any] = {}
+        deadline = None if self.subagent_timeout is None else start + self.subagent_timeout
+        while len(results) < len(handles):
+            for h in handles:
+                if h not in results:
+                    r = self.pool.poll(h)
+                    if r is not None:
+                        results[h] = r
+            if len(results) < len(handles):
+                if deadline is not None and time.perf_counter() > deadline:
+                    for h in handles:
+                        if h not in results:
+                            self.pool.cancel(h)
+                            results[h] = SubagentResult(False, 0, self.subagent_timeout, error="timed out")
+                    break
+                await asyncio.sleep(interval)
+        if call_until is not None:
+            left = call_until - time.perf_counter()
+            if left > 0:
+                await asyncio.sleep(left)
+        return self._finish(start, call_until, stage, own, delegated, [results[h] for h in handles])

@@ -1,0 +1,302 @@
+"""Per-actor asynchronous collection (`data.collect: trajectories`) and the failure policy
+(`on_error: fail | retry | drop`, `drop_budget`).
+
+No test depends on which of two timers fires first: a slow actor is blocked on an Event the test
+releases, a failing call fails on a given (actor, call), and a hang lasts until the test ends."""
+
+import threading
+
+import lightning.pytorch as pl
+import pytest
+import torch
+
+from parlightning.buffer import RolloutBuffer
+from parlightning.collection import Trajectories
+from parlightning.collection.context import RoundContext, RoundResult
+from parlightning.collection.trajectories import DropBudgetExceeded, TrajectoryTransport
+from parlightning.data import RolloutDataModule
+from parlightning.envs.base import ActionSpec
+from parlightning.envs.external import ExternalBatchedEnv, ExternalWorldError
+from parlightning.envs.swarm import SwarmEnv
+from parlightning.errors import ConfigError
+from parlightning.loss import ppo_loss
+from parlightning.module import PPOModule
+
+RELEASE = threading.Event()  # a blocked actor waits for it; every test sets it when it ends
+
+
+class ActorWorld:
+    """Task `t-k` lasts k + 2 steps. obs [actor, episode serial, step, calls so far]; reward 1 at the end.
+    `block`: this actor's steps wait for RELEASE; `fail`: (actor, call) raises ConnectionError there;
+    `hang`: (actor, call) waits for RELEASE (a call that never answers)."""
+
+    tasks = ["t-0", "t-1", "t-2"]
+    observation_shape = (4,)
+    action_spec = ActionSpec("discrete", nvec=(2,))
+
+    def __init__(self, seed=0, actor=0, block=None, fail=(), hang=(), always_fail=None):
+        self.actor, self.calls, self.episode, self.seed = actor, 0, -1, seed
+        self.block, self.fail, self.hang, self.always_fail = block, [tuple(f) for f in fail], \
+            [tuple(h) for h in hang], always_fail
+
+    def reset(self, task):
+        self.episode += 1
+        self.length, self.t = int(task.split("-")[1]) + 2, 0
+        return [float(self.actor), float(self.episode), 0.0, float(self.calls)]
+
+    def step(self, action):
+        self.calls += 1
+        if self.actor == self.block or (self.actor, self.calls) in self.hang and self.seed < 1000:
+            RELEASE.wait()
+        if (self.actor, self.calls) in self.fail or self.actor == self.always_fail:
+            raise ConnectionError(f"simulated 503 on call {self.calls}")
+        self.t += 1
+        done = self.t >= self.length
+        parts = {"outcome": 1.0, "n_subagents": 1.0, "assigned": 1.0, "completed": 1.0,
+                 "critical_steps": float(self.t)} if done else None
+        return [float(self.actor), float(self.episode), float(self.t), float(self.calls)], float(done), done, False, parts
+
+
+@pytest.fixture(autouse=True)
+def _release():
+    RELEASE.clear()
+    yield
+    RELEASE.set()
+
+
+def external(**world_kwargs):
+    env_kwargs = {k: world_kwargs.pop(k) for k in ("on_error", "drop_budget", "step_timeout", "retries")
+                  if k in world_kwargs}
+
+    def factory(num_envs, device, seed):
+        return ExternalBatchedEnv(num_envs, device, seed, world=ActorWorld, world_kwargs=world_kwargs, **env_kwargs)
+
+    return factory
+
+
+def swarm(num_envs, device, seed):
+    return SwarmEnv(num_envs=num_envs, device=device, seed=seed, families=("solo", "fanout"), max_subagents=16)
+
+
+class Batches(pl.Callback):
+    def __init__(self):
+        self.rollouts = []
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        self.rollouts.append(trainer.datamodule.last_rollout)
+
+
+def fit(dm, epochs=2):
+    seen = Batches()
+    pl.Trainer(max_epochs=epochs, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+               enable_model_summary=False, callbacks=[seen]).fit(PPOModule(anneal_lr=False), datamodule=dm)
+    return seen.rollouts
+
+
+def test_each_actor_steps_when_its_own_world_answers(tmp_cwd):
+    """Actor 0 never answers until the test ends: lock-step would wait for it forever; per-actor
+    collection trains on the other actors' segments, each a run of one actor's consecutive steps."""
+    dm = RolloutDataModule(env=external(block=0), num_envs=3, num_steps=4, update_epochs=1, num_minibatches=1,
+                           collect="trajectories", max_policy_lag=2, actors_in_flight=4)
+    rollouts = fit(dm, 2)
+    assert isinstance(dm.collector.transport, TrajectoryTransport) and dm.collector.env.num_envs == 4
+    for rollout in rollouts:
+        buf = rollout.buffer
+        assert buf.obs.shape[:2] == (4, 3)  # T x B: B segments, whatever the capacity
+        actors = buf.obs[..., 0]
+        assert not bool((actors == 0).any())  # the blocked actor contributed nothing
+        assert bool((actors == actors[0]).all())  # every column is one actor's own trajectory
+        for col in range(3):  # steps of one episode follow each other; an episode ends before the next starts
+            steps, serial = buf.obs[:, col, 2], buf.obs[:, col, 1]
+            ended = buf.done[:, col]
+            for t in range(1, 4):
+                if bool(ended[t - 1]):
+                    assert steps[t] == 0 and serial[t] == serial[t - 1] + 1
+                else:
+                    assert steps[t] == steps[t - 1] + 1 and serial[t] == serial[t - 1]
+        # each finished episode is recorded with its own task and length: task t-k lasts k + 2 steps
+        ep = rollout.episodes
+        assert ep is not None and ep.task.numel() == int(buf.done.sum())
+        assert torch.equal(ep.critical_steps, ep.task.float() + 2)
+    assert dm.env_steps == 2 * 3 * 4  # trained steps: B x T per round
+    stats = rollouts[-1].stats
+    assert {"collect/dropped_trajectories", "collect/retries", "collect/stale_share", "collect/utilisation",
+            "perf/policy_lag_max"} <= set(stats)
+    assert float(stats["collect/dropped_trajectories"]) == 0
+
+
+def test_tensor_world_steps_every_actor_and_bounds_lag_per_sample(tmp_cwd):
+    pl.seed_everything(0)
+    dm = RolloutDataModule(env=swarm, num_envs=16, num_steps=8, update_epochs=2, num_minibatches=2,
+                           collect="trajectories", max_policy_lag=2)
+    rollouts = fit(dm, 4)
+    for rollout in rollouts:
+        buf = rollout.buffer
+        lag = rollout.round_index - buf.versions
+        assert bool((lag >= 0).all())
+        assert torch.equal(buf.sample_mask, lag <= 2)  # kept exactly the samples within the budget
+        assert float(rollout.stats["perf/policy_lag_max"]) <= 2
+    assert dm.env_steps == 4 * 16 * 8
+
+
+def test_stale_samples_are_masked_out_of_the_loss():
+    """Trajectories.finish masks exactly the samples more than k versions old; the masked loss is
+    the loss of the kept samples alone."""
+    torch.manual_seed(0)
+    T, B = 4, 3
+    buf = RolloutBuffer(T, B, (3,), (), torch.device("cpu"))
+    buf.obs.normal_()
+    buf.versions = torch.tensor([[2, 4, 5], [3, 4, 5], [4, 5, 5], [5, 5, 5]])
+    policy = PPOModule().build_policy((3,), ActionSpec("discrete", nvec=(2,)))
+    context = RoundContext(5)
+    result = RoundResult(context, buf, torch.zeros(B), torch.zeros(T, B), [2, 5], 0.0)
+
+    class R:
+        round_index, buffer, stats = 5, buf, {}
+
+    Trajectories(2).finish(result, R, policy)
+    assert torch.equal(buf.sample_mask, buf.versions >= 3)
+    assert float(R.stats["collect/stale_dropped"]) == 1 and float(R.stats["perf/policy_lag_max"]) == 2
+    n = 32
+    args = [torch.randn(n) for _ in range(7)]
+    mask = torch.rand(n) > 0.4
+    masked = ppo_loss(*args, sample_mask=mask)
+    kept = ppo_loss(*(a[mask] for a in args))
+    for a, b in zip(masked, kept):
+        assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_a_failed_call_drops_its_trajectory_and_nothing_of_it_is_trained(tmp_cwd):
+    """Actor 1's third call raises: its trajectory is dropped (counted, never in a batch), the actor
+    starts a new episode and the run goes on."""
+    dm = RolloutDataModule(env=external(fail=[(1, 3)], on_error="drop", drop_budget=1.0), num_envs=4, num_steps=4,
+                           update_epochs=1, num_minibatches=1, collect="trajectories", max_policy_lag=3)
+    rollouts = fit(dm, 3)
+    dropped = sum(float(r.stats["collect/dropped_trajectories"]) for r in rollouts)
+    assert dropped == 1
+    trained_calls = []
+    for rollout in rollouts:
+        obs = rollout.buffer.obs
+        trained_calls += obs[..., 3][obs[..., 0] == 1].tolist()  # the calls before each of actor 1's samples
+        ep = rollout.episodes  # every finished episode whole: task t-k lasts k + 2 steps
+        assert ep is not None and torch.equal(ep.critical_steps, ep.task.float() + 2)
+    # calls 1-3 made actor 1's first segment (T = 4 not reached): all of it dropped, call 3's sample too
+    assert trained_calls and min(trained_calls) >= 3
+
+
+def test_a_hung_call_is_dropped_on_its_own_deadline_and_the_world_rebuilt():
+    """Actor 2's first call never answers: at its own deadline its trajectory is dropped, a fresh
+    world takes its place and answers; the other actors' calls are untouched."""
+    env = external(hang=[(2, 1)], on_error="drop", step_timeout=0.3)(4, "cpu", 0)
+    first = lambda mask: torch.zeros(4, dtype=torch.long)  # noqa: E731 (every reset on task t-0)
+    try:
+        env.reset(task_index=torch.zeros(4, dtype=torch.long))
+        env.send([0, 1, 2, 3], torch.ones(4, dtype=torch.long))
+        got, failures = {}, []
+        for _ in range(400):  # until actor 2's drop arrives (the hang lasts until the test ends)
+            arr = env.receive(first, 0.1)
+            if arr is not None:
+                failures += arr.failures
+                for k, i in enumerate(arr.actors.tolist()):
+                    got.setdefault(i, bool(arr.dropped[k]))
+            if 2 in got:
+                break
+        assert got[2] and len(failures) == 1
+        assert "ActorWorld actor 2 on task 't-0': step did not return within step_timeout=0.3s" in failures[0]
+        assert not any(got[i] for i in got if i != 2)
+        assert env.replaced_worlds == 1
+        env.send([2], torch.ones(1, dtype=torch.long))  # the fresh world answers
+        for _ in range(400):
+            arr = env.receive(first, 0.1)
+            if arr is not None and 2 in arr.actors.tolist():
+                k = arr.actors.tolist().index(2)
+                assert not bool(arr.dropped[k]) and float(arr.obs[k, 2]) == 1.0
+                break
+        else:
+            raise AssertionError("the rebuilt world never answered")
+    finally:
+        RELEASE.set()
+        env.close()
+
+
+def test_more_drops_than_the_budget_end_the_run_with_one_error(tmp_cwd):
+    dm = RolloutDataModule(env=external(always_fail=0, on_error="drop", drop_budget=0.0), num_envs=4, num_steps=3,
+                           update_epochs=1, num_minibatches=1, collect="trajectories", max_policy_lag=2)
+    with pytest.raises(DropBudgetExceeded) as info:
+        fit(dm, 3)
+    text = str(info.value)
+    assert "\n" not in text and "drop_budget=0" in text
+    assert "ActorWorld actor 0 on task" in text and "step raised ConnectionError" in text
+
+
+def test_on_error_fail_names_world_actor_task_and_call(tmp_cwd):
+    dm = RolloutDataModule(env=external(fail=[(1, 2)]), num_envs=3, num_steps=3, update_epochs=1,
+                           num_minibatches=1, collect="trajectories", max_policy_lag=2)
+    with pytest.raises(ExternalWorldError) as info:
+        fit(dm, 3)
+    text = str(info.value)
+    assert text.startswith("external world ActorWorld actor 1 on task 't-") and "step raised ConnectionError" in text
+
+
+def test_on_error_retry_repeats_any_exception(tmp_cwd):
+    dm = RolloutDataModule(env=external(fail=[(1, 2)], on_error="retry", retries=1), num_envs=3, num_steps=3,
+                           update_epochs=1, num_minibatches=1, collect="trajectories", max_policy_lag=2)
+    rollouts = fit(dm, 2)
+    assert sum(float(r.stats["collect/retries"]) for r in rollouts) == 1
+    assert sum(float(r.stats["collect/dropped_trajectories"]) for r in rollouts) == 0
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"collect": "actors"}, "data.collect"),
+    ({"collect": "trajectories", "max_policy_lag": 0}, "data.max_policy_lag"),
+    ({"actors_in_flight": 8}, "data.actors_in_flight"),
+])
+def test_bad_collect_options_are_refused(kwargs, field):
+    with pytest.raises(ConfigError, match=field):
+        RolloutDataModule(env=swarm, num_envs=4, num_steps=4, **kwargs)
+
+
+def test_on_error_drop_needs_per_actor_collection():
+    dm = RolloutDataModule(env=external(on_error="drop"), num_envs=2, num_steps=2, update_epochs=1,
+                           num_minibatches=1, max_policy_lag=1)
+    with pytest.raises(ConfigError, match="on_error: drop needs data.collect: trajectories"):
+        dm.build(torch.device("cpu"))
+    with pytest.raises(ConfigError, match="on_error"):
+        ExternalBatchedEnv(2, world=ActorWorld, on_error="ignore")
+
+
+def test_the_shipped_async_config_trains(tmp_cwd):
+    import os
+
+    from parlightning.fit import main
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    cli = main(["--config", os.path.join(root, "configs", "external_async.yaml"), "--trainer.max_epochs", "2",
+                "--trainer.enable_progress_bar", "false", "--data.num_envs", "8", "--data.num_steps", "8",
+                "--data.actors_in_flight", "12"])
+    dm = cli.datamodule
+    assert isinstance(dm.collector.schedule, Trajectories) and dm.collector.env.num_envs == 12
+    assert dm.round_index == 2 and dm.env_steps == 2 * 8 * 8
+    stats = dm.last_rollout.stats
+    assert float(stats["rollout/episodes"]) > 0 and "collect/dropped_trajectories" in stats
+    assert dm.collector.env._closed
+
+
+def test_bench_async_quick_prints_every_table(tmp_path):
+    import importlib.util
+    import os
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "bench_async.py")
+    spec = importlib.util.spec_from_file_location("bench_async", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = bench.main(["--quick", "--sizes", "8", "--seeds", "2", "--learn_epochs", "1",
+                      "--write", str(tmp_path / "async.md")])
+    text = (tmp_path / "async.md").read_text()
+    for heading in ("## 1. Utilisation", "## 2. Learning", "## 3. Faults", "load average"):
+        assert heading in text
+    assert {r["schedule"] for r in out["rows"]} == {"lock-step", "round lag 1", "per-actor"}
+    assert all(0 < r["utilisation"] < 1.5 for r in out["rows"])  # (a call straddling the window may count whole)
+    assert out["faults"]["drop"]["completed"]
+    assert out["faults"]["fail"].startswith("error: external world PoolOrchestrationWorld actor ")
+    assert "on task '" in out["faults"]["fail"] and "step raised ConnectionError" in out["faults"]["fail"]
