@@ -571,9 +571,9 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--seeds", type=int, default=None, help="training seeds per arm and bank (default 5; --quick 2)")
     p.add_argument("--repeat-seeds", dest="repeat_seeds", type=int, default=None,
                    help="seeds of the DDP and lag repeats (default 3; --quick 1)")
-    p.add_argument("--epochs", type=int, default=None, help="PPO iterations per run (default 50; --quick 2)")
+    p.add_argument("--epochs", type=int, default=None, help="PPO iterations per run (default 40; --quick 2)")
     p.add_argument("--every", type=int, default=None, help="checkpoint (and evaluate) every N iterations "
-                   "(default 10; --quick 1)")
+                   "(default 8; --quick 1)")
     p.add_argument("--num-envs", dest="num_envs", type=int, default=None, help="actors (default 128; --quick 16)")
     p.add_argument("--num-steps", dest="num_steps", type=int, default=None, help="steps per rollout (default 16; "
                    "--quick 8)")
@@ -603,7 +603,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
         raise SystemExit(f"error: --arms: every comparison is against {PRIMARY}; include it")
     pick = lambda v, quick, full: v if v is not None else (quick if q else full)  # noqa: E731
     a.seeds, a.repeat_seeds = pick(a.seeds, 2, 5), pick(a.repeat_seeds, 1, 3)
-    a.epochs, a.every = pick(a.epochs, 2, 50), pick(a.every, 1, 10)
+    a.epochs, a.every = pick(a.epochs, 2, 40), pick(a.every, 1, 8)
     a.num_envs, a.num_steps = pick(a.num_envs, 16, 128), pick(a.num_steps, 8, 16)
     a.episodes = pick(a.episodes, 1, 2)
     for name in ("seeds", "repeat_seeds", "epochs", "every", "num_envs", "num_steps", "eval_seeds", "episodes", "jobs"):
