@@ -67,6 +67,7 @@ REPEAT = {"arm": "posterior_signal", "bank": "scarce"}  # the cell repeated unde
 VARIANTS = ("lockstep", "ddp2", "lag1")
 CURVES = {"success_rate": ("rollout/success_rate",), "own_informative_share": ("sampler/informative_share",)}
 PRIMARY = "round_robin"
+FLAT_ABS = 0.01  # a last-segment change in held-out success below this is within evaluation noise: flat
 
 
 # ---------------------------------------------------------------------------------------------- plan
@@ -81,16 +82,18 @@ def make_plan(a: argparse.Namespace) -> dict[str, Any]:
 
 
 def specs_of(plan: dict[str, Any]) -> list[dict]:
-    """Seeds outermost (a half-finished study already has every arm and bank), then the repeated cell."""
-    out = [{"id": f"{bank}/{arm}/seed{seed}", "arm": arm, "bank": bank, "seed": seed, "variant": "lockstep"}
-           for seed in range(plan["seeds"]) for bank in plan["banks"] for arm in plan["arms"]]
+    """Seeds outermost (a half-finished study already has every arm and bank); the repeated cell's
+    first two seeds run after the grid's first three, the rest at the end (a study cut short has
+    both a grid with CIs and the repeats)."""
+    main = [{"id": f"{bank}/{arm}/seed{seed}", "arm": arm, "bank": bank, "seed": seed, "variant": "lockstep"}
+            for seed in range(plan["seeds"]) for bank in plan["banks"] for arm in plan["arms"]]
     rep = plan["repeat"]
-    for seed in range(plan["repeat_seeds"]):
-        for v in plan["variants"]:
-            if v != "lockstep":
-                out.append({"id": f"{rep['bank']}/{rep['arm']}_{v}/seed{seed}", "arm": rep["arm"], "bank": rep["bank"],
-                            "seed": seed, "variant": v})
-    return out
+    repeats = [{"id": f"{rep['bank']}/{rep['arm']}_{v}/seed{seed}", "arm": rep["arm"], "bank": rep["bank"],
+                "seed": seed, "variant": v}
+               for seed in range(plan["repeat_seeds"]) for v in plan["variants"] if v != "lockstep"]
+    early = lambda sp, n: sp["seed"] < n  # noqa: E731
+    return ([sp for sp in main if early(sp, 3)] + [sp for sp in repeats if early(sp, 2)]
+            + [sp for sp in main if not early(sp, 3)] + [sp for sp in repeats if not early(sp, 2)])
 
 
 def run_config(plan: dict, spec: dict) -> dict[str, Any]:
@@ -393,14 +396,19 @@ def page(summary: dict, images: dict[str, str], command: str) -> str:
              "| | |", "|---|---|", "| script | `scripts/sampler_study.py` |", f"| command | `{command}` |",
              f"| measured | {when}; load average (1 min) over the runs {load['min']:.1f}-{load['max']:.1f} |" if load
              else f"| measured | {when} |",
-             f"| seeds | {p['seeds']} training seeds per arm and bank (0..{p['seeds'] - 1}); the repeated cell "
-             f"{p['repeat_seeds']} |",
+             f"| seeds | planned: {p['seeds']} training seeds per arm and bank (0..{p['seeds'] - 1}), the repeated cell "
+             f"{p['repeat_seeds']}; finished: as each table says |",
              f"| budget | {p['epochs']} PPO iterations of {p['num_envs']} actors x {p['num_steps']} steps = {steps:,} env "
              f"steps per run; PARL λ annealed to 0 at {p['anneal_frac']} of it; checkpoints every {p['every']} "
              "iterations |",
              f"| evaluation | greedy, held-out banks {p['eval_banks']} x evaluation seeds {p['eval_seeds']}, "
              f"{p['episodes']} episodes per task, outcome noise off; training success on the train bank (bank 1234) |",
              "| banks | " + "; ".join(f"**{b}**: {BANK_TEXT[b]}" for b in p["banks"]) + " |", ""]
+    missing = summary.get("missing") or []
+    if missing:
+        lines += [f"**Partial: {len(missing)} of the plan's runs had not finished when this page was written** (the "
+                  "page was written with --report-only; the study resumes: rerun the command). Seeds per arm are in the tables; missing: "
+                  + ", ".join(f"`{m}`" for m in missing) + ".", ""]
     if p.get("quick"):
         lines += ["**Quick smoke run (`--quick`): a tiny budget; its numbers test the pipeline and say nothing "
                   "about samplers.**", ""]
@@ -428,7 +436,7 @@ def page(summary: dict, images: dict[str, str], command: str) -> str:
         for arm, row in b["arms"].items():
             d = row.get("diffs", {})
             lab = lambda k, _d=d: _d[k]["label"] if k in _d else "—"  # noqa: E731
-            lines.append(f"| {LABEL[arm]} | {fmt(row['success'])} | {lab('success_rate')} | {fmt(row['speedup'])}x | "
+            lines.append(f"| {LABEL[arm]} ({row['seeds']} seeds) | {fmt(row['success'])} | {lab('success_rate')} | {fmt(row['speedup'])}x | "
                          f"{lab('speedup_vs_serial')} | {reach_text(row.get('reach'))} | "
                          f"{fmt(row['informative_share'])} | {lab('informative_share')} | "
                          f"{fmt(row['own_informative_share']) if row['own_informative_share'] else '— (records nothing)'} | "
@@ -446,7 +454,7 @@ def page(summary: dict, images: dict[str, str], command: str) -> str:
     if summary["repeat"]:
         rep = p["repeat"]
         lines += [f"## Under DDP and a lag budget: {LABEL[rep['arm']]} on the {rep['bank']} bank", "",
-                  "| variant | seeds | env steps | held-out success | - lock-step | speed-up | informative share | "
+                  "| variant | seeds | env steps | held-out success | - lock-step | speed-up | share on fanout + pipeline | "
                   "- lock-step |", "|---" * 8 + "|"]
         names = {"lockstep": "1 rank, lock-step", "ddp2": "2 DDP ranks (gloo, CPU)", "lag1": "max_policy_lag: 1"}
         for v, row in summary["repeat"].items():
@@ -462,9 +470,9 @@ def page(summary: dict, images: dict[str, str], command: str) -> str:
         lines.append(f"Not checked: {g.get('reason')}.")
     else:
         for r in g["rows"]:
-            ratio = "not reached" if r["ratio"] is None else f"{r['ratio']:.2f}x"
-            lines.append(f"- {LABEL[r['arm']]}: reaches it at {ratio} the budget "
-                         f"({'<=' if r['fast'] else 'not <='} 0.6x); final success above RoundRobin with a CI "
+            ratio = "does not reach it within the budget" if r["ratio"] is None else \
+                f"reaches it at {r['ratio']:.2f}x the budget ({'<=' if r['fast'] else 'not <='} 0.6x)"
+            lines.append(f"- {LABEL[r['arm']]}: {ratio}; final success above RoundRobin with a CI "
                          f"excluding 0: {'yes' if r['better'] else 'no'}; no loss on the default bank: "
                          f"{'yes' if r['no_loss_default'] else 'no'}.")
         lines += ["", ("**Met by " + ", ".join(LABEL[a] for a in g["met_by"]) + ".**") if g["met_by"] else
@@ -473,11 +481,13 @@ def page(summary: dict, images: dict[str, str], command: str) -> str:
     unflat = []
     for bank, b in summary["banks"].items():
         for arm, row in b["arms"].items():
-            t = row["curve_tail"]
-            if t is not None and t > 0.1:
-                unflat.append(f"{bank}/{LABEL[arm]} (last segment {t:.0%} of its range)")
-    lines.append("Held-out curves (mean over seeds) whose last segment still moved more than 10% of their range, "
-                 "i.e. had not flattened at the end of the budget: " + ("; ".join(unflat) if unflat else "none") + ".")
+            t, vals = row["curve_tail"], row["curve"][1]
+            last = vals[-1] - vals[-2] if len(vals) > 1 else 0.0
+            if t is not None and t > 0.1 and abs(last) > FLAT_ABS:
+                unflat.append(f"{bank}/{LABEL[arm]} ({last:+.3f} over the last segment, {t:.0%} of its range)")
+    lines.append(f"Held-out curves (mean over seeds) that had not flattened at the end of the budget (the last "
+                 f"segment moved more than 10% of the curve's range and more than {FLAT_ABS} in success): "
+                 + ("; ".join(unflat) if unflat else "none") + ".")
     tr = [(bank, arm, row["train_curves_flat"], row["train_curves_measured"]) for bank, b in summary["banks"].items()
           for arm, row in b["arms"].items()]
     lines += ["Training-success curves (every iteration) that flattened (last 20% moved <= 10% of the range): "
@@ -587,6 +597,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--launch", choices=("exec", "fork"), default=None)
     p.add_argument("--quick", action="store_true", help="2 arms x 2 banks x 2 seeds, 2 iterations of 16 x 8; the "
                    "lag repeat, no DDP")
+    p.add_argument("--report-only", dest="report_only", action="store_true", help="write the page from the runs "
+                   "finished so far in --out (nothing is run); the page lists the missing runs")
     p.add_argument("--evaluate-list", dest="evaluate_list", type=Path, default=None, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.evaluate_list is not None:
@@ -633,13 +645,22 @@ def main(argv: Optional[list[str]] = None) -> Optional[dict]:
     specs = specs_of(plan)
     print(f"sampler study: {len(plan['arms'])} arms x {len(plan['banks'])} banks x {plan['seeds']} seeds + "
           f"{len(specs) - len(plan['arms']) * len(plan['banks']) * plan['seeds']} repeat runs, out {out}", flush=True)
-    run_jobs(specs, out, a.jobs, lambda spec: make_job(spec, plan, out))
-    results = load_results(out, specs)
+    done = [sp for sp in specs if (out / "results" / f"{sp['id']}.json").is_file()]
+    if a.report_only:  # the page from the runs finished so far (a study still running, or cut short)
+        if not done:
+            raise SystemExit(f"error: --report-only: no finished run in {out}; run the study first")
+        specs_done = done
+    else:
+        run_jobs(specs, out, a.jobs, lambda spec: make_job(spec, plan, out))
+        specs_done = specs
+    results = load_results(out, specs_done)
     summary = summarize(plan, results)
+    summary["missing"] = [sp["id"] for sp in specs if sp not in specs_done]
     write_json_atomic(out / "summary.json", summary)
     problems = [curve_plot(plan, results, out / "heldout_curves.png"), family_plot(plan, results, out / "family_picks.png")]
     images = {"held-out success vs env steps": "heldout_curves.png", "share of picks per family": "family_picks.png"}
-    command = "python scripts/sampler_study.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    args = [x for x in (argv if argv is not None else sys.argv[1:]) if x != "--report-only"]
+    command = "python scripts/sampler_study.py " + " ".join(args)
     text = page(summary, images, command.strip())
     (out / "samplers_training.md").write_text(text)
     if a.docs is not None:
