@@ -7,7 +7,8 @@ implement without a Python loop per actor; `as_batched` wraps a user's two-metho
 Built-ins: `RoundRobin` (default, reward-blind), `DifficultyWeighted` (UCB over learning
 signal, sampled in proportion to its score) and `PosteriorSignal` (a posterior over
 always-pass / always-fail / informative with an estimated flip rate, sampled in proportion
-to the sharpened probability that a task is informative).
+to the sharpened probability that a task is informative). `SamplingForLearnability` is a
+published curriculum baseline (SFL, Rutherford et al. 2024: a top-k learnability buffer).
 """
 
 from __future__ import annotations
@@ -577,6 +578,80 @@ class PosteriorSignal(_LearningSampler):
         self._flip = state["flip"].to(self.device, torch.float32).clone()
         self._class_prior = state["class_prior"].to(self.device, torch.float32).clone()
 
+
+
+class SamplingForLearnability(_LearningSampler):
+    """Sampling For Learnability (SFL), from Rutherford et al. 2024, "No Regrets: Investigating and
+    Improving Regret Approximations for Curriculum Discovery" (NeurIPS 2024): a task's learnability
+    is p(1 - p), p the current policy's success rate on it; a buffer holds the `buffer_size` tasks
+    of highest learnability and is refreshed periodically; each pick comes from the buffer with
+    probability `replay_prob` (uniformly among its tasks), otherwise uniformly from the shard.
+
+    Adapted to a fixed task bank and to this package's protocol, as follows. The paper measures p
+    with dedicated rollouts of the current policy on freshly generated levels; here p is each
+    task's pass rate over the training episodes recorded since the previous refresh (the policy of
+    that window), so no rollouts are spent on measuring. The paper refreshes every T updates; here
+    the buffer is refreshed once at least `refresh_episodes` episodes have been recorded since the
+    last refresh (counted on the union of all ranks' episodes after `sync`, so every rank refreshes
+    at the same point to the same buffer). A task with no episode in the window is not measured
+    and enters the buffer only when fewer than `buffer_size` tasks were. Before the first refresh
+    the buffer is empty and picks are uniform. Under a data-parallel shard, buffer picks are made
+    among the buffer's tasks in this rank's shard (uniform when it has none). The mixture is one
+    weight vector over the shard, drawn with one multinomial, in tensor ops only (no host sync).
+    """
+
+    PER_TASK = ("attempts", "passes", "picks", "mark_attempts", "mark_passes", "learnability", "in_buffer")
+
+    def __init__(self, buffer_size: int = 16, replay_prob: float = 0.5, refresh_episodes: int = 1024,
+                 pass_threshold: float = 0.999, seed: Optional[int] = None) -> None:
+        for name, value in (("buffer_size", buffer_size), ("refresh_episodes", refresh_episodes)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}={value!r} must be a positive integer")
+        if isinstance(replay_prob, bool) or not isinstance(replay_prob, (int, float)) or not 0.0 <= replay_prob <= 1.0:
+            raise ValueError(f"replay_prob={replay_prob!r} must be in [0, 1] (the share of picks from the buffer; "
+                             "0 is uniform sampling)")
+        self.buffer_size, self.replay_prob, self.refresh_episodes = buffer_size, float(replay_prob), refresh_episodes
+        self._refreshes = torch.zeros(())
+        super().__init__(pass_threshold, seed)
+
+    def _learn(self) -> None:
+        """Refresh the buffer when `refresh_episodes` new episodes have come in (tensor ops: the
+        decision is a 0-dim tensor, never read on the host)."""
+        n = self.attempts - self.mark_attempts
+        s = self.passes - self.mark_passes
+        due = n.sum() >= self.refresh_episodes
+        p = s / n.clamp(min=1.0)
+        score = torch.where(n > 0, p * (1.0 - p), torch.full_like(p, -1.0))  # unmeasured tasks rank last
+        fresh = torch.zeros_like(self.in_buffer)
+        k = min(self.buffer_size, score.numel())
+        if k:
+            fresh.index_fill_(0, torch.topk(score, k).indices, 1.0)
+        self.in_buffer = torch.where(due, fresh, self.in_buffer)
+        self.learnability = torch.where(due, score.clamp(min=0.0), self.learnability)
+        self.mark_attempts = torch.where(due, self.attempts, self.mark_attempts)
+        self.mark_passes = torch.where(due, self.passes, self.mark_passes)
+        self._refreshes = self._refreshes + due.to(self._refreshes.dtype)
+
+    def _weights(self, shard: Tensor) -> Tensor:
+        buffered = self.in_buffer[shard]
+        n_buffered = buffered.sum()
+        uniform = torch.full_like(buffered, 1.0 / shard.numel())
+        mixed = (1.0 - self.replay_prob) * uniform + self.replay_prob * buffered / n_buffered.clamp(min=1.0)
+        return torch.where(n_buffered > 0, mixed, uniform)
+
+    def _to_device(self) -> None:
+        self._refreshes = self._refreshes.to(self.device)
+
+    def _extra_signals(self) -> dict[str, Tensor]:
+        size = self.in_buffer.sum()
+        return {"buffer_size": size, "refreshes": self._refreshes.clone(),
+                "buffer_learnability": (self.learnability * self.in_buffer).sum() / size.clamp(min=1.0)}
+
+    def _extra_state(self) -> dict[str, Any]:
+        return {"refreshes": self._refreshes.clone()}
+
+    def _load_extra(self, state: dict[str, Any]) -> None:
+        self._refreshes = state["refreshes"].to(self.device, torch.float32).clone()
 
 def pass_threshold_mismatch(sampler: Any, solved_threshold: Optional[float]) -> Optional[str]:
     """A warning message when the sampler's `pass_threshold` disagrees with the env's solved

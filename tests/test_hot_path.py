@@ -16,7 +16,7 @@ from parlightning.collection import StepLoop
 from parlightning.data import RolloutDataModule
 from parlightning.envs.swarm import SwarmEnv
 from parlightning.module import PPOModule
-from parlightning.sampling import DifficultyWeighted, PosteriorSignal, RoundRobin
+from parlightning.sampling import DifficultyWeighted, PosteriorSignal, RoundRobin, SamplingForLearnability
 
 TENSOR_SYNCS = ("item", "tolist", "cpu", "numpy", "nonzero", "masked_select", "unique",
                 "__bool__", "__int__", "__float__", "__index__", "__repr__", "__format__")
@@ -93,8 +93,9 @@ def _collect(env_class, sampler, rounds):
 
 
 @pytest.mark.parametrize(
-    "sampler", [RoundRobin(), DifficultyWeighted(pass_threshold=1.0, seed=0), PosteriorSignal(pass_threshold=1.0, seed=0)],
-    ids=["round_robin", "difficulty_weighted", "posterior_signal"],
+    "sampler", [RoundRobin(), DifficultyWeighted(pass_threshold=1.0, seed=0), PosteriorSignal(pass_threshold=1.0, seed=0),
+                SamplingForLearnability(pass_threshold=1.0, refresh_episodes=8, seed=0)],
+    ids=["round_robin", "difficulty_weighted", "posterior_signal", "sampling_for_learnability"],
 )
 def test_the_step_loop_never_reads_a_tensor_on_the_host(counter, sampler):
     _collect(SwarmEnv, sampler, rounds=2)

@@ -11,7 +11,7 @@ from parlightning.data import RolloutDataModule
 from parlightning.envs.swarm import SwarmEnv
 from parlightning.fit import main
 from parlightning.logs import read_scalars
-from parlightning.sampling import DifficultyWeighted, PosteriorSignal
+from parlightning.sampling import DifficultyWeighted, PosteriorSignal, SamplingForLearnability
 from reliability_helpers import sync_as_ranks
 
 CONFIG = os.path.join(os.path.dirname(__file__), "..", "configs", "swarm.yaml")
@@ -41,7 +41,7 @@ def test_sampler_signals_are_logged(tmp_cwd):
     assert "sampler/informative_share" in tags and "sampler/pass_rate_spread" in tags
 
 
-@pytest.mark.parametrize("cls", [DifficultyWeighted, PosteriorSignal])
+@pytest.mark.parametrize("cls", [DifficultyWeighted, PosteriorSignal, SamplingForLearnability])
 def test_sync_gives_every_rank_the_union_of_all_ranks_counts(cls):
     ids = [f"t-{i}" for i in range(6)]
     ranks = [cls(pass_threshold=1.0, seed=0), cls(pass_threshold=1.0, seed=1)]

@@ -15,6 +15,7 @@ from parlightning.sampling import (
     DifficultyWeighted,
     PosteriorSignal,
     RoundRobin,
+    SamplingForLearnability,
     TaskSampler,
     as_batched,
     pass_threshold_mismatch,
@@ -58,11 +59,12 @@ def roundtrip(state):
     return torch.load(buf, weights_only=True)
 
 
-LEARNERS = [lambda: DifficultyWeighted(seed=0), lambda: PosteriorSignal(seed=0)]
+LEARNERS = [lambda: DifficultyWeighted(seed=0), lambda: PosteriorSignal(seed=0),
+            lambda: SamplingForLearnability(buffer_size=6, refresh_episodes=50, seed=0)]
 
 
 # -- concurrency ------------------------------------------------------------------------------
-@pytest.mark.parametrize("make", LEARNERS, ids=["dw", "posterior"])
+@pytest.mark.parametrize("make", LEARNERS, ids=["dw", "posterior", "sfl"])
 def test_threads_hammering_pick_and_record_lose_no_counts_and_never_mutate_keys(make):
     sampler = make()
     keys = [f"k{i}" for i in range(12)]
@@ -207,7 +209,7 @@ def test_in_flight_picks_spread_over_informative_tasks():
 
 
 # -- tensor path -----------------------------------------------------------------------------
-@pytest.mark.parametrize("make", [RoundRobin, *LEARNERS], ids=["rr", "dw", "posterior"])
+@pytest.mark.parametrize("make", [RoundRobin, *LEARNERS], ids=["rr", "dw", "posterior", "sfl"])
 def test_pick_batch_only_returns_ids_from_the_shard(make):
     sampler = make()
     ids, _ = workload()
@@ -222,7 +224,7 @@ def test_pick_batch_only_returns_ids_from_the_shard(make):
     assert counted == 5 * int(mask.sum())  # only actors that reset count as picks
 
 
-@pytest.mark.parametrize("make", LEARNERS, ids=["dw", "posterior"])
+@pytest.mark.parametrize("make", LEARNERS, ids=["dw", "posterior", "sfl"])
 def test_tensor_path_and_string_path_agree(make):
     ids, rates = workload()
     by_str, by_tensor = make(), make()
@@ -246,7 +248,7 @@ def test_tensor_path_and_string_path_agree(make):
     assert via_str == via_tensor
 
 
-@pytest.mark.parametrize("make", LEARNERS, ids=["dw", "posterior"])
+@pytest.mark.parametrize("make", LEARNERS, ids=["dw", "posterior", "sfl"])
 def test_statistics_learnt_before_bind_carry_over(make):
     sampler = make()
     for _ in range(4):
@@ -259,7 +261,7 @@ def test_statistics_learnt_before_bind_carry_over(make):
 
 
 # -- checkpoints -----------------------------------------------------------------------------
-@pytest.mark.parametrize("make", LEARNERS, ids=["dw", "posterior"])
+@pytest.mark.parametrize("make", LEARNERS, ids=["dw", "posterior", "sfl"])
 @pytest.mark.parametrize("bind_first", [True, False], ids=["load-after-bind", "load-before-bind"])
 def test_state_dict_round_trips_through_weights_only_load(make, bind_first):
     ids, _ = workload()
@@ -377,7 +379,7 @@ def test_hardest_first_example_works_through_as_batched():
     assert as_batched(DifficultyWeighted(), 4).__class__ is DifficultyWeighted  # built-ins are their own batched path
 
 
-@pytest.mark.parametrize("make", LEARNERS, ids=["dw", "posterior"])
+@pytest.mark.parametrize("make", LEARNERS, ids=["dw", "posterior", "sfl"])
 def test_record_batch_with_a_mask_counts_only_finished_episodes(make):
     masked, selected = make(), make()
     ids = ["a", "b", "c"]
@@ -396,7 +398,7 @@ def test_record_batch_with_a_mask_counts_only_finished_episodes(make):
     assert adapter.sampler.count == {"a": 2, "c": 1}
 
 
-@pytest.mark.parametrize("cls", [DifficultyWeighted, PosteriorSignal])
+@pytest.mark.parametrize("cls", [DifficultyWeighted, PosteriorSignal, SamplingForLearnability])
 def test_ranks_resumed_from_their_own_states_agree_again_at_the_next_sync(cls):
     """Issue 22 bug 5. Under DDP with a lag budget each rank picks for rounds in flight after the
     last sync, so the ranks' saved counts differ by those picks. Loaded as if agreed, the
@@ -439,3 +441,89 @@ def test_one_rank_resume_keeps_every_count():
     t.bind(ids, torch.device("cpu"))
     t.load_state_dict(state)
     assert int(t.picks.sum()) == 5 and torch.equal(t.picks, s.picks)
+
+
+# -- SamplingForLearnability (SFL, Rutherford et al. 2024) ------------------------------------
+def _sfl_round(sampler, rates, n, gen):
+    """n picks from the whole bank, recorded with pass probability `rates[task]`; the picks."""
+    task = sampler.pick_batch(torch.arange(rates.numel()), 0, torch.ones(n, dtype=torch.bool), gen)
+    sampler.record_batch(task, (torch.rand(n, generator=gen) < rates[task]).float())
+    return task
+
+
+def test_sfl_buffer_holds_the_most_learnable_tasks_and_mixes_replay_with_uniform():
+    ids, rates = workload()  # tasks 0..5 informative, 6..22 always pass, 23..39 always fail
+    s = SamplingForLearnability(buffer_size=4, replay_prob=0.5, refresh_episodes=400, seed=0)
+    s.bind(ids, CPU)
+    g = torch.Generator().manual_seed(0)
+    assert torch.allclose(s.weights(ids), torch.full((40,), 1 / 40))  # before the first refresh: uniform
+    _sfl_round(s, rates, 399, g)
+    s.weights(ids)  # (learns before the next pick, as a pick would)
+    assert s.in_buffer.sum() == 0 and s.signals()["refreshes"] == 0  # 399 < refresh_episodes: not yet
+    _sfl_round(s, rates, 1, g)
+    w = s.weights(ids)
+    buffer = set(torch.nonzero(s.in_buffer).flatten().tolist())
+    assert s.signals()["refreshes"] == 1 and len(buffer) == 4 and buffer <= set(range(6))
+    p = torch.tensor([0.2, 0.32, 0.44, 0.56, 0.68, 0.8])  # the four closest to 0.5 have p(1 - p) highest
+    assert buffer.issubset(set(torch.argsort(-(p * (1 - p)))[:5].tolist()))
+    inside = torch.tensor([i in buffer for i in range(40)])
+    assert torch.allclose(w[inside], torch.full((4,), 0.5 / 4 + 0.5 / 40))
+    assert torch.allclose(w[~inside], torch.full((36,), 0.5 / 40)) and math.isclose(float(w.sum()), 1.0, rel_tol=1e-5)
+    picks = s.pick_batch(torch.arange(40), 1, torch.ones(4000, dtype=torch.bool), g)
+    share = torch.isin(picks, torch.tensor(sorted(buffer))).float().mean()
+    assert 0.55 - 0.04 < float(share) < 0.55 + 0.04  # 0.5 replayed + 0.5 x 4/40 uniform
+    shard = torch.arange(20, 40)  # a rank's shard without buffer tasks: uniform over it
+    assert torch.allclose(s.weights([ids[i] for i in range(20, 40)]), torch.full((20,), 1 / 20))
+    assert torch.isin(s.pick_batch(shard, 1, torch.ones(50, dtype=torch.bool), g), shard).all()
+
+
+def test_sfl_measures_learnability_on_the_window_since_the_last_refresh():
+    ids = [f"t{i}" for i in range(4)]
+    s = SamplingForLearnability(buffer_size=1, refresh_episodes=8, seed=0)
+    s.bind(ids, CPU)
+    s.record_batch(torch.tensor([0, 0, 0, 0, 1, 1, 1, 1]), torch.tensor([1.0, 0, 1, 0, 1, 1, 1, 1]))
+    s.weights(ids)  # learns: task 0 passes half the time, task 1 always
+    assert s.in_buffer.tolist() == [1.0, 0.0, 0.0, 0.0]
+    # the policy improved: task 0 now always passes, task 1 half the time; old episodes do not count
+    s.record_batch(torch.tensor([0, 0, 0, 0, 1, 1, 1, 1]), torch.tensor([1.0, 1, 1, 1, 1, 0, 1, 0]))
+    s.weights(ids)
+    assert s.in_buffer.tolist() == [0.0, 1.0, 0.0, 0.0] and s.learnability[1] == 0.25 and s.learnability[0] == 0.0
+    assert s.attempts.tolist() == [8.0, 8.0, 0.0, 0.0]  # the counts are cumulative (what sync adds)
+
+
+def test_sfl_ranks_refresh_to_the_same_buffer_from_the_union_of_their_episodes():
+    ids, rates = workload()
+    ranks = [SamplingForLearnability(buffer_size=5, refresh_episodes=300, seed=r) for r in range(2)]
+    for s in ranks:
+        s.bind(ids, CPU)
+    for rnd in range(3):
+        for r, s in enumerate(ranks):  # disjoint shards, different episodes, each below the threshold alone
+            shard = torch.arange(r, 40, 2)
+            task = s.pick_batch(shard, rnd, torch.ones(100, dtype=torch.bool), torch.Generator().manual_seed(10 * rnd + r))
+            gen = torch.Generator().manual_seed(100 * rnd + r)
+            s.record_batch(task, (torch.rand(100, generator=gen) < rates[task]).float())
+        sync_as_ranks(ranks)
+    a, b = ranks
+    assert a.signals()["refreshes"] == 1 and b.signals()["refreshes"] == 1  # 600 union episodes: one refresh
+    for name in ("attempts", "passes", "picks", "in_buffer", "learnability", "mark_attempts"):
+        assert torch.equal(getattr(a, name), getattr(b, name)), name
+    assert set(torch.nonzero(a.in_buffer).flatten().tolist()) <= set(range(6))
+    assert torch.equal(a.weights(ids), b.weights(ids))
+
+
+def test_sfl_lands_more_rollouts_on_informative_tasks_than_round_robin():
+    share = {}
+    for name, make in (("rr", RoundRobin), ("sfl", lambda: SamplingForLearnability(buffer_size=6, refresh_episodes=100,
+                                                                                   seed=0))):
+        sampler = make()
+        if name == "rr":
+            sampler.bind(workload()[0], CPU)
+        share[name] = informative_share(simulate(sampler, 0, 1000, in_flight=8))
+    assert share["rr"] < 0.2 and share["sfl"] > 0.3, share  # 6/40 = 0.15 uniformly; shards of 8 dilute the buffer
+
+
+def test_sfl_bad_settings_are_one_clear_error():
+    for kw, match in (({"buffer_size": 0}, "buffer_size"), ({"refresh_episodes": 1.5}, "refresh_episodes"),
+                      ({"replay_prob": 1.2}, "replay_prob"), ({"pass_threshold": 0}, "pass_threshold")):
+        with pytest.raises(ValueError, match=match):
+            SamplingForLearnability(**kw)

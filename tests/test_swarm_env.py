@@ -307,3 +307,52 @@ def test_the_shipped_configs_budget_column_moves_and_binds_on_no_scripted_policy
             b = run_episodes(free, lambda o: free.scripted_action(name, o), 0)
             for k in a.parts:
                 assert torch.equal(a.parts[k], b.parts[k]), (name, k)
+
+
+def test_family_tasks_sets_the_bank_composition_and_keeps_splits_disjoint():
+    comp = {"solo": 6, "fanout": 2, "pipeline": 2, "locked": 6}
+    train = SwarmEnv(num_envs=1, family_tasks=comp)
+    held = SwarmEnv(num_envs=1, family_tasks=comp, split="heldout")
+    fams = [t.rsplit("-", 1)[0] for t in train.task_ids]
+    assert {f: fams.count(f) for f in comp} == comp and len(train.task_ids) == 16
+    assert train.task_ids[:7] == [f"solo-{i}" for i in range(6)] + ["fanout-0"]
+    assert held.task_ids[0] == "solo-6" and held.task_ids[6] == "fanout-2"  # held out: indices [n_f, 2 n_f)
+    assert not set(train.task_ids) & set(held.task_ids)
+    default = SwarmEnv(num_envs=1)
+    assert torch.equal(train.bank.size[:6], default.bank.size[:6])  # a task is the same whatever the bank
+    assert torch.equal(train.bank.size[6:8], default.bank.size[16:18])  # fanout-0, fanout-1
+    assert train.bank.family.tolist() == [0] * 6 + [1] * 2 + [2] * 2 + [3] * 6
+    for bad, match in (({"solo": 0}, "family_tasks.solo"), ({"nope": 3}, "unknown `families`"), ({}, "must map"),
+                       ({"solo": 2.5}, "family_tasks.solo")):
+        with pytest.raises(ConfigError, match=match):
+            SwarmEnv(num_envs=1, family_tasks=bad)
+    with pytest.raises(ConfigError, match="drop `families`"):
+        SwarmEnv(num_envs=1, family_tasks=comp, tasks_per_family=4)
+
+
+def test_outcome_noise_flips_finished_outcomes_at_its_rate_and_only_those():
+    clean, noisy = _env(reps=64, split="heldout"), _env(reps=64, split="heldout", outcome_noise=0.15)
+    a, b = _play(clean, "oracle"), _play(noisy, "oracle")
+    for f in ("critical_steps", "n_subagents", "completed"):  # the dynamics are untouched
+        assert torch.equal(a.parts[f], b.parts[f])
+    passed = a.parts["outcome"] >= 1
+    flipped = torch.where(passed, b.parts["outcome"] == 0, b.parts["outcome"] == 1)
+    kept = b.parts["outcome"] == a.parts["outcome"]
+    assert bool((flipped | kept).all())  # a pass becomes 0, anything else 1
+    assert 0.11 < float(flipped.float().mean()) < 0.19  # 1024 episodes at p = 0.15
+    env = _env(reps=1, outcome_noise=0.5)
+    env.reset(seed=0)
+    for _ in range(3):  # the flip touches finished episodes only: no reward mid-episode
+        res = env.step(torch.zeros(env.num_envs, env.max_width, dtype=torch.long))
+        assert bool((res.reward[~(res.terminated | res.truncated)] == 0).all())
+        assert torch.equal(res.reward, res.parts.outcome)
+    state = env.state_dict()  # the noise stream is checkpointed: a resumed env flips the same episodes
+    twin = _env(reps=1, outcome_noise=0.5)
+    twin.load_state_dict(state)
+    act = torch.zeros(env.num_envs, env.max_width, dtype=torch.long)
+    for _ in range(4):
+        assert torch.equal(env.step(act).reward, twin.step(act).reward)
+    for bad in (-0.1, 0.6, "x"):
+        with pytest.raises(ConfigError, match="outcome_noise"):
+            SwarmEnv(num_envs=1, outcome_noise=bad)
+    assert "outcome_noise" not in __import__("parlightning.preflight", fromlist=["x"]).env_signature(env)

@@ -56,6 +56,8 @@ from parlightning.errors import ConfigError
 __all__ = ["FAMILIES", "SPLITS", "SCRIPTED", "SwarmEnv", "TaskBank"]
 SLOT_FEATURES = 6  # pending, size, plain, hard, local, failed last round
 SCRIPTED = ("serial", "oracle", "optimal", "random")
+DEFAULT_FAMILIES = ("solo", "fanout", "pipeline", "locked")
+NOISE_STREAM = 0x5EED  # the outcome noise's generator: seed + this
 CEILING = "optimal"  # the best scripted policy: the ceiling every comparison reports against
 
 
@@ -80,6 +82,12 @@ class SwarmEnv(BatchedEnv):
     rewards, flags, parts, and the generator's stream); only the speed differs (2-2.7x at N = 4096 on
     one thread; `swarm_compiled.retain_heap` also keeps freed heap for the per-step observations). A ConfigError names the problem when it cannot be built (no compiler, a non-CPU
     device). `trace` (evaluate's --gantt) runs the eager step.
+
+    `family_tasks` (e.g. `{solo: 24, fanout: 8, pipeline: 8, locked: 24}`): the bank's composition,
+    tasks per family by name, instead of `families` x `tasks_per_family` (scripts/sampler_study.py's
+    scarce-signal bank). `outcome_noise` p in [0, 0.5]: a noisy verifier; each finished episode's
+    outcome is flipped with probability p (pass -> 0, anything else -> 1) in the reward and the
+    episode's parts, which is what the learner and the task sampler see (evaluate with 0).
     """
 
     solved_threshold = 1.0  # outcome 1 = done within the budget (solved); late_credit = done late; 0 = unfinished
@@ -109,6 +117,8 @@ class SwarmEnv(BatchedEnv):
         late_window: LateWindow = 2.0,
         compile: bool = False,
         round_cap: str = "terminal",
+        family_tasks: Optional[dict[str, int]] = None,
+        outcome_noise: float = 0.0,
     ) -> None:
         typed = check_args("", SwarmEnv.__init__, locals())  # the annotated ranges (config_types)
         num_envs, tasks_per_family, max_levels, max_width, max_cost = (typed[k] for k in (
@@ -124,6 +134,22 @@ class SwarmEnv(BatchedEnv):
             raise ConfigError(f"SwarmEnv: `splits` must be increasing positive shard counts like [1, 2, 4], got {list(splits)}")
         if len(families) == 0:
             raise ConfigError("SwarmEnv: `families` is empty; name at least one of " + str(sorted(FAMILIES)))
+        counts: int | list[int] = tasks_per_family
+        if family_tasks is not None:  # per-family task counts: a bank of another composition
+            if tuple(families) != DEFAULT_FAMILIES or tasks_per_family != 16:
+                raise ConfigError("SwarmEnv: `family_tasks` names the families and their counts; drop `families` / "
+                                  "`tasks_per_family` when you give it")
+            if not isinstance(family_tasks, dict) or not family_tasks:
+                raise ConfigError(f"SwarmEnv: `family_tasks` must map family names to task counts, e.g. {{solo: 24, "
+                                  f"fanout: 8, pipeline: 8, locked: 24}}, got {family_tasks!r}")
+            for name, n in family_tasks.items():
+                _check_int(f"family_tasks.{name}", n)
+            families, counts = tuple(family_tasks), list(family_tasks.values())
+        self.family_tasks = dict(family_tasks) if family_tasks is not None else None
+        _check_float("outcome_noise", outcome_noise, 0.0, 0.5, "the probability that an episode's outcome is flipped")
+        # private: not part of the world a checkpoint records (the verifier's noise, not the tasks), so
+        # checkpoints from before the option resume as they did
+        self._outcome_noise = float(outcome_noise)
         self.num_envs, self.device = num_envs, torch.device(device)
         self.max_width, self.max_levels, self.max_cost, self.max_subagents = max_width, max_levels, max_cost, max_subagents
         self.splits, self.split = splits, split
@@ -133,7 +159,7 @@ class SwarmEnv(BatchedEnv):
         if round_cap not in ("terminal", "truncation"):
             raise ConfigError(f"SwarmEnv: `round_cap` must be terminal or truncation, got {round_cap!r}")
         self.round_cap = round_cap
-        self.bank = TaskBank(families, tasks_per_family, split, max_levels, max_width, max_cost, self.costs,
+        self.bank = TaskBank(families, counts, split, max_levels, max_width, max_cost, self.costs,
                              bank_seed, self.device)
         self.task_ids = self.bank.task_ids
         S, W, L, K = len(splits), max_width, max_levels, len(self.bank)
@@ -193,6 +219,7 @@ class SwarmEnv(BatchedEnv):
         self._index_dtype = torch.float32 if self._slot_table.shape[0] < 2**24 else torch.float64
         self._slot_offset = (4 * torch.arange(W, device=dev)).to(self._index_dtype).unsqueeze(1)  # [W, 1]: slot w's rows
         self.generator = torch.Generator(device=dev).manual_seed(seed)
+        self._noise_generator = torch.Generator(device=dev).manual_seed(seed + NOISE_STREAM)  # its own stream
         N = num_envs
         z = lambda dtype=torch.float32: torch.zeros(N, dtype=dtype, device=dev)  # noqa: E731
         self.task = z(torch.long)
@@ -319,6 +346,7 @@ class SwarmEnv(BatchedEnv):
         """Start every actor on `task_index` ([N] bank indices; default: actor i on task i mod K)."""
         if seed is not None:
             self.generator.manual_seed(seed)
+            self._noise_generator.manual_seed(seed + NOISE_STREAM)
         if task_index is None:
             task_index = self._arange % len(self.bank)
         self._start(torch.ones(self.num_envs, dtype=torch.bool, device=self.device), task_index.to(self.device, torch.long))
@@ -361,11 +389,23 @@ class SwarmEnv(BatchedEnv):
         return self._cap(self._eager_step(action, next_task))
 
     def _cap(self, res: StepResult) -> StepResult:
-        """`round_cap: terminal`: an episode cut by the round cap ends as a termination (plain torch,
-        after either step)."""
-        if self.round_cap == "truncation":
-            return res
-        return res._replace(terminated=res.terminated | res.truncated, truncated=torch.zeros_like(res.truncated))
+        """`round_cap: terminal`: an episode cut by the round cap ends as a termination; then the
+        outcome noise (plain torch, after either step)."""
+        if self.round_cap != "truncation":
+            res = res._replace(terminated=res.terminated | res.truncated, truncated=torch.zeros_like(res.truncated))
+        return self._noisy(res) if self._outcome_noise > 0 else res
+
+    def _noisy(self, res: StepResult) -> StepResult:
+        """`outcome_noise` p: a noisy verifier. Every finished episode's outcome is flipped with
+        probability p (a pass, outcome >= solved_threshold, becomes 0; anything else becomes 1), in
+        the reward and in `parts.outcome` alike: what the learner and the sampler see. One uniform
+        draw per actor per step from a generator of its own (seeded with the env, checkpointed), so the
+        dynamics draw the same stream with or without noise; tensor ops only."""
+        flip = torch.rand(res.reward.shape, generator=self._noise_generator, device=self.device) < self._outcome_noise
+        flip &= res.terminated | res.truncated
+        passed = res.reward >= self.solved_threshold
+        outcome = torch.where(flip, (~passed).to(res.reward.dtype), res.reward)
+        return res._replace(reward=outcome, parts=res.parts._replace(outcome=outcome))
 
     def _eager_step(self, action: Tensor, next_task: Optional[Tensor | Callable[[Tensor], Tensor]] = None) -> StepResult:
         """The round in tensor ops (see `step`)."""
@@ -559,6 +599,8 @@ class SwarmEnv(BatchedEnv):
     def state_dict(self) -> dict[str, Any]:
         state: dict[str, Any] = {n: getattr(self, n).clone() for n in self._STATE}  # pending, failed: bool
         state["generator"] = self.generator.get_state()
+        if self._outcome_noise > 0:  # (absent otherwise: checkpoints without noise are as before)
+            state["noise_generator"] = self._noise_generator.get_state()
         state["split"] = self.split
         return state
 
@@ -566,6 +608,8 @@ class SwarmEnv(BatchedEnv):
         for name, value in state.items():
             if name == "generator":
                 self.generator.set_state(value)
+            elif name == "noise_generator":
+                self._noise_generator.set_state(value)
             elif name in ("pending", "failed"):
                 getattr(self, "_pend" if name == "pending" else "_fail").copy_(value)
             elif name in self._STATE:

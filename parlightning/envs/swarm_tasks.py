@@ -88,27 +88,33 @@ class TaskBank:
     `serial_time`, `ideal_time` [K]: the serial policy's and the failure-free oracle's times.
     """
 
-    def __init__(self, families: Sequence[str], tasks_per_family: int, split: str, max_levels: int, max_width: int,
-                 max_cost: int, costs: Costs, seed: int, device: torch.device) -> None:
+    def __init__(self, families: Sequence[str], tasks_per_family: int | Sequence[int], split: str, max_levels: int,
+                 max_width: int, max_cost: int, costs: Costs, seed: int, device: torch.device) -> None:
         unknown = [f for f in families if f not in FAMILIES]
         if unknown:
             raise ConfigError(f"SwarmEnv: unknown `families` {unknown}; choose from {sorted(FAMILIES)}")
         if split not in SPLITS:
             raise ConfigError(f"SwarmEnv: `split` must be one of {list(SPLITS)}, got {split!r}")
-        K, L, W = len(families) * tasks_per_family, max_levels, max_width
+        # one count for every family, or one per family (SwarmEnv's `family_tasks`): family f's train
+        # tasks are its indices [0, n_f), its held-out ones [n_f, 2 n_f)
+        counts = [tasks_per_family] * len(families) if isinstance(tasks_per_family, int) else list(tasks_per_family)
+        if len(counts) != len(families):
+            raise ConfigError(f"SwarmEnv: {len(counts)} task counts for {len(families)} families; give one per family")
+        offsets = [sum(counts[:f]) for f in range(len(families))]
+        K, L, W = sum(counts), max_levels, max_width
         size = torch.zeros(K, L, W)
         kind = torch.zeros(K, L, W, dtype=torch.long)
         present = torch.zeros(K, L, W, dtype=torch.bool)
         n_levels = torch.zeros(K, dtype=torch.long)
         slack = torch.zeros(K)
         family = torch.zeros(K, dtype=torch.long)
-        first = 0 if split == "train" else tasks_per_family
         self.task_ids: list[str] = []
         for f, name in enumerate(families):
             spec = FAMILIES[name]
             code = sorted(FAMILIES).index(name)
-            for i in range(tasks_per_family):
-                k, index = f * tasks_per_family + i, first + i
+            first = 0 if split == "train" else counts[f]
+            for i in range(counts[f]):
+                k, index = offsets[f] + i, first + i
                 g = torch.Generator().manual_seed(seed * 1_000_003 + code * 100_003 + index)
                 lo, hi = (max(1, math.ceil(x * L)) for x in spec.levels)
                 levels = int(torch.randint(lo, max(lo, hi) + 1, (), generator=g))
