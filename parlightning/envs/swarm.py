@@ -48,7 +48,9 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 from torch import Tensor
 
-from parlightning.config_types import ClosedUnitInterval, NonNegativeInt, PositiveInt, check_args, restricted_number_type
+from parlightning.config_types import (
+    ClosedUnitInterval, NonNegativeInt, PositiveInt, check_args, check_value, restricted_number_type,
+)
 from parlightning.envs.base import ActionSpec, BatchedEnv, EpisodeParts, StepResult
 from parlightning.envs.swarm_tasks import FAMILIES, HARD, LOCAL, N_KINDS, PLAIN, SPLITS, Costs, TaskBank, oracle_split_index
 from parlightning.errors import ConfigError
@@ -57,6 +59,8 @@ __all__ = ["FAMILIES", "SPLITS", "SCRIPTED", "SwarmEnv", "TaskBank"]
 SLOT_FEATURES = 6  # pending, size, plain, hard, local, failed last round
 SCRIPTED = ("serial", "oracle", "optimal", "random")
 DEFAULT_FAMILIES = ("solo", "fanout", "pipeline", "locked")
+NoiseProbability = restricted_number_type("NoiseProbability", float, [(">=", 0.0), ("<=", 0.5)],
+                                          docstring="the probability that an episode's outcome is flipped, in [0, 0.5]")
 NOISE_STREAM = 0x5EED  # the outcome noise's generator: seed + this
 CEILING = "optimal"  # the best scripted policy: the ceiling every comparison reports against
 
@@ -118,7 +122,7 @@ class SwarmEnv(BatchedEnv):
         compile: bool = False,
         round_cap: str = "terminal",
         family_tasks: Optional[dict[str, int]] = None,
-        outcome_noise: float = 0.0,
+        outcome_noise: NoiseProbability = 0.0,
     ) -> None:
         typed = check_args("", SwarmEnv.__init__, locals())  # the annotated ranges (config_types)
         num_envs, tasks_per_family, max_levels, max_width, max_cost = (typed[k] for k in (
@@ -143,13 +147,12 @@ class SwarmEnv(BatchedEnv):
                 raise ConfigError(f"SwarmEnv: `family_tasks` must map family names to task counts, e.g. {{solo: 24, "
                                   f"fanout: 8, pipeline: 8, locked: 24}}, got {family_tasks!r}")
             for name, n in family_tasks.items():
-                _check_int(f"family_tasks.{name}", n)
+                check_value(f"family_tasks.{name}", PositiveInt, n)
             families, counts = tuple(family_tasks), list(family_tasks.values())
         self.family_tasks = dict(family_tasks) if family_tasks is not None else None
-        _check_float("outcome_noise", outcome_noise, 0.0, 0.5, "the probability that an episode's outcome is flipped")
         # private: not part of the world a checkpoint records (the verifier's noise, not the tasks), so
         # checkpoints from before the option resume as they did
-        self._outcome_noise = float(outcome_noise)
+        self._outcome_noise = typed["outcome_noise"]
         self.num_envs, self.device = num_envs, torch.device(device)
         self.max_width, self.max_levels, self.max_cost, self.max_subagents = max_width, max_levels, max_cost, max_subagents
         self.splits, self.split = splits, split
