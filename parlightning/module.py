@@ -155,6 +155,10 @@ class PPOModule(pl.LightningModule):
             raise ConfigError(f"model.policy: unknown {policy!r}; choose one of {list(POLICIES)}")
         if isinstance(rnn_hidden, bool) or not isinstance(rnn_hidden, int) or rnn_hidden <= 0:
             raise ConfigError(f"model.rnn_hidden: must be a positive integer, got {rnn_hidden!r}")
+        for name, value in (("lr", lr), ("clip_coef", clip_coef), ("ent_coef", ent_coef), ("vf_coef", vf_coef),
+                            ("max_grad_norm", max_grad_norm), ("adam_eps", adam_eps), ("target_kl", target_kl)):
+            if isinstance(value, float) and not math.isfinite(value):  # nan and inf pass the comparisons below
+                raise ConfigError(f"model.{name}: must be a finite number, got {value!r}")
         if lr <= 0:
             raise ConfigError(f"model.lr: must be positive, got {lr!r}")
         if clip_coef <= 0:

@@ -1464,7 +1464,7 @@ def classify(case: Case, rc, err: str, new_files: set[str]) -> tuple[str, str]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="a handful of cases (the fast test runs this)")
-    ap.add_argument("--only", default=None, help="run cases whose name or category contains this")
+    ap.add_argument("--only", default=None, help="run cases whose name or category contains one of these (comma-separated)")
     ap.add_argument("--verbose", action="store_true", help="print every case's error line")
     ap.add_argument("--json", default=None, help="write every case's outcome here")
     ap.add_argument("--keep", action="store_true", help="keep the case folders")
@@ -1485,7 +1485,8 @@ def main(argv=None) -> int:
     else:
         cases = CONTROLS + cases
     if args.only:
-        cases = [c for c in cases if args.only in c.name or args.only in c.category]
+        wanted = args.only.split(",")
+        cases = [c for c in cases if any(w in c.name or w in c.category for w in wanted)]
     base = Path(tempfile.mkdtemp(prefix="bad_inputs_fresh_"))
     t0 = time.monotonic()
     results = []
