@@ -109,7 +109,9 @@ def checked_plan(strategy: Any, n_workers: int, round_index: int, keys: Sequence
     who = _label(strategy)
     try:
         units = strategy.plan(n_workers, round_index, keys)
-    except Exception as err:  # the user's plan failing: named (the caller reports it on its config field)
+    except (ValueError, TypeError):  # a plan's own refusal: reported on the config field as it is
+        raise
+    except Exception as err:  # the user's plan failing otherwise: named (the caller reports it on its config field)
         raise ValueError(f"{who}.plan raised {type(err).__name__}: {' '.join(str(err).split())[:300]}") from err
     if not isinstance(units, (list, tuple)) or not all(isinstance(u, WorkUnit) for u in units):
         raise TypeError(f"{who}.plan must return a list of WorkUnit, got {type(units).__name__}")

@@ -175,6 +175,14 @@ def test_a_file_where_the_log_folder_goes_is_one_line(tmp_path, capsys, monkeypa
     assert "lightning_logs" in message and "is a file" in message, message
 
 
+def test_a_second_model_checkpoint_is_refused_before_the_run_folder_exists(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    message = _one_error_line(capsys, lambda: main([*TINY_SWARM, "--trainer.callbacks+=lightning.pytorch.callbacks."
+                                                    "ModelCheckpoint", "--trainer.callbacks.dirpath", "other"]))
+    assert "trainer.callbacks: two ModelCheckpoint callbacks with the same settings" in message, message
+    assert _written(tmp_path) == []
+
+
 # ---------------------------------------------------------------------------------- checkpoints
 @pytest.fixture(scope="module")
 def cartpole_ckpt(tmp_path_factory):
