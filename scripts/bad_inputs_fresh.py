@@ -1322,7 +1322,8 @@ def all_cases() -> list[Case]:
 
 QUICK = ["yaml:unclosed-flow-list", "model:lr-negative", "data:num_envs-zero", "data.env:class_path-missing-module",
          "user-world:world-WrongShape", "checkpoint:truncated-half", "cli-evaluate:policy-unknown",
-         "cli-plot:smooth-negative"]
+         "cli-plot:smooth-negative", "user-world:world-ResetRaises", "cli-evaluate:json-is-directory",
+         "checkpoint:epoch-negative"]
 
 
 class SkipCase(Exception):
