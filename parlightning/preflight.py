@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
+import numbers
 import os
 import re
 from typing import Any, Callable, Optional, Sequence
@@ -266,7 +267,7 @@ def _check_spaces(name: str, env: Any) -> None:
 
     shape = env.observation_shape
     if not isinstance(shape, (tuple, list, torch.Size)) or not all(
-            isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape):
+            isinstance(d, numbers.Integral) and not isinstance(d, bool) and d > 0 for d in shape):
         raise ConfigError(f"data.env: {name}.observation_shape is {shape!r}; it must be a tuple of positive ints "
                           "(one observation's shape, e.g. (4,))")
     spec = env.action_spec
@@ -276,7 +277,7 @@ def _check_spaces(name: str, env: Any) -> None:
     if spec.kind not in ("discrete", "multi_discrete", "continuous"):
         raise ConfigError(f"data.env: {name}.action_spec.kind is {spec.kind!r}; use discrete, multi_discrete or "
                           "continuous")
-    if spec.is_discrete and (not spec.nvec or not all(isinstance(n, int) and n >= 1 for n in spec.nvec)):
+    if spec.is_discrete and (not spec.nvec or not all(isinstance(n, numbers.Integral) and n >= 1 for n in spec.nvec)):
         raise ConfigError(f"data.env: {name}.action_spec.nvec is {spec.nvec!r}; every action dimension needs at "
                           "least one category (e.g. nvec=(2,))")
 
