@@ -206,9 +206,15 @@ def build_env(cls: type, init_args: dict, num_envs: int, seed: int, split: Optio
         if "split" not in params:
             raise ConfigError(f"--split: {cls.__name__} has no task splits; drop --split")
         args["split"] = split
-    if "num_envs" in params or "env_id" in params:
-        return cls(num_envs=num_envs, device=device, seed=seed, **args)
-    return cls(num_envs, device, seed, **args)
+    try:
+        if "num_envs" in params or "env_id" in params:
+            return cls(num_envs=num_envs, device=device, seed=seed, **args)
+        return cls(num_envs, device, seed, **args)
+    except ConfigError:
+        raise
+    except (ValueError, TypeError) as err:  # the world's own checks of the config's data.env.init_args
+        text = " ".join(str(err).split())
+        raise ConfigError(f"data.env: {cls.__name__}: {text} (in the --config's data.env.init_args)") from None
 
 
 # ---------------------------------------------------------------------------------- output

@@ -170,9 +170,9 @@ def plot(a: argparse.Namespace) -> list[Curve]:
         if not runs:
             shown = ", ".join(repr(p) for p in asked.get(name, []))
             matched = [p for p in asked.get(name, []) if glob.glob(p)]
-            why = "holds no TensorBoard event files" if matched else "matches no file or folder"
-            raise ConfigError(f"{'runs' if name == 'runs' else '--group ' + name}: {shown} {why}; pass run folders "
-                              "such as lightning_logs/version_0 (or a folder above them)")
+            why = "holds none" if matched else "matches no file or folder"
+            raise ConfigError(f"{'runs' if name == 'runs' else '--group ' + name}: no TensorBoard event files: {shown} "
+                              f"{why}; pass run folders such as lightning_logs/version_0 (or a folder above them)")
     if a.smooth < 1 or a.points < 2:
         raise ConfigError("--smooth / --points: need --smooth >= 1 and --points >= 2")
     check_output_file("--out", a.out)

@@ -256,10 +256,10 @@ def test_plot_names_the_pattern_that_matched_nothing_and_checks_csv(tmp_path, ca
 
     monkeypatch.chdir(tmp_path)
     message = _one_error_line(capsys, lambda: plot_main(["nomatch_*", "--out", "x.png"]))
-    assert "'nomatch_*' matches no file or folder" in message, message
+    assert "runs: no TensorBoard event files: 'nomatch_*' matches no file or folder" in message, message
     (tmp_path / "empty").mkdir()
     message = _one_error_line(capsys, lambda: plot_main(["--group", "g=empty", "--out", "x.png"]))
-    assert "--group g: 'empty' holds no TensorBoard event files" in message, message
+    assert "--group g: no TensorBoard event files: 'empty' holds none" in message, message
 
 
 @pytest.mark.parametrize("script, args", [
