@@ -10,6 +10,7 @@ PPOModule owns its optimizer and lr annealing (subclass it to change them).
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 import types
@@ -18,7 +19,6 @@ from typing import Optional, Sequence, Union
 
 import torch
 from lightning.fabric.utilities.exceptions import MisconfigurationException
-from lightning.pytorch import Callback
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
@@ -142,6 +142,14 @@ def build_cli(args: list[str]) -> ParlCLI:
         raise SystemExit(f"error: {moved_hint(parser_error_line(str(err)))}") from None
     except (ValueError, TypeError, MisconfigurationException) as err:  # __init__ checks (ours and the Trainer's)
         raise SystemExit(f"error: {root_error_line(err)}") from None
+    except RuntimeError as err:  # the Trainer's callback check: two stateful callbacks with one state key
+        if "more than one stateful callback" not in str(err):
+            raise
+        kind = re.search(r"type `(\w+)`", str(err))
+        name = kind.group(1) if kind else "callback"
+        raise SystemExit(f"error: trainer.callbacks: two {name} callbacks with the same settings (state key); "
+                         "Lightning cannot save both in a checkpoint: drop one (the config may list one already) or "
+                         "give it another monitor / every_n_epochs") from None
 
 
 def preflight(cli: ParlCLI, ckpt: Optional[str]) -> dict:
@@ -149,7 +157,6 @@ def preflight(cli: ParlCLI, ckpt: Optional[str]) -> dict:
     rollout's memory (on a small probe of the env), and the checkpoint to resume from."""
     trainer = cli.trainer
     check_output_dirs(trainer)
-    _check_stateful_callbacks(trainer)
     device = trainer.strategy.root_device
     ranks_here = trainer.num_devices if device.type == "cpu" else 1  # CPU ranks share this machine's memory
     if device.type == "cuda" and getattr(trainer.strategy.launcher, "_start_method", None) == "fork":
@@ -160,22 +167,6 @@ def preflight(cli: ParlCLI, ckpt: Optional[str]) -> dict:
         check_resume(ckpt, cli.model, cli.datamodule, probe, trainer.max_epochs)  # corrupt, foreign, mismatched, done
         clean_stale_partials(os.path.dirname(os.path.abspath(ckpt)))  # saves of the run being resumed that were killed
     return probe
-
-
-def _check_stateful_callbacks(trainer) -> None:
-    """Two callbacks with one state key (e.g. a second ModelCheckpoint with the default settings) make
-    Lightning fail at the first save, after the run folder exists: refuse them before."""
-    seen: dict[str, str] = {}
-    for cb in trainer.callbacks:
-        key = getattr(cb, "state_key", None)
-        if (not isinstance(key, str) or type(cb).state_dict is Callback.state_dict  # stateless: Lightning allows two
-                or not type(cb).__module__.startswith("lightning.pytorch.callbacks")):  # ours resolve their own
-            continue
-        if key in seen:
-            raise ConfigError(f"trainer.callbacks: two {type(cb).__name__} callbacks with the same settings ({key}); "
-                              "Lightning cannot save both in a checkpoint: drop one (the config may list one already) "
-                              "or give it another monitor / every_n_epochs")
-        seen[key] = type(cb).__name__
 
 
 def _is_size_mismatch(err: BaseException) -> bool:

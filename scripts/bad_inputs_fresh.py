@@ -1350,6 +1350,8 @@ def _child(case: Case, d: Path, out_path: Path, err_path: Path) -> None:
         err_fd = os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
         os.dup2(out_fd, 1)
         os.dup2(err_fd, 2)
+        sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)  # under pytest, sys.stdout/err are its buffers
+        sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
         os.setsid()
         if case.fsize is not None:
             import resource
