@@ -75,8 +75,9 @@ def test_a_world_that_breaks_the_contract_or_raises_in_the_probe_is_one_line(use
 
 
 def test_a_world_whose_constructor_raises_a_runtime_error_is_one_line(user_code, capsys):
-    (user_code / "uw2.py").write_text("class W:\n    def __init__(self, num_envs: int = 4, device: str = 'cpu', "
-                                      "seed: int = 0):\n        raise RuntimeError('GPU driver missing')\n")
+    (user_code / "uw2.py").write_text("from uw import Good\n\n\nclass W(Good):\n    def __init__(self, num_envs: int = 4, "
+                                      "device: str = 'cpu', seed: int = 0):\n"
+                                      "        raise RuntimeError('GPU driver missing')\n")
     sys.modules.pop("uw2", None)
     message = _one_error_line(capsys, lambda: main([*CARTPOLE, "--data.env", "uw2.W"]))
     assert message.startswith("error: data.env: ") and "raised RuntimeError: GPU driver missing" in message, message
