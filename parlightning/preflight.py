@@ -103,8 +103,8 @@ def check_config_file(path: str) -> None:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = " ".join(str(getattr(err, "problem", None) or err).split())
-        raise ConfigError(f"--config {path}: not valid YAML{where} ({problem}); fix the file (indent with spaces, "
-                          "close every [ and quote)") from None
+        raise ConfigError(f"--config {path}: not valid YAML{where} ({problem}); --config needs a YAML file: fix it "
+                          "(indent with spaces, close every [ and quote)") from None
     if config is None:
         raise ConfigError(f"--config {path}: the file is empty; a config is a YAML mapping of sections "
                           "(trainer:, model:, data:), e.g. configs/swarm.yaml, or drop --config")
