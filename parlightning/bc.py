@@ -29,6 +29,7 @@ from torch import Tensor
 
 from parlightning.envs.base import action_mask_of
 from parlightning.errors import ConfigError
+from parlightning.outputs import check_output_file
 from parlightning.evaluate import build_env, env_spec, greedy_action, load_policy
 from parlightning.policies import padding_logit
 
@@ -200,6 +201,8 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     p.add_argument("--json", help="also write the report here")
     a = p.parse_args(argv)
     try:
+        check_output_file("--out", a.out)  # before the teacher plays or anything is written
+        check_output_file("--json", a.json)
         report = clone(a.config, a.teacher, a.out, a.rounds, a.num_envs, a.epochs, a.lr, a.minibatch,
                        a.label_smoothing, a.seed)
     except ConfigError as err:

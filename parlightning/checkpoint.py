@@ -255,8 +255,30 @@ def load_checkpoint_file(path: str) -> dict[str, Any]:
     if not isinstance(checkpoint, dict) or not {"state_dict", "loops", "optimizer_states"} <= checkpoint.keys():
         raise ConfigError(f"--ckpt_path: {path!r} is not a Lightning training checkpoint (no state_dict, loops and "
                           f"optimizer states); {fix}")
+    _check_structure(checkpoint, path, fix)
     verify_checkpoint(checkpoint, path)
     return checkpoint
+
+
+def _check_structure(checkpoint: dict[str, Any], path: str, fix: str) -> None:
+    """The non-tensor parts the checksum does not cover, as Lightning writes them: a counter or a
+    loop's state edited into another type or a negative count is refused before Lightning trips on it."""
+    wrong = None
+    for key in ("epoch", "global_step"):
+        value = checkpoint.get(key, 0)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            wrong = f"its {key} is {value!r:.40}, not a count >= 0"
+    if not isinstance(checkpoint["state_dict"], dict):
+        wrong = f"its state_dict is a {type(checkpoint['state_dict']).__name__}, not a mapping of tensors"
+    elif not isinstance(checkpoint["loops"], dict) or not all(isinstance(v, dict) for v in checkpoint["loops"].values()):
+        wrong = "its loops are not a mapping of each loop's state"
+    elif not isinstance(checkpoint["optimizer_states"], list) or not all(
+            isinstance(v, dict) for v in checkpoint["optimizer_states"]):
+        wrong = "its optimizer_states are not a list of optimizer state mappings"
+    elif not isinstance(checkpoint.get("callbacks", {}), dict):
+        wrong = "its callbacks state is not a mapping"
+    if wrong is not None:
+        raise ConfigError(f"--ckpt_path: {path!r} is damaged or edited: {wrong}; {fix}")
 
 
 def _damaged_entry(path: str) -> Optional[str]:
@@ -378,6 +400,10 @@ def check_output_dirs(trainer: Any) -> None:
     places = [("trainer.default_root_dir", trainer.default_root_dir)]
     for logger in trainer.loggers:
         places.append(("trainer.logger.save_dir", getattr(logger, "save_dir", None) or getattr(logger, "root_dir", None)))
+        root = getattr(logger, "root_dir", None)  # save_dir/name (lightning_logs): a file there blocks every version_N
+        if root is not None and os.path.exists(str(root)) and not os.path.isdir(str(root)):
+            raise ConfigError(f"trainer.logger: {str(root)!r} is a file, but the logger keeps its runs in a folder of "
+                              "that name; move the file or set trainer.default_root_dir / trainer.logger.save_dir")
     for cb in trainer.checkpoint_callbacks:
         places.append(("ModelCheckpoint.dirpath", getattr(cb, "dirpath", None)))
     for field, folder in places:

@@ -28,7 +28,7 @@ from parlightning.checkpoint import gather_ranks
 from parlightning.collection import Collector, RoundHooks, make_collector
 from parlightning.collection.planning import RoundPlanner
 from parlightning.config_types import ClosedUnitInterval, NonNegativeInt, PositiveInt, check_args
-from parlightning.envs.base import BatchedEnv
+from parlightning.envs.base import BatchedEnv, task_ids_of
 from parlightning.errors import ConfigError
 from parlightning.parallel import family_of
 from parlightning.preflight import check_datamodule, env_signature
@@ -278,6 +278,11 @@ class RolloutDataModule(pl.LightningDataModule):
         return check_datamodule(self, device, ranks_here)
 
     def _check_reward_cap(self, env: BatchedEnv) -> None:
+        if self.reward is not None and task_ids_of(env) is None:  # no tasks, no EpisodeParts: PARL would add 0
+            raise ConfigError(
+                f"data.reward: {type(self.reward).__name__} shapes episodes by their parts (subagents, outcome), but "
+                f"{type(env).__name__} has no tasks and reports none; set data.reward: null (train on the env's reward)"
+            )
         cap = getattr(env, "max_subagents", None)
         if self.reward is not None and cap is not None and self.reward.max_subagents != cap:
             raise ConfigError(

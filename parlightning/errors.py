@@ -127,6 +127,16 @@ def parser_error_line(message: str) -> str:
     unknown = re.search(r"Option '([^']+)' is not accepted", message)
     if unknown is not None:  # a misspelt argument of a class named by class_path: name it and the class's own
         return _unknown_option(key, unknown.group(1), message)
+    protocol = re.search(r"Import path (?:(\S+) )?does not implement protocol (\w+)", message)
+    if protocol is not None:  # a user's class named by class_path lacks a method: say which
+        given = re.search(r"class_path='([^']+)'", message) or re.search(r"Given value: (\S+)", message)
+        path = protocol.group(1) or (given.group(1) if given else "the class")
+        return _not_protocol(key, path, protocol.group(2))
+    if "arguments are required: num_envs, device, seed" in message:  # a factory function named by class_path
+        path = re.search(r"class_path='([^']+)'", message)
+        name = path.group(1) if path else "the function"
+        return (f"{key}: {name} is a function: name it as the value ({key}: {name}), not as class_path (class_path "
+                "builds a class from init_args; the data module calls a factory with num_envs, device, seed)")
     factory = re.search(r"Expected '([^']+)' to be a function that returns", message)
     if factory is not None:  # jsonargparse reads the return annotation to know a factory builds the right thing
         path = factory.group(1)
@@ -166,3 +176,28 @@ def _unknown_option(key: str, option: str, message: str) -> str:
     hint = f"did you mean {close[0]}? " if close else ""
     listed = f" (its arguments: {', '.join(params)})" if params else ""
     return f"{key}.init_args.{option}: {path.group(1)} takes no argument {option!r}; {hint}fix the name{listed}"
+
+
+PROTOCOL_MEMBERS = {  # what each seam's protocol needs (parlightning.sampling, .parallel, .subagents.pool)
+    "TaskSampler": ("pick(keys, round_index) -> task_id", "record(task_id, score)"),
+    "ParallelStrategy": ("name", "plan(n_workers, round_index, keys) -> list[WorkUnit]"),
+    "SubagentPool": ("spawn(instruction) -> handle", "poll(handle)", "cancel(handle)", "close()"),
+}
+
+
+def _not_protocol(key: str, path: str, protocol: str) -> str:
+    """`key: path` does not implement `protocol`: name the members it lacks (or whose call shape differs)."""
+    import importlib
+
+    members = PROTOCOL_MEMBERS.get(protocol, ())
+    module, _, name = path.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError):
+        cls = None
+    missing = [m for m in members if cls is not None and not hasattr(cls, m.split("(")[0])]
+    needs = f"a {protocol} needs {', '.join(members)}" if members else f"it must implement {protocol}"
+    if missing:
+        return f"{key}: {path} is not a {protocol}: it has no {', '.join(m.split('(')[0] for m in missing)}; {needs}"
+    return (f"{key}: {path} does not match {protocol}: a method takes other arguments than the protocol's; "
+            f"{needs} (same argument names and order)")

@@ -28,6 +28,7 @@ from torch import Tensor
 
 from parlightning.envs.base import action_mask_of
 from parlightning.errors import ConfigError
+from parlightning.outputs import check_output_file
 
 FIELDS = ("outcome", "critical_steps", "serial_steps", "n_subagents", "assigned", "completed")
 
@@ -205,9 +206,15 @@ def build_env(cls: type, init_args: dict, num_envs: int, seed: int, split: Optio
         if "split" not in params:
             raise ConfigError(f"--split: {cls.__name__} has no task splits; drop --split")
         args["split"] = split
-    if "num_envs" in params or "env_id" in params:
-        return cls(num_envs=num_envs, device=device, seed=seed, **args)
-    return cls(num_envs, device, seed, **args)
+    try:
+        if "num_envs" in params or "env_id" in params:
+            return cls(num_envs=num_envs, device=device, seed=seed, **args)
+        return cls(num_envs, device, seed, **args)
+    except ConfigError:
+        raise
+    except (ValueError, TypeError) as err:  # the world's own checks of the config's data.env.init_args
+        text = " ".join(str(err).split())
+        raise ConfigError(f"data.env: {cls.__name__}: {text} (in the --config's data.env.init_args)") from None
 
 
 # ---------------------------------------------------------------------------------- output
@@ -308,11 +315,30 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def check_device(flag: str, device: str) -> None:
+    """`--device` names a device torch knows and this machine has."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError, TypeError):
+        raise ConfigError(f"{flag}: {device!r} is not a torch device; use cpu, cuda or cuda:N") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"{flag}: {device!r} asked for, but this torch has no usable CUDA device; use --device cpu")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise ConfigError(f"{flag}: {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    if dev.type not in ("cpu", "cuda", "mps"):
+        raise ConfigError(f"{flag}: {device!r}: evaluate runs on cpu or cuda")
+
+
 def evaluate(a: argparse.Namespace) -> dict[str, Any]:
     if (a.ckpt_path is None) == (a.policy is None):
         raise ConfigError("--ckpt_path / --policy: give exactly one (a trained checkpoint or a scripted baseline)")
     if a.episodes <= 0:
         raise ConfigError(f"--episodes: must be a positive integer, got {a.episodes}")
+    if not 0 <= a.seed <= 2**32 - 1:
+        raise ConfigError(f"--seed: {a.seed} is outside the seed range 0..{2**32 - 1}; pick a seed in that range")
+    check_device("--device", a.device)
+    for flag in ("json", "gantt", "trace", "video"):  # every file it will write, before anything runs
+        check_output_file(f"--{flag}", getattr(a, flag, None))
     banks, seeds = getattr(a, "bank_seeds", None), getattr(a, "seeds", None)
     for flag, values in (("--bank_seeds", banks), ("--seeds", seeds)):
         if values is not None and (not values or any(v < 0 for v in values) or len(set(values)) != len(values)):
@@ -326,8 +352,6 @@ def evaluate(a: argparse.Namespace) -> dict[str, Any]:
             import imageio  # noqa: F401
         except ImportError:
             raise ConfigError("--video: needs imageio (pip install imageio); drop --video or install it") from None
-    if a.trace and not os.path.isdir(os.path.dirname(os.path.abspath(a.trace))):  # before anything runs
-        raise ConfigError(f"--trace: the folder of {a.trace!r} does not exist; create it or pick another path")
     import inspect
 
     params = inspect.signature(cls.__init__).parameters

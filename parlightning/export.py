@@ -26,9 +26,11 @@ from typing import Optional, Sequence
 import torch
 from torch import Tensor, nn
 
+from parlightning.checkpoint import load_checkpoint_file
 from parlightning.envs.base import ActionSpec
 from parlightning.envs.normalize import ObsNormalizer, normalizer_from_checkpoint
 from parlightning.errors import ConfigError
+from parlightning.outputs import check_output_file
 from parlightning.policies import ActorCritic, CategoricalHead
 
 FORMATS = ("pt2", "onnx")
@@ -68,11 +70,7 @@ def load_policy(ckpt_path: str | os.PathLike) -> tuple[ActorCritic, tuple[int, .
     if not os.path.isfile(ckpt_path):
         raise ConfigError(f"--ckpt_path: no checkpoint file at {str(ckpt_path)!r}; pass a .ckpt written by "
                           "python -m parlightning.fit (e.g. lightning_logs/version_0/checkpoints/last.ckpt)")
-    try:
-        ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=True)
-    except Exception as err:  # truncated, corrupt or not a torch file
-        raise ConfigError(f"--ckpt_path: {str(ckpt_path)!r} is not a readable checkpoint ({type(err).__name__}); "
-                          "pass a .ckpt written by python -m parlightning.fit") from None
+    ckpt = load_checkpoint_file(str(ckpt_path))  # truncated, corrupt, edited (checksum) or non-finite: one line
     hp, spaces = ckpt.get("hyper_parameters") or {}, ckpt.get("policy_spaces")
     if spaces is None or "state_dict" not in ckpt:
         raise ConfigError(f"--ckpt_path: {str(ckpt_path)!r} has no policy spaces; it was not written by a PPOModule "
@@ -153,9 +151,12 @@ def main(argv: Optional[list[str]] = None) -> None:
     a = parser.parse_args(argv)
     fmt = a.format or ("onnx" if a.out.endswith(".onnx") else "pt2")
     try:
+        suffix = Path(a.out).suffix
+        if a.format is None and suffix not in ("", ".pt2", ".onnx", ".pt"):
+            raise ConfigError(f"--out: {a.out!r} ends in {suffix}, which names neither format; write policy.pt2 "
+                              "(torch.export) or policy.onnx, or pass --format pt2|onnx")
+        check_output_file("--out", a.out)  # before the checkpoint is read or anything is traced
         policy, obs_shape = load_policy(a.ckpt_path)
-        if not Path(a.out).parent.is_dir():
-            raise ConfigError(f"--out: the folder {str(Path(a.out).parent)!r} does not exist; create it or pick another path")
         normalizer = load_normalizer(a.ckpt_path)
         out = export_policy(policy, obs_shape, a.out, fmt, normalizer)
     except ConfigError as err:

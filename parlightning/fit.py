@@ -10,6 +10,7 @@ PPOModule owns its optimizer and lr annealing (subclass it to change them).
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 import types
@@ -141,6 +142,14 @@ def build_cli(args: list[str]) -> ParlCLI:
         raise SystemExit(f"error: {moved_hint(parser_error_line(str(err)))}") from None
     except (ValueError, TypeError, MisconfigurationException) as err:  # __init__ checks (ours and the Trainer's)
         raise SystemExit(f"error: {root_error_line(err)}") from None
+    except RuntimeError as err:  # the Trainer's callback check: two stateful callbacks with one state key
+        if "more than one stateful callback" not in str(err):
+            raise
+        kind = re.search(r"type `(\w+)`", str(err))
+        name = kind.group(1) if kind else "callback"
+        raise SystemExit(f"error: trainer.callbacks: two {name} callbacks with the same settings (state key); "
+                         "Lightning cannot save both in a checkpoint: drop one (the config may list one already) or "
+                         "give it another monitor / every_n_epochs") from None
 
 
 def preflight(cli: ParlCLI, ckpt: Optional[str]) -> dict:

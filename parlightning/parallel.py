@@ -76,7 +76,9 @@ class ParallelStrategy(Protocol):
 
     name: str
 
-    def plan(self, n_workers: int, round_index: int, keys: Sequence[str]) -> list[WorkUnit]: ...
+    # Annotated `Any` on purpose: the config parser matches a class_path against the protocol's annotations
+    # exactly, so a user's unannotated strategy would be refused. Meant: (int, int, Sequence[str]) -> list[WorkUnit].
+    def plan(self, n_workers: Any, round_index: Any, keys: Any) -> Any: ...
 
 
 def _label(strategy: Any) -> str:
@@ -105,8 +107,13 @@ def checked_plan(strategy: Any, n_workers: int, round_index: int, keys: Sequence
     validate = getattr(strategy, "validate", None)
     if callable(validate):
         validate(n_workers)
-    units = strategy.plan(n_workers, round_index, keys)
     who = _label(strategy)
+    try:
+        units = strategy.plan(n_workers, round_index, keys)
+    except (ValueError, TypeError):  # a plan's own refusal: reported on the config field as it is
+        raise
+    except Exception as err:  # the user's plan failing otherwise: named (the caller reports it on its config field)
+        raise ValueError(f"{who}.plan raised {type(err).__name__}: {' '.join(str(err).split())[:300]}") from err
     if not isinstance(units, (list, tuple)) or not all(isinstance(u, WorkUnit) for u in units):
         raise TypeError(f"{who}.plan must return a list of WorkUnit, got {type(units).__name__}")
     workers = sorted(u.worker for u in units)

@@ -21,12 +21,12 @@ import glob
 import math
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Optional, Sequence
 
 import numpy as np
 
 from parlightning.errors import ConfigError
+from parlightning.outputs import check_output_file
 
 T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
@@ -154,23 +154,29 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
 
 def plot(a: argparse.Namespace) -> list[Curve]:
     groups: list[tuple[str, list[str]]] = []
+    asked: dict[str, list[str]] = {}  # each group's patterns, to name them when they match nothing
     if a.runs:
         groups.append(("runs", sorted({r for pattern in a.runs for r in find_runs(pattern)})))
+        asked["runs"] = list(a.runs)
     for item in a.group:
         name, sep, patterns = item.partition("=")
         if not sep or not name or not patterns:
             raise ConfigError(f"--group: expected NAME=PATTERN (e.g. mlp='runs/mlp_*'), got {item!r}")
         groups.append((name, sorted({r for pattern in patterns.split(",") for r in find_runs(pattern)})))
+        asked[name] = patterns.split(",")
     if not groups:
         raise ConfigError("runs: name at least one run folder (or --group NAME=PATTERN)")
     for name, runs in groups:
         if not runs:
-            raise ConfigError(f"runs: no TensorBoard event files under {name!r}'s folders; pass run folders such "
-                              "as lightning_logs/version_0 (or a folder above them)")
+            shown = ", ".join(repr(p) for p in asked.get(name, []))
+            matched = [p for p in asked.get(name, []) if glob.glob(p)]
+            why = "holds none" if matched else "matches no file or folder"
+            raise ConfigError(f"{'runs' if name == 'runs' else '--group ' + name}: no TensorBoard event files: {shown} "
+                              f"{why}; pass run folders such as lightning_logs/version_0 (or a folder above them)")
     if a.smooth < 1 or a.points < 2:
         raise ConfigError("--smooth / --points: need --smooth >= 1 and --points >= 2")
-    if not Path(a.out).resolve().parent.is_dir():
-        raise ConfigError(f"--out: the folder of {a.out!r} does not exist; create it or pick another path")
+    check_output_file("--out", a.out)
+    check_output_file("--csv", a.csv)
     curves = [group_curve(name, runs, a.tag, a.points, a.smooth, a.band) for name, runs in groups]
     draw(curves, a.out, a.tag, a.title, a.band)
     if a.csv:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
+import numbers
 import os
 import re
 from typing import Any, Callable, Optional, Sequence
@@ -19,7 +20,7 @@ import torch
 import yaml
 from torch import Tensor
 
-from parlightning.errors import ConfigError
+from parlightning.errors import ConfigError, ReportedError
 
 SEED_RANGE = (0, 2**32 - 1)  # numpy's (and Lightning's seed_everything's) seed range
 PROBE_ACTORS = 2  # actors of the env built to check its contract and measure its shapes
@@ -95,8 +96,15 @@ def check_config_file(path: str) -> None:
         config = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
     except ConfigError as err:
         raise ConfigError(f"--config {path}: {err}") from None
-    except yaml.YAMLError:
-        return  # not YAML at all: the parser's own message says so
+    except RecursionError:
+        raise ConfigError(f"--config {path}: nested too deeply to read (thousands of [ or {{ levels); a config is a "
+                          "few levels of mappings") from None
+    except yaml.YAMLError as err:  # name the file (of several --config) and the line
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = " ".join(str(getattr(err, "problem", None) or err).split())
+        raise ConfigError(f"--config {path}: not valid YAML{where} ({problem}); --config needs a YAML file: fix it "
+                          "(indent with spaces, close every [ and quote)") from None
     if config is None:
         raise ConfigError(f"--config {path}: the file is empty; a config is a YAML mapping of sections "
                           "(trainer:, model:, data:), e.g. configs/swarm.yaml, or drop --config")
@@ -158,6 +166,8 @@ def check_config(config: Any) -> None:
         raise ConfigError(f"data.bptt_len: {data.get('bptt_len')} is the chunk length of a recurrent policy, but "
                           "model.policy is mlp (trained on single steps); drop data.bptt_len or set model.policy: gru")
     trainer = config.get("trainer") or {}
+    _check_trainer(trainer)
+    _check_finite(config)
     clip = trainer.get("gradient_clip_val")
     if isinstance(clip, (int, float)) and not isinstance(clip, bool) and not clip >= 0:
         raise ConfigError(f"trainer.gradient_clip_val: must be >= 0 (0 or null: no clipping), got {clip}; PPOModule "
@@ -166,6 +176,35 @@ def check_config(config: Any) -> None:
     if data.get("collect_in") == "process" and accelerator in ("gpu", "cuda", "mps"):
         raise ConfigError(f"data.collect_in: process collects on the CPU, but trainer.accelerator is {accelerator}; "
                           "use data.collect_in: thread with a GPU")
+
+
+TRAINER_AT_LEAST_ONE = ("log_every_n_steps", "accumulate_grad_batches", "check_val_every_n_epoch",
+                        "reload_dataloaders_every_n_epochs")  # Lightning accepts 0 or negative for some and misbehaves
+
+
+def _check_trainer(trainer: Any) -> None:
+    """Trainer values Lightning takes without a word (or fails on with a ZeroDivisionError)."""
+    for key in TRAINER_AT_LEAST_ONE:
+        value = trainer.get(key)
+        low = 0 if key == "reload_dataloaders_every_n_epochs" else 1
+        if isinstance(value, int) and not isinstance(value, bool) and value < low:
+            raise ConfigError(f"trainer.{key}: must be an integer >= {low}, got {value}")
+    max_time = trainer.get("max_time")
+    if isinstance(max_time, str):
+        parts = max_time.split(":")
+        if len(parts) != 4 or not all(p.strip().isdigit() for p in parts):
+            raise ConfigError(f"trainer.max_time: {max_time!r} is not a duration; write DD:HH:MM:SS (e.g. "
+                              "00:12:00:00 for 12 hours) or a mapping such as {hours: 12}")
+
+
+def _check_finite(node: Any, key: str = "") -> None:
+    """A NaN anywhere in the config is a mistake (it passes every range check: nan < x is False)."""
+    if isinstance(node, float) and node != node:
+        raise ConfigError(f"{key}: is nan; give a number")
+    items = node.items() if isinstance(node, dict) else (
+        vars(node).items() if type(node).__name__ == "Namespace" else enumerate(node) if isinstance(node, list) else ())
+    for k, v in items:
+        _check_finite(v, f"{key}.{k}" if key else str(k))
 
 
 def _check_seed(field: str, seed: int) -> None:
@@ -186,12 +225,61 @@ def build_env(factory: Callable[..., Any], num_envs: int, device: str, seed: int
         raise ConfigError(_env_field(factory, f"{type(err).__name__}: {err}")) from None
     except (RuntimeError, MemoryError) as err:  # the allocator: a world too large to build at all
         text = str(err)
-        if not isinstance(err, MemoryError) and "allocate" not in text and "out of memory" not in text:
+        if isinstance(err, ReportedError):
             raise
+        if not isinstance(err, MemoryError) and "allocate" not in text and "out of memory" not in text:
+            raise ConfigError(f"data.env: {_factory_name(factory)}(num_envs={num_envs}) raised {_raised(err)}; fix "
+                              "the world's constructor or its data.env.init_args") from None
         asked = re.search(r"allocate (\d+) bytes", text)
         size = f" ({_size(int(asked.group(1)))} in one tensor)" if asked else ""
         raise ConfigError(f"data.env: building the world with {num_envs} actors ran out of memory{size}; lower its "
                           "size settings (e.g. data.env.init_args.max_width, max_subagents) or data.num_envs") from None
+    except (Exception, SystemExit) as err:  # the user's own constructor failing: name it, without a traceback
+        raise ConfigError(f"data.env: {_factory_name(factory)}(num_envs={num_envs}) raised {_raised(err)}; fix the "
+                          "world's constructor or its data.env.init_args") from None
+
+
+def _factory_name(factory: Callable[..., Any]) -> str:
+    if isinstance(factory, functools.partial):
+        factory = next((a for a in reversed(factory.args) if isinstance(a, type)), factory.func)
+    return getattr(factory, "__qualname__", type(factory).__name__)
+
+
+def _raised(err: BaseException) -> str:
+    text = " ".join(str(err).split())
+    return f"{type(err).__name__}: {text[:300]}" if text else type(err).__name__
+
+
+def _call_world(name: str, method: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """One call of the user's world in the probe; anything it raises (SystemExit too) is one line."""
+    try:
+        return fn(*args, **kwargs)
+    except (ConfigError, ReportedError):  # already one line naming the world (e.g. ExternalWorldError)
+        raise
+    except (Exception, SystemExit) as err:
+        raise ConfigError(f"data.env: {name}.{method} raised {_raised(err)} in the preflight probe "
+                          f"({PROBE_ACTORS} actors, before anything ran); fix the world's {method}") from None
+
+
+def _check_spaces(name: str, env: Any) -> None:
+    """observation_shape a tuple of positive ints, action_spec an ActionSpec with at least one action."""
+    from parlightning.envs.base import ActionSpec
+
+    shape = env.observation_shape
+    if not isinstance(shape, (tuple, list, torch.Size)) or not all(
+            isinstance(d, numbers.Integral) and not isinstance(d, bool) and d > 0 for d in shape):
+        raise ConfigError(f"data.env: {name}.observation_shape is {shape!r}; it must be a tuple of positive ints "
+                          "(one observation's shape, e.g. (4,))")
+    spec = env.action_spec
+    if not isinstance(spec, ActionSpec):
+        raise ConfigError(f"data.env: {name}.action_spec is {type(spec).__name__} {spec!r:.60}, not an ActionSpec; "
+                          "use parlightning.envs.ActionSpec('discrete', nvec=(n,)) (or multi_discrete / continuous)")
+    if spec.kind not in ("discrete", "multi_discrete", "continuous"):
+        raise ConfigError(f"data.env: {name}.action_spec.kind is {spec.kind!r}; use discrete, multi_discrete or "
+                          "continuous")
+    if spec.is_discrete and (not spec.nvec or not all(isinstance(n, numbers.Integral) and n >= 1 for n in spec.nvec)):
+        raise ConfigError(f"data.env: {name}.action_spec.nvec is {spec.nvec!r}; every action dimension needs at "
+                          "least one category (e.g. nvec=(2,))")
 
 
 def _env_field(factory: Callable[..., Any], message: str) -> str:
@@ -228,15 +316,18 @@ def check_env(env: Any, num_envs: int, seed: int) -> None:
     for attr in ("observation_shape", "action_spec"):
         if not hasattr(env, attr):
             raise ConfigError(f"data.env: {name} has no `{attr}`; a BatchedEnv needs it")
+    _check_spaces(name, env)
     if getattr(env, "num_envs", num_envs) != num_envs:
         raise ConfigError(f"data.env: asked for {num_envs} actors, {name} built {env.num_envs}; the env must "
                           "build num_envs actors (data.num_envs)")
     shape = (num_envs, *tuple(env.observation_shape))
     tasks = getattr(env, "task_ids", None)
     first = torch.zeros(num_envs, dtype=torch.long)
-    obs = env.reset(seed=seed, task_index=first) if tasks is not None else env.reset(seed=seed)
+    reset_kwargs = {"seed": seed, "task_index": first} if tasks is not None else {"seed": seed}
+    obs = _call_world(name, "reset", env.reset, **reset_kwargs)
     _check_obs(name, "reset", "observations", obs, shape)
-    res = env.step(probe_action(env.action_spec, num_envs), first if tasks is not None else None)
+    res = _call_world(name, "step", env.step, probe_action(env.action_spec, num_envs),
+                      first if tasks is not None else None)
     for field in ("obs", "reward", "terminated", "truncated", "final_obs"):
         if not hasattr(res, field):
             raise ConfigError(f"data.env: {name}.step returned {type(res).__name__} without `{field}`; return a "
@@ -268,6 +359,9 @@ def _check_tensor(env: str, method: str, what: str, value: Any, shape: tuple[int
                           f"actors{declared} (expected {list(shape)}); return {want}{hint}")
     if not dtype_ok(value):
         raise ConfigError(f"data.env: {env}.{method} returned {what} of dtype {value.dtype}; return {want}")
+    if value.device.type != "cpu":  # the probe is built on the CPU (device="cpu"): its tensors belong there
+        raise ConfigError(f"data.env: {env}.{method} returned {what} on device {value.device}, but the world was "
+                          "built with device='cpu'; create its tensors on self.device")
 
 
 def env_signature(env: Any) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from torch import Tensor
 
 from parlightning.config_types import NonNegativeFinite, PositiveFinite, check_args, restricted_number_type
 from parlightning.counters import AgreedCounters
+from parlightning.errors import ReportedError
 
 PassThreshold = restricted_number_type("PassThreshold", float, [(">", 0.0), ("<=", 1.0)],
                                        docstring="the score that counts as a pass, in (0, 1]")
@@ -30,11 +31,16 @@ FlipRate = restricted_number_type("FlipRate", float, [(">=", 0.0), ("<", 0.5)], 
 
 @runtime_checkable
 class TaskSampler(Protocol):
-    """Picks one task id from a shard (never mutating it) and learns from scored episodes."""
+    """Picks one task id from a shard (never mutating it) and learns from scored episodes:
+    `pick(keys: Sequence[str], round_index: int) -> str` and `record(task_id: str, score: float)`.
 
-    def pick(self, keys: Sequence[str], round_index: int) -> str: ...
+    The methods are annotated `Any` on purpose: the config parser matches a class named by
+    `class_path` against this protocol's annotations exactly, so a user's class with no (or other)
+    annotations would be refused; any class with the two methods qualifies."""
 
-    def record(self, task_id: str, score: float) -> None: ...
+    def pick(self, keys: Any, round_index: Any) -> Any: ...
+
+    def record(self, task_id: Any, score: Any) -> Any: ...
 
 
 @runtime_checkable
@@ -693,11 +699,11 @@ class _BatchedAdapter:
         keys = tuple(self._task_ids[i] for i in shard.tolist())
         picks = []
         for _ in range(self.queue_length):
-            task_id = self.sampler.pick(keys, round_index)
+            task_id = self._call("pick", keys, round_index)
             if task_id not in self._index:
-                raise ValueError(
-                    f"{type(self.sampler).__name__}.pick returned {task_id!r}, which is not in the shard "
-                    f"it was given; pick must return one of `keys`"
+                raise ReportedError(
+                    f"data.sampler: {type(self.sampler).__name__}.pick returned {task_id!r:.80}, which is not in the "
+                    f"shard it was given; pick must return one of `keys`"
                 )
             picks.append(self._index[task_id])
         self._queue = torch.tensor(picks, dtype=torch.long, device=self._device)
@@ -717,7 +723,18 @@ class _BatchedAdapter:
         if mask is not None:  # this path syncs anyway: call it off the step loop
             task_index, score = task_index[mask], score[mask]
         for i, s in zip(task_index.tolist(), score.tolist()):
-            self.sampler.record(self._task_ids[i], float(s))
+            self._call("record", self._task_ids[i], float(s))
+
+    def _call(self, method: str, *args: Any) -> Any:
+        """The user's pick / record; what it raises is one line naming the sampler (not a traceback)."""
+        try:
+            return getattr(self.sampler, method)(*args)
+        except ReportedError:
+            raise
+        except Exception as err:
+            text = " ".join(str(err).split())[:300]
+            raise ReportedError(f"data.sampler: {type(self.sampler).__name__}.{method} raised {type(err).__name__}"
+                                f"{': ' + text if text else ''}; fix the sampler") from err
 
     def signals(self) -> dict[str, Tensor]:
         """The wrapped sampler's `signals()` when it has one, else nothing."""

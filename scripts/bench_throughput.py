@@ -45,6 +45,14 @@ sys.path.insert(0, str(ROOT / "scripts"))
 CONFIG = ROOT / "configs" / "swarm.yaml"
 
 
+def non_negative_int(text: str) -> int:
+    """argparse type: an integer >= 0."""
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {value}")
+    return value
+
+
 def positive_int(text: str) -> int:
     """argparse type: an integer >= 1 (argparse prints `error: argument --x: ...` and exits 2)."""
     value = int(text)
@@ -522,9 +530,9 @@ def parse(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--num-minibatches", type=positive_int, default=4)
     p.add_argument("--repeats", type=positive_int, default=3, help="fresh runs per (N, path)")
     p.add_argument("--iterations", type=positive_int, default=3, help="measured iterations per run")
-    p.add_argument("--warmup", type=int, default=1, help="iterations per run not counted")
+    p.add_argument("--warmup", type=non_negative_int, default=1, help="iterations per run not counted")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
-    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads per process")
+    p.add_argument("--threads", type=positive_int, default=1, help="torch intra-op threads per process")
     p.add_argument("--env-n", type=positive_int, default=4096, help="actors for the SwarmEnv.step measurement")
     p.add_argument("--skip-env", action="store_true", help="do not measure SwarmEnv.step alone")
     p.add_argument("--compile", action="store_true",

@@ -24,6 +24,7 @@ import torch  # noqa: E402
 
 from parlightning.evaluate import build_env, env_spec  # noqa: E402
 from parlightning.sampling import RoundRobin  # noqa: E402
+from parlightning.cli_types import positive_int  # noqa: E402
 
 
 def bench(configs: list[str], n: int, device: str, blocks: int, steps: int, compiled: bool = False) -> dict:
@@ -65,11 +66,11 @@ def line(name: str, r: dict) -> str:
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cpu")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--n", type=int, default=4096, help="actors on the default config")
-    p.add_argument("--wide-n", type=int, default=1024, help="actors on the wide config")
-    p.add_argument("--blocks", type=int, default=5)
-    p.add_argument("--steps", type=int, default=32, help="env steps per block")
+    p.add_argument("--threads", type=positive_int, default=1)
+    p.add_argument("--n", type=positive_int, default=4096, help="actors on the default config")
+    p.add_argument("--wide-n", type=positive_int, default=1024, help="actors on the wide config")
+    p.add_argument("--blocks", type=positive_int, default=5)
+    p.add_argument("--steps", type=positive_int, default=32, help="env steps per block")
     p.add_argument("--quick", action="store_true", help="2 blocks of 8 steps")
     p.add_argument("--step", choices=["both", "eager", "compiled"], default=None,
                    help="which step to measure: eager, compiled (SwarmEnv(compile=True), CPU only) or both side by "

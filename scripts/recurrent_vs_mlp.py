@@ -68,8 +68,8 @@ def main_(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--epochs", type=positive_int, default=None, help="trainer.max_epochs (default: the config's)")
     parser.add_argument("--num_envs", type=positive_int, default=None, help="data.num_envs (default: the config's)")
-    parser.add_argument("--delay", type=int, default=None, help="memory: steps between cue and query")
-    parser.add_argument("--n_cues", type=int, default=None, help="memory: number of cues")
+    parser.add_argument("--delay", type=positive_int, default=None, help="memory: steps between cue and query")
+    parser.add_argument("--n_cues", type=positive_int, default=None, help="memory: number of cues")
     parser.add_argument("--quick", action="store_true", help="smoke run: mlp and gru, seed 0, 2 iterations of 32 actors")
     args = parser.parse_args(argv)
     if args.quick:

@@ -35,6 +35,17 @@ from typing import Any, Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = {"fast": ROOT / "configs" / "cartpole_fast.yaml", "gym": ROOT / "configs" / "cartpole.yaml"}
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (kept here: this script times interpreter start-up, so it imports little)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
 LABELS = {"fast": "parlightning, configs/cartpole_fast.yaml", "gym": "parlightning, configs/cartpole.yaml (Gymnasium)",
           "sb3": "Stable-Baselines3 PPO, rl-zoo tuned"}
 BUDGET = {"fast": None, "gym": None, "sb3": 100_000}  # env steps; None: the config's trainer.max_epochs; sb3: rl-zoo's
@@ -226,7 +237,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--paths", nargs="+", choices=list(LABELS), default=list(LABELS))
     parser.add_argument("--quick", action="store_true",
                         help="1 seed, the fast path only, 8,192 env steps: checks the script runs (does not solve)")
-    parser.add_argument("--budget", type=int, default=None,
+    parser.add_argument("--budget", type=positive_int, default=None,
                         help="env steps per run (default: the configs' trainer.max_epochs; SB3 rl-zoo's 100,000)")
     parser.add_argument("--logdir", type=Path, default=Path("runs") / "time_to_solve", help="untracked scratch folder")
     parser.add_argument("--json", type=Path, default=None, help="also write the raw results here")

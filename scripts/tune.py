@@ -26,6 +26,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
+from parlightning.cli_types import positive_int  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -54,9 +56,9 @@ def score(run_dir: Path, last: int) -> float:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", default=str(ROOT / "configs" / "cartpole_tensor.yaml"), help="the fit config to tune")
-    p.add_argument("--trials", type=int, default=20)
-    p.add_argument("--iterations", type=int, default=40, help="PPO iterations (trainer.max_epochs) per trial")
-    p.add_argument("--last", type=int, default=5, help="score: mean episodic return of the last N iterations")
+    p.add_argument("--trials", type=positive_int, default=20)
+    p.add_argument("--iterations", type=positive_int, default=40, help="PPO iterations (trainer.max_epochs) per trial")
+    p.add_argument("--last", type=positive_int, default=5, help="score: mean episodic return of the last N iterations")
     p.add_argument("--seed", type=int, default=0, help="the sampler's seed and every trial's fit seed")
     p.add_argument("--out", default="runs/tune", help="study folder: one run folder per trial, study.json")
     p.add_argument("--override", action="append", default=[], help="extra fit override for every trial (key=value)")
@@ -69,6 +71,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from parlightning import fit
 
     overrides = list(a.override)
+    for item in overrides:  # before the study folder is made
+        if "=" not in item or item.startswith("=") or item.startswith("-"):
+            raise SystemExit(f"error: --override: expected key=value (e.g. model.ent_coef=0.0), got {item!r}")
     if a.quick:
         a.trials, a.iterations, a.last = 2, 2, 1
         overrides += ["data.num_envs=8", "data.num_steps=16", "data.num_minibatches=2"]
@@ -87,7 +92,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         return value
 
     study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=a.seed))
-    study.optimize(objective, n_trials=a.trials)
+    from parlightning.errors import ConfigError
+
+    try:
+        study.optimize(objective, n_trials=a.trials)
+    except ConfigError as err:  # a bad --config / --override: fit's own one-line message
+        raise SystemExit(f"error: {err}") from None
     result = {
         "config": a.config, "iterations": a.iterations, "score": f"mean charts/episodic_return, last {a.last}",
         "trials": [{"number": t.number, "params": t.params, "value": t.value} for t in study.trials],

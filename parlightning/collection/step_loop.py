@@ -28,7 +28,7 @@ from torch import Tensor
 from parlightning.buffer import RolloutBuffer
 from parlightning.collection.context import RoundContext, RoundResult, StepHook
 from parlightning.envs.base import action_mask_of, check_action_mask, task_ids_of
-from parlightning.errors import ConfigError
+from parlightning.errors import ConfigError, ReportedError
 from parlightning.recurrent import RecurrentRollout
 
 STREAMS = ("env", "action", "task", "minibatch")  # the consumers of randomness, one stream each
@@ -234,7 +234,15 @@ class StepLoop:
             key = key_row[self.current_task]
             action, logprob, value = policy.act(obs, self.action_generator, key=key, **masked)
         buf.write(t, obs=obs, actions=action, logprobs=logprob, values=value, keys=key, versions=version, masks=mask)
-        res = self.env.step(action, pick)
+        try:
+            res = self.env.step(action, pick)
+        except (ConfigError, ReportedError):  # already one line naming the world (e.g. ExternalWorldError)
+            raise
+        except Exception as err:  # the user's world failing mid-run: one line naming it, not a traceback
+            text = " ".join(str(err).split())[:300]
+            raise ReportedError(f"data.env: {type(self.env).__name__}.step raised {type(err).__name__}"
+                                f"{': ' + text if text else ''} at step {t} of a rollout; fix the world (the last "
+                                "checkpoint is intact: resume it with --ckpt_path)") from err
         ep_return, ep_length = self.episode_return, self.episode_length
         ep_return += res.reward
         ep_length += 1
