@@ -139,9 +139,9 @@ def test_parl_reward_on_a_world_without_tasks_is_refused(tmp_path, capsys, monke
 
 # ---------------------------------------------------------------------------------- config values and files
 @pytest.mark.parametrize("args, says", [
-    (["--model.lr", ".nan"], "model.lr: is nan"),  # YAML's spelling (a bare `nan` is a string, refused as such)
-    (["--model.lr", ".inf"], "model.lr: must be a finite number, got inf"),
-    (["--model.vf_coef", ".inf"], "model.vf_coef: must be a finite number"),
+    (["--model.lr", ".nan"], "model.lr: must be positive (a finite number), got '.nan'"),  # YAML's spelling (a bare `nan` is a string, refused as such)
+    (["--model.lr", ".inf"], "model.lr: must be positive (a finite number), got '.inf'"),
+    (["--model.vf_coef", ".inf"], "model.vf_coef: must be >= 0 (a finite number)"),
     (["--data.env.init_args.max_episode_steps", "50", "--data.gamma", "nan"], "data.gamma"),
     (["--trainer.log_every_n_steps", "-1"], "trainer.log_every_n_steps: must be an integer >= 1"),
     (["--trainer.accumulate_grad_batches", "0"], "trainer.accumulate_grad_batches: must be an integer >= 1"),
