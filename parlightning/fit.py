@@ -32,7 +32,7 @@ from parlightning.module import PPOModule
 from parlightning.packaged import moved_hint, resolve_config_args
 from parlightning.cli_defaults import default_callbacks
 from parlightning.preflight import check_arguments, check_config, check_policy_memory
-from parlightning.rank_watch import RankWatch, flat_config
+from parlightning.rank_watch import BEAT_S, HEARTBEAT_TIMEOUT_S, STALL_TIMEOUT_S, RankWatch, flat_config
 
 
 class ParlCLI(LightningCLI):
@@ -51,6 +51,16 @@ class ParlCLI(LightningCLI):
         parser.add_argument(
             "--torch_threads", type=Optional[int], default=1,
             help="intra-op CPU threads per process (small policies run fastest with 1); null keeps torch's default",
+        )
+        parser.add_argument(
+            "--heartbeat_timeout", type=Optional[float], default=HEARTBEAT_TIMEOUT_S,
+            help="DDP: seconds without a heartbeat after which a rank is declared frozen (SIGSTOP, a debugger) "
+                 "and every rank stops; null turns it off",
+        )
+        parser.add_argument(
+            "--stall_timeout", type=Optional[float], default=STALL_TIMEOUT_S,
+            help="DDP: seconds a rank's main thread may stay on one line, not waiting for its peers, before it "
+                 "is declared stuck and every rank stops; null turns it off",
         )
 
     def parse_arguments(self, parser, args) -> None:
@@ -73,6 +83,10 @@ class ParlCLI(LightningCLI):
             if threads <= 0:
                 raise SystemExit(f"error: --torch_threads: must be a positive integer or null, got {threads}")
             torch.set_num_threads(threads)
+        for name, least in (("heartbeat_timeout", 3 * BEAT_S), ("stall_timeout", 3 * BEAT_S)):
+            value = config.get(name)
+            if value is not None and not value >= least:  # NaN too
+                raise SystemExit(f"error: --{name}: must be at least {least:g} seconds or null (off), got {value}")
 
 
 def main(args: Optional[list[str]] = None) -> ParlCLI:
@@ -89,7 +103,8 @@ def main(args: Optional[list[str]] = None) -> ParlCLI:
         probe = preflight(cli, ckpt)
     except (ConfigError, ReportedError) as err:  # ReportedError: e.g. a user's world failing the probe step
         raise SystemExit(f"error: {_start_error(err)}") from None
-    watch = RankWatch(flat_config(cli.config, (probe or {}).get("env_signature")))  # DDP: one rank's fault stops all
+    watch = RankWatch(flat_config(cli.config, (probe or {}).get("env_signature")),  # DDP: one rank's fault stops all
+                      cli.config.get("heartbeat_timeout"), cli.config.get("stall_timeout"))
     cli.trainer.callbacks.append(watch)
     use_atomic_checkpoints(cli.trainer)
     claimed = claim_version(cli.trainer)  # an atomic mkdir: runs started together get their own version_N
