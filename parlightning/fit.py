@@ -31,7 +31,7 @@ from parlightning.errors import ConfigError, ReportedError, parser_error_line, r
 from parlightning.module import PPOModule
 from parlightning.packaged import moved_hint, resolve_config_args
 from parlightning.cli_defaults import default_callbacks
-from parlightning.preflight import check_arguments, check_config, check_policy_memory
+from parlightning.preflight import check_arguments, check_config, check_policy_memory, estimate_iteration
 from parlightning.rank_watch import BEAT_S, HEARTBEAT_TIMEOUT_S, STALL_TIMEOUT_S, RankWatch, flat_config
 
 
@@ -103,8 +103,12 @@ def main(args: Optional[list[str]] = None) -> ParlCLI:
         probe = preflight(cli, ckpt)
     except (ConfigError, ReportedError) as err:  # ReportedError: e.g. a user's world failing the probe step
         raise SystemExit(f"error: {_start_error(err)}") from None
+    stall = cli.config.get("stall_timeout")
+    estimate = (probe or {}).get("iteration_estimate")
+    if stall is not None and estimate:  # one step (a minibatch's backward) may not look stuck: 3x its estimate
+        stall = max(stall, 3 * estimate["longest_call_seconds"])
     watch = RankWatch(flat_config(cli.config, (probe or {}).get("env_signature")),  # DDP: one rank's fault stops all
-                      cli.config.get("heartbeat_timeout"), cli.config.get("stall_timeout"))
+                      cli.config.get("heartbeat_timeout"), stall)
     cli.trainer.callbacks.append(watch)
     use_atomic_checkpoints(cli.trainer)
     claimed = claim_version(cli.trainer)  # an atomic mkdir: runs started together get their own version_N
@@ -169,6 +173,10 @@ def preflight(cli: ParlCLI, ckpt: Optional[str]) -> dict:
         device = torch.device("cpu")  # reading GPU memory would initialise CUDA before ddp_fork forks (not allowed)
     probe = cli.datamodule.preflight(device, ranks_here)
     check_policy_memory(cli.model, probe, device, ranks_here)  # the policy's weights, gradients and Adam moments
+    estimate = estimate_iteration(cli.model, cli.datamodule, probe, device, ranks_here)  # activations; time on CPU
+    if estimate is not None and estimate["line"] and trainer.is_global_zero:
+        print(estimate["line"], file=sys.stderr)
+    probe["iteration_estimate"] = estimate
     if ckpt is not None:
         check_resume(ckpt, cli.model, cli.datamodule, probe, trainer.max_epochs)  # corrupt, foreign, mismatched, done
         clean_stale_partials(os.path.dirname(os.path.abspath(ckpt)))  # saves of the run being resumed that were killed
