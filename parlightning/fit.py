@@ -32,8 +32,8 @@ from parlightning.errors import ConfigError, ReportedError, parser_error_line, r
 from parlightning.module import PPOModule
 from parlightning.packaged import moved_hint, resolve_config_args
 from parlightning.cli_defaults import default_callbacks
-from parlightning.preflight import check_arguments, check_config, check_policy_memory
-from parlightning.rank_watch import RankWatch, flat_config
+from parlightning.preflight import check_arguments, check_config, check_policy_memory, estimate_iteration
+from parlightning.rank_watch import BEAT_S, HEARTBEAT_TIMEOUT_S, STALL_TIMEOUT_S, RankWatch, flat_config
 
 
 class ParlCLI(LightningCLI):
@@ -52,6 +52,16 @@ class ParlCLI(LightningCLI):
         parser.add_argument(
             "--torch_threads", type=Optional[int], default=1,
             help="intra-op CPU threads per process (small policies run fastest with 1); null keeps torch's default",
+        )
+        parser.add_argument(
+            "--heartbeat_timeout", type=Optional[float], default=HEARTBEAT_TIMEOUT_S,
+            help="DDP: seconds without a heartbeat after which a rank is declared frozen (SIGSTOP, a debugger) "
+                 "and every rank stops; null turns it off",
+        )
+        parser.add_argument(
+            "--stall_timeout", type=Optional[float], default=STALL_TIMEOUT_S,
+            help="DDP: seconds a rank's main thread may stay on one line, not waiting for its peers, before it "
+                 "is declared stuck and every rank stops; null turns it off",
         )
 
     def parse_arguments(self, parser, args) -> None:
@@ -74,6 +84,10 @@ class ParlCLI(LightningCLI):
             if threads <= 0:
                 raise SystemExit(f"error: --torch_threads: must be a positive integer or null, got {threads}")
             torch.set_num_threads(threads)
+        for name, least in (("heartbeat_timeout", 3 * BEAT_S), ("stall_timeout", 3 * BEAT_S)):
+            value = config.get(name)
+            if value is not None and not value >= least:  # NaN too
+                raise SystemExit(f"error: --{name}: must be at least {least:g} seconds or null (off), got {value}")
 
 
 def main(args: Optional[list[str]] = None) -> ParlCLI:
@@ -90,7 +104,12 @@ def main(args: Optional[list[str]] = None) -> ParlCLI:
         probe = preflight(cli, ckpt)
     except (ConfigError, ReportedError) as err:  # ReportedError: e.g. a user's world failing the probe step
         raise SystemExit(f"error: {_start_error(err)}") from None
-    watch = RankWatch(flat_config(cli.config, (probe or {}).get("env_signature")))  # DDP: one rank's fault stops all
+    stall = cli.config.get("stall_timeout")
+    estimate = (probe or {}).get("iteration_estimate")
+    if stall is not None and estimate:  # one step (a minibatch's backward) may not look stuck: 3x its estimate
+        stall = max(stall, 3 * estimate["longest_call_seconds"])
+    watch = RankWatch(flat_config(cli.config, (probe or {}).get("env_signature")),  # DDP: one rank's fault stops all
+                      cli.config.get("heartbeat_timeout"), stall)
     cli.trainer.callbacks.append(watch)
     use_atomic_checkpoints(cli.trainer)
     claimed = claim_version(cli.trainer)  # an atomic mkdir: runs started together get their own version_N
@@ -163,6 +182,10 @@ def preflight(cli: ParlCLI, ckpt: Optional[str]) -> dict:
         device = torch.device("cpu")  # reading GPU memory would initialise CUDA before ddp_fork forks (not allowed)
     probe = cli.datamodule.preflight(device, ranks_here)
     check_policy_memory(cli.model, probe, device, ranks_here)  # the policy's weights, gradients and Adam moments
+    estimate = estimate_iteration(cli.model, cli.datamodule, probe, device, ranks_here)  # activations; time on CPU
+    if estimate is not None and estimate["line"] and trainer.is_global_zero:
+        print(estimate["line"], file=sys.stderr)
+    probe["iteration_estimate"] = estimate
     if ckpt is not None:
         check_resume(ckpt, cli.model, cli.datamodule, probe, trainer.max_epochs)  # corrupt, foreign, mismatched, done
         clean_stale_partials(os.path.dirname(os.path.abspath(ckpt)))  # saves of the run being resumed that were killed

@@ -14,6 +14,7 @@ import inspect
 import numbers
 import os
 import re
+import time
 from typing import Any, Callable, Optional, Sequence
 
 import torch
@@ -458,13 +459,14 @@ def check_datamodule(dm: Any, device: Optional[torch.device] = None, ranks_here:
     env = build_env(dm.env_factory, n, "cpu", dm.seed)
     try:
         check_env(env, n, dm.seed)
+        step_seconds = time_env_step(env, n)  # for estimate_iteration
         dm._check_reward_cap(env)
         need = rollout_bytes(dm.num_steps, dm.num_envs, env.observation_shape, env.action_spec, dm.num_minibatches)
         need += env_bytes(env, n, dm.num_envs)
         check_memory(need, f"{dm.num_envs} actors x {dm.num_steps} steps", env.observation_shape,
                      device or torch.device("cpu"), ranks_here)
         return {"observation_shape": tuple(env.observation_shape), "action_spec": env.action_spec,
-                "env_signature": env_signature(env)}
+                "env_signature": env_signature(env), "env_step_seconds": step_seconds, "probe_actors": n}
     finally:
         close = getattr(env, "close", None)
         if callable(close):
@@ -494,3 +496,127 @@ def check_policy_memory(module: Any, probe: dict[str, Any], device: torch.device
                           f"make a policy of {params:,} parameters, about {_size(need)}{per} for weights, gradients "
                           f"and Adam's moments, more than the {_size(free)} {where}; use smaller hidden_sizes (or a "
                           "smaller observation: e.g. data.env.init_args.max_width)")
+
+
+# ---------------------------------------------------------------------------------- the first iteration's cost
+LONG_ITERATION_S = 120.0  # a first iteration estimated longer than this is announced before it starts
+
+
+def time_env_step(env: Any, n: int) -> float:
+    """Seconds of one step of the probe env (its second step: the first one warmed it up)."""
+    start = time.perf_counter()
+    env.step(probe_action(env.action_spec, n), None if getattr(env, "task_ids", None) is None else
+             torch.zeros(n, dtype=torch.long))
+    return time.perf_counter() - start
+
+
+def _activation_bytes_per_row(policy: torch.nn.Module, obs_shape: Sequence[int], spec: Any) -> int:
+    """Bytes the outputs of the policy's leaf modules take per observation row in one `evaluate`
+    (what backward keeps): measured on the meta device, nothing allocated."""
+    total = [0]
+
+    def count(module: Any, inputs: Any, output: Any) -> None:
+        for t in output if isinstance(output, (tuple, list)) else (output,):
+            if isinstance(t, Tensor):
+                total[0] += t.numel() * t.element_size()
+
+    leaves = [m for m in policy.modules() if not list(m.children())]
+    hooks = [m.register_forward_hook(count) for m in leaves]
+    try:
+        rows = 2
+        obs = torch.empty((rows, *obs_shape), device="meta")
+        policy.evaluate(obs, probe_action(spec, rows).to("meta"))
+    finally:
+        for h in hooks:
+            h.remove()
+    return total[0] // rows
+
+
+def _time_policy(policy: torch.nn.Module, obs_shape: Sequence[int], spec: Any, rows: int) -> tuple[float, float]:
+    """(seconds of one inference forward, of one forward + backward) on `rows` rows (best of 2)."""
+    obs = torch.zeros((rows, *obs_shape))
+    action = probe_action(spec, rows)
+    forward = train = float("inf")
+    for _ in range(2):
+        start = time.perf_counter()
+        with torch.inference_mode():
+            policy.evaluate(obs, action)
+        forward = min(forward, time.perf_counter() - start)
+        start = time.perf_counter()
+        logprob, entropy, value = policy.evaluate(obs, action)
+        (logprob.sum() + entropy.sum() + value.sum()).backward()
+        train = min(train, time.perf_counter() - start)
+    return forward, train
+
+
+def estimate_iteration(module: Any, dm: Any, probe: dict[str, Any], device: torch.device,
+                       ranks_here: int = 1) -> Optional[dict[str, Any]]:
+    """The first iteration's memory for the policy's activations and, on the CPU, its time.
+
+    Memory: the activations one update minibatch keeps for backward (`data.num_envs x
+    data.num_steps / data.num_minibatches` rows, measured per row on the meta device, x2 for
+    their gradients) and one rollout forward (`data.num_envs` rows); more than the free memory is
+    one `ConfigError` naming the field, the estimate and the fix. Time (CPU only): the policy's
+    forward and forward + backward timed at two small batch sizes (a per-call cost plus a per-row
+    cost, extrapolated to the iteration's calls and rows) and the probe env's step scaled to
+    `data.num_envs` actors (linearly: an upper bound for a world with per-step overhead).
+    Returns {"seconds", "rollout_seconds", "update_seconds", "longest_call_seconds", "line"}
+    (`line`: one sentence when the iteration would take longer than LONG_ITERATION_S, else None),
+    or None when the policy cannot be estimated (built only with the trainer, recurrent)."""
+    build = getattr(module, "build_policy", None)
+    if not callable(build) or probe is None or getattr(module, "hparams", {}).get("policy", "mlp") not in ("mlp", "slots"):
+        return None
+    obs_shape, spec = probe["observation_shape"], probe["action_spec"]
+    try:
+        with torch.device("meta"):
+            policy = build(obs_shape, spec)
+        per_row = _activation_bytes_per_row(policy, obs_shape, spec)
+    except ConfigError:
+        raise
+    except Exception:  # a policy that needs the trainer (a keyed table) or cannot run on meta: not estimated
+        return None
+    n, t, epochs, m = dm.num_envs, dm.num_steps, dm.update_epochs, dm.num_minibatches
+    rows = max(n * t // max(m, 1), 1)
+    need = per_row * max(2 * rows, n)
+    free, where = available_memory(device)
+    if need * ranks_here > free:
+        per = f" per rank x {ranks_here} ranks" if ranks_here > 1 else ""
+        fits = max(int(free // ranks_here // max(2 * per_row, 1)), 1)
+        raise ConfigError(
+            f"data.num_minibatches: {n} actors x {t} steps in {m} minibatches make {rows:,}-row minibatches; with "
+            f"observations of shape {list(obs_shape)} the policy's activations need about {_size(need)}{per} for one "
+            f"update, more than the {_size(free)} {where}; raise data.num_minibatches (at most ~{fits:,} rows per "
+            "minibatch fit) or make the observation smaller (e.g. data.env.init_args.max_width)")
+    if device.type != "cpu":
+        return None
+    small = max(1, min(16, int((64 << 20) // max(2 * per_row, 1))))  # time on batches of at most ~64 MiB
+    try:
+        real = build(obs_shape, spec)
+        f1, b1 = _time_policy(real, obs_shape, spec, small)
+        f2, b2 = _time_policy(real, obs_shape, spec, 4 * small)
+    except Exception:  # noqa: BLE001 (an estimate only: a policy that cannot run this way is not timed)
+        return None
+    f_row, b_row = max(f2 - f1, 0.0) / (3 * small), max(b2 - b1, 0.0) / (3 * small)
+    f_call, b_call = max(f1 - f_row * small, 0.0), max(b1 - b_row * small, 0.0)
+    env_step = probe.get("env_step_seconds", 0.0) * max(1.0, n / probe.get("probe_actors", PROBE_ACTORS))
+    rollout = t * (env_step + f_call + f_row * n)
+    update_call = b_call + b_row * rows
+    update = epochs * m * update_call
+    seconds = (rollout + update) * max(1.0, ranks_here / (os.cpu_count() or 1))  # CPU ranks share the cores
+    line = None
+    if seconds > LONG_ITERATION_S:
+        line = (f"note: the first iteration will take about {_duration(seconds)} on this CPU before anything is "
+                f"printed (rollout {_duration(rollout)}: {n} actors x {t} steps; update {_duration(update)}: "
+                f"{epochs} epochs x {m} minibatches of {rows:,} rows, observations {list(obs_shape)}); for a quicker "
+                "start lower data.num_envs, data.num_steps or data.update_epochs, or the world's size (e.g. "
+                "data.env.init_args.max_width), or train on a GPU")
+    return {"seconds": seconds, "rollout_seconds": rollout, "update_seconds": update,
+            "longest_call_seconds": max(update_call, env_step + f_call + f_row * n), "line": line}
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"

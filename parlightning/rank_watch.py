@@ -27,8 +27,27 @@ Before the first rollout the same store compares every rank's resolved config an
 ranks launched with different `max_epochs`, `data.num_envs` or `hidden_sizes` would hang, train
 on a wrong step count or fail inside DDP; they are refused with one error naming the keys and ranks.
 
-A rank stuck in Python code (not stopped) is still ended by the process group's timeout
-(`--trainer.strategy.timeout`), as a rank cannot tell a stuck peer from a slow one.
+A rank that hangs without stopping is found too, so no fault waits out the process group's
+timeout (30 minutes by default):
+
+- **Liveness heartbeat** (`--heartbeat_timeout`, default 20 s). The watcher thread of every rank
+  writes a beat counter to the store every second and reads its peers'. A peer whose counter has
+  not moved for the timeout is frozen (SIGSTOP, a debugger holding it, a C call that never gives
+  the GIL back): the rank that sees it writes the record naming it and the frozen process's state
+  (read from /proc on the same host), and the frozen rank is killed (SIGKILL works on a stopped
+  process). When the store itself stops answering (it lives in rank 0 under Lightning's launcher,
+  so a frozen rank 0 freezes it), a second thread, which never touches the store, ends the rank
+  with its own line and kills a frozen rank 0 that launched it. A rank that was paused itself
+  (the whole job stopped with Ctrl-Z and resumed) restarts its clocks instead of blaming a peer.
+- **Progress stall** (`--stall_timeout`, default 300 s). A rank is making progress while its
+  Lightning and rollout hooks run (every minibatch, every rollout start and end) or while the
+  stack of its main thread or collector threads changes between two samples a second apart. A
+  rank whose main thread sits on the same line for the timeout while not waiting for its peers (a
+  torch.distributed collective, DDP's backward) is stuck: its own watcher names it with the file,
+  line and function where it is stuck. When every rank has been without progress for the timeout
+  (ranks waiting in different collectives), the lowest rank names where each one waits.
+
+Either way every rank ends within the timeout plus a few seconds, with one line.
 """
 
 from __future__ import annotations
@@ -39,7 +58,9 @@ import re
 import signal
 import socket
 import sys
+import sysconfig
 import threading
+import time
 import traceback
 from datetime import timedelta
 from typing import Any, Optional
@@ -47,6 +68,7 @@ from typing import Any, Optional
 import lightning.pytorch as pl
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from parlightning.callbacks.base import RolloutCallback
 from parlightning.errors import ConfigError
 
 KEY = "stopped"
@@ -59,6 +81,14 @@ CONFIG_WAIT_S = 300.0  # every rank has passed rendezvous when it compares: this
 SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP")
 # keys whose values may differ per rank (paths on each node's own disk)
 LOCAL_KEYS = ("config", "ckpt_path", "trainer.default_root_dir")
+BEAT_KEY = "beat/{}"
+BEAT_S = 1.0  # how often a rank writes its beat and samples its own stacks
+HEARTBEAT_TIMEOUT_S = 20.0  # a peer whose beat has not moved this long is frozen
+STALL_TIMEOUT_S = 300.0  # a main thread on the same line this long, not waiting for peers, is stuck
+PAUSED_S = 5.0  # a watch loop that slept this much longer than asked was paused itself (Ctrl-Z, load)
+WATCHED_THREADS = ("collector-",)  # besides the main thread: threads whose stacks count as progress
+# a main thread inside one of these is waiting for its peers (a collective, DDP's backward all-reduce)
+WAITING = tuple(os.path.join("torch", *p) + os.sep for p in (("distributed",), ("nn", "parallel"), ("autograd",)))
 
 
 class RankSignal(SIGTERMException):
@@ -129,11 +159,14 @@ def _describe_status(code: int) -> str:
     return f"exited with status {code}"
 
 
-class RankWatch(pl.Callback):
-    """See the module docstring. `config` is the rank's `flat_config`; inactive on one process."""
+class RankWatch(RolloutCallback):
+    """See the module docstring. `config` is the rank's `flat_config`; inactive on one process.
+    `heartbeat_timeout` / `stall_timeout`: seconds (None turns that check off)."""
 
-    def __init__(self, config: Optional[dict[str, str]] = None) -> None:
+    def __init__(self, config: Optional[dict[str, str]] = None, heartbeat_timeout: Optional[float] = HEARTBEAT_TIMEOUT_S,
+                 stall_timeout: Optional[float] = STALL_TIMEOUT_S) -> None:
         self.config = config or {}
+        self.heartbeat_timeout, self.stall_timeout = heartbeat_timeout, stall_timeout
         self.store: Any = None
         self.rank, self.world_size = 0, 1
         self.trainer: Optional[pl.Trainer] = None
@@ -141,7 +174,11 @@ class RankWatch(pl.Callback):
         self._stopping = threading.Event()  # the main thread reached stop_job
         self._exit_lock = threading.Lock()
         self._shares_terminal = False  # a child of rank 0 (Lightning's launcher): rank 0 speaks for it
+        self._rank0_pid: Optional[int] = None
         self._handled: set[int] = set()
+        self._events = 0  # hooks run (minibatches, rollouts): progress
+        self._main_ident = threading.main_thread().ident
+        self._done = False
 
     @property
     def active(self) -> bool:
@@ -162,19 +199,40 @@ class RankWatch(pl.Callback):
                 self.store.set(RANK0_KEY, str(os.getpid()))
             else:
                 self.store.wait([RANK0_KEY], timedelta(seconds=CONFIG_WAIT_S))
-                self._shares_terminal = int(self.store.get(RANK0_KEY).decode()) == os.getppid()
+                self._rank0_pid = int(self.store.get(RANK0_KEY).decode())
+                self._shares_terminal = self._rank0_pid == os.getppid()
         except (RuntimeError, ValueError, OSError):
             pass
         self._install_handlers()
+        self._beats = _Beats(self)
+        try:
+            self.store.set(BEAT_KEY.format(self.rank), json.dumps({"n": 0, "pid": os.getpid()}))
+        except (RuntimeError, ValueError, OSError):
+            pass
         threading.Thread(target=self._watch, name="parlightning-rank-watch", daemon=True).start()
+        threading.Thread(target=self._watch_store, name="parlightning-rank-watchdog", daemon=True).start()
         self._compare_configs()
+        self._beats.compared = True  # every rank has written its first beat: a missing one is now a fault
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.active:
             self._install_handlers()  # Lightning installed its own SIGTERM handler after setup: replace it
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._done = True
         self._stop.set()  # a normal end: rank 0's store may close before this rank exits, that is no fault
+        if self.active:
+            try:  # peers stop expecting this rank's beat
+                self.store.set(BEAT_KEY.format(self.rank), json.dumps({"n": -1, "done": True}))
+            except (RuntimeError, ValueError, OSError):
+                pass
+
+    # progress: every hook the trainer and the data module run on the main sequence
+    def _progress(self, *args: Any, **kwargs: Any) -> None:
+        self._events += 1
+
+    on_train_batch_start = on_train_batch_end = on_train_epoch_start = on_train_epoch_end = _progress
+    on_rollout_start = on_episodes_end = on_rollout_end = on_save_checkpoint = _progress
 
     # ------------------------------------------------------------------ the store
     def _connect(self) -> Any:
@@ -239,12 +297,55 @@ class RankWatch(pl.Callback):
         raise RankSignal(signum)
 
     def _watch(self) -> None:
+        next_beat = 0.0
         while not self._stop.wait(POLL_S):
             record = self._read()
-            if record is not None and record.get("rank") != self.rank:
+            if record is not None and record.get("by", record.get("rank")) != self.rank:
                 if self._stopping.wait(GRACE_S):
                     return  # the main thread is reporting (it met the peer's end in a collective, or failed itself)
                 self._exit(record, os._exit)
+            if time.monotonic() >= next_beat and not self._stop.is_set():
+                next_beat = time.monotonic() + BEAT_S
+                found = self._beats.beat()
+                if found is not None and not self._stop.is_set():
+                    self._exit(self._claim_record(found), os._exit)
+
+    def _watch_store(self) -> None:
+        """The second thread: never touches the store, so it sees the store (rank 0) freeze."""
+        while not self._stop.wait(BEAT_S):
+            silent = self._beats.store_silent_for()
+            if self.heartbeat_timeout is not None and silent > self.heartbeat_timeout and not self._done:
+                self._store_lost(silent)
+
+    def _claim_record(self, found: dict) -> dict:
+        """Write `found` (a hung rank this rank found) unless another record stands; kill a frozen
+        rank on this host (nothing else ends a stopped process)."""
+        found = {"by": self.rank, "host": socket.gethostname(), "code": 1, **found}
+        try:
+            stored = json.loads(self.store.compare_set(KEY, "", json.dumps(found)).decode())
+        except (RuntimeError, ValueError, OSError):
+            stored = found
+        if found.get("frozen") and found.get("pid") and found.get("host") == socket.gethostname():
+            _kill(found["pid"])
+        return stored
+
+    def _store_lost(self, silent: float) -> None:
+        """The store has not answered for `silent` seconds: its host is frozen or gone."""
+        agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
+        where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
+        frozen_pid = self._rank0_pid if self._shares_terminal and not agent else None
+        state = f" ({_process_state(frozen_pid)})" if frozen_pid else ""
+        host = "torchrun's agent" if agent else f"rank 0 (pid {self._rank0_pid})" if self._rank0_pid else "rank 0"
+        line = (f"error: {host} stopped the {self.world_size}-rank run: hung: the rendezvous store at {where} it "
+                f"hosts has not answered for {silent:.0f} s{state} (seen by rank {self.rank}); every rank stopped")
+        if not self._exit_lock.acquire(blocking=False):
+            return
+        if frozen_pid:
+            _kill(frozen_pid)  # it launched this rank and cannot end by itself
+        if self.rank == 1 or not self._shares_terminal:
+            print(line, file=sys.stderr)
+        sys.stderr.flush()
+        os._exit(1)
 
     # ------------------------------------------------------------------ stopping
     def stop_job(self, err: BaseException, message: Optional[str] = None) -> None:
@@ -293,17 +394,19 @@ class RankWatch(pl.Callback):
                 "code": 1, "host": socket.gethostname()}
 
     def _exit(self, record: dict, leave: Any) -> None:
-        if not self._exit_lock.acquire(blocking=True):
-            return
+        if not self._exit_lock.acquire(blocking=leave is not os._exit):
+            return  # another thread of this rank is already ending it
         code = int(record.get("code") or 1)
         # rank 0 speaks; another rank too when its stderr is its own (not a child of rank 0) or rank 0 is gone
-        speak = self.rank == 0 or record.get("rank") is None or not self._shares_terminal
+        speak = self.rank == 0 or (record.get("rank") is None and "who" not in record) or not self._shares_terminal
         who = f"rank {record['rank']} (pid {record['pid']})" if record.get("rank") is not None else "a rank"
         resume = ("; the last checkpoint (the end of the last finished iteration) is intact: resume with "
                   "--ckpt_path <log_dir>/checkpoints/last.ckpt") if code > 128 else ""
         here = "" if self.rank == 0 else f" (seen by rank {self.rank})"
         line = (f"error: {who} stopped the {self.world_size}-rank run: {record['cause']}{here}; every rank "
                 f"stopped{resume}")
+        if "who" in record:
+            line = f"error: the {self.world_size}-rank run stopped: {record['cause']}{here}; every rank stopped"
         launcher = getattr(getattr(self.trainer, "strategy", None), "launcher", None)
         if callable(getattr(launcher, "kill", None)):
             try:
@@ -332,3 +435,164 @@ def _is_peer_symptom(err: BaseException) -> bool:
     text = str(err)
     return isinstance(err, RuntimeError) and any(s in text for s in (
         "Connection closed by peer", "Connection reset by peer", "gloo", "Broken pipe", "recvBytes", "sendBytes"))
+
+
+# ---------------------------------------------------------------------------------- heartbeat and progress
+class _Beats:
+    """One rank's heartbeat and progress bookkeeping (run by its watcher thread, once a second):
+    writes `{n, stalled, waiting, where}` under `beat/<rank>`, reads every peer's, and answers
+    which rank (if any) is hung. Clocks are this process's own monotonic clock; peers' beats are
+    compared by their counter, so hosts' clocks never need to agree."""
+
+    def __init__(self, watch: RankWatch) -> None:
+        self.watch = watch
+        now = time.monotonic()
+        self.n = 0
+        self.store_ok = now  # the last time a beat round trip to the store completed
+        self.resumed = now  # the last time this process was found paused itself (clocks restart there)
+        self.loop_at = now
+        self.progress_at, self.signature = now, None
+        self.peers: dict[int, tuple[int, float]] = {}  # rank -> (last counter seen, when it last moved)
+        self.compared = False
+        self.host = socket.gethostname()
+        self.pids: dict[int, int] = {}  # peers' pids from their first beat (a missing beat has none)
+
+    def store_silent_for(self) -> float:
+        """Seconds since the store last answered (called by the watchdog thread once a second,
+        which also notices when this process itself was paused)."""
+        now = time.monotonic()
+        if now - self.loop_at > BEAT_S + PAUSED_S:
+            self.resumed = now  # stopped and resumed (Ctrl-Z and fg), or starved: nobody else is to blame
+        self.loop_at = now
+        return now - max(self.store_ok, self.resumed)
+
+    def beat(self) -> Optional[dict]:
+        """Write this rank's beat, read the peers'; the record of a hung rank, or None."""
+        watch, now = self.watch, time.monotonic()
+        if now - self.loop_at > BEAT_S + PAUSED_S:  # the watchdog (which never blocks) has not run: we were paused
+            self.resumed = now
+        self.n += 1
+        signature = (watch._events, _stack_signature(watch._main_ident))
+        if signature != self.signature:
+            self.signature, self.progress_at = signature, now
+        stalled = now - max(self.progress_at, self.resumed)
+        frames = sys._current_frames().get(watch._main_ident)
+        waiting = _waiting(frames)
+        where = _where(frames) if stalled > 2 * BEAT_S else ""
+        mine = {"n": self.n, "stalled": round(stalled, 1), "waiting": waiting, "where": where, "pid": os.getpid(),
+                "host": socket.gethostname()}
+        try:
+            watch.store.set(BEAT_KEY.format(watch.rank), json.dumps(mine))
+            beats = {}
+            for r in range(watch.world_size):
+                key = BEAT_KEY.format(r)
+                if r != watch.rank and watch.store.check([key]):
+                    beats[r] = json.loads(watch.store.get(key).decode())
+                    self.pids.setdefault(r, beats[r].get("pid"))
+                elif r != watch.rank and self.compared:
+                    beats[r] = {"n": None}
+        except (RuntimeError, ValueError, OSError):
+            return None  # the store is gone or slow: the watchdog judges that
+        self.store_ok = now = time.monotonic()
+        beats[watch.rank] = mine
+        return self._judge(beats, now)
+
+    def _judge(self, beats: dict[int, dict], now: float) -> Optional[dict]:
+        watch = self.watch
+        live = {r: b for r, b in beats.items() if not b.get("done")}
+        for r, b in live.items():
+            if r == watch.rank:
+                continue
+            if r not in self.peers or b.get("n") != self.peers[r][0]:
+                self.peers[r] = (b.get("n"), now)
+                continue
+            silent = now - max(self.peers[r][1], self.resumed)
+            if watch.heartbeat_timeout is not None and silent > watch.heartbeat_timeout:
+                pid = b.get("pid") or self.pids.get(r)
+                state = _process_state(pid) if pid and b.get("host", self.host) == self.host else "on another host"
+                return {"rank": r, "pid": pid, "frozen": True, "cause": f"hung: no heartbeat for {silent:.0f} s ({state})"}
+        timeout = watch.stall_timeout
+        if timeout is None:
+            return None
+        mine = beats[watch.rank]
+        if mine["stalled"] > timeout and mine["waiting"] is None:
+            return {"rank": watch.rank, "pid": os.getpid(), "cause": (
+                f"hung: its main thread made no progress for {timeout:g} s, stuck at {mine['where']} (raise "
+                "--stall_timeout if one step can take longer)")}
+        # every rank waits for the others (a rank stuck elsewhere names itself, above)
+        if len(live) == watch.world_size and watch.rank == min(live) and all(
+                b.get("stalled", 0) > timeout and b.get("waiting") for b in live.values()):
+            each = "; ".join(f"rank {r} at {b.get('where') or '?'}" + (f" ({b['waiting']})" if b.get("waiting") else "")
+                             for r, b in sorted(live.items()))
+            return {"rank": None, "pid": None, "who": "every rank", "cause": (
+                f"hung: no rank made progress for {timeout:g} s, each waiting for the others ({each}): the ranks "
+                "wait in different collectives")}
+        return None
+
+
+def _stack_signature(main_ident: Optional[int]) -> tuple:
+    """Where the main thread and the collector threads are (code and line of every frame)."""
+    idents = {main_ident} | {t.ident for t in threading.enumerate() if t.name.startswith(WATCHED_THREADS)}
+    frames = sys._current_frames()
+    out = []
+    for ident in sorted(i for i in idents if i is not None):
+        frame = frames.get(ident)
+        while frame is not None:
+            out.append((id(frame.f_code), frame.f_lineno))
+            frame = frame.f_back
+        out.append(None)
+    return tuple(out)
+
+
+def _waiting(frame: Any) -> Optional[str]:
+    """'in a collective' when the main thread waits for its peers (torch.distributed, DDP, backward)."""
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if any(part in name for part in WAITING):
+            return f"waiting in {os.path.basename(name)}:{frame.f_lineno} {frame.f_code.co_name}"
+        frame = frame.f_back
+    return None
+
+
+_STDLIB = tuple(p for p in {sysconfig.get_paths().get("stdlib"), sysconfig.get_paths().get("platstdlib")} if p)
+
+
+def _where(frame: Any) -> str:
+    """`file:line in function` of the innermost frame that is not the standard library (the
+    innermost one too, when that is elsewhere)."""
+    inner, own = frame, frame
+    while own is not None and own.f_code.co_filename.startswith(_STDLIB) and "site-packages" not in own.f_code.co_filename:
+        own = own.f_back
+    own = own or inner
+
+    def text(f: Any) -> str:
+        name = f.f_code.co_filename
+        try:
+            rel = os.path.relpath(name)
+            name = rel if not rel.startswith("..") else os.path.join(*name.split(os.sep)[-2:])
+        except ValueError:
+            pass
+        return f"{name}:{f.f_lineno} in {f.f_code.co_name}"
+
+    if inner is None:
+        return "?"
+    return text(own) + (f" (inside {text(inner)})" if inner is not own else "")
+
+
+def _process_state(pid: Optional[int]) -> str:
+    """What /proc says about a process on this host: stopped, in uninterruptible I/O, running..."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError, TypeError):
+        return "its state is unknown"
+    return {"T": "its process is stopped (SIGSTOP or job control)", "t": "its process is held by a debugger",
+            "D": "its process is blocked in uninterruptible I/O", "Z": "its process has exited",
+            }.get(state, f"its process is alive (state {state}) but its watcher is silent: a C call holding the GIL?")
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError, TypeError):
+        pass

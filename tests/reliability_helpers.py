@@ -195,3 +195,21 @@ def sync_as_ranks(samplers, timeout=60):
         th.start()
     for th in threads:
         th.join(timeout=timeout)
+
+
+class DeadlockOnRank(MarkStarted):
+    """Writes the marker files (as `MarkStarted`), then rank `rank` deadlocks at rollout `round_index`:
+    its main thread waits for a lock it already holds (alive, not stopped, never progressing)."""
+
+    def __init__(self, directory: str = ".", rank: int = 1, round_index: int = 2) -> None:
+        super().__init__(directory)
+        self.rank, self.round_index = rank, round_index
+
+    def on_rollout_start(self, trainer, pl_module, round_index: int) -> None:
+        super().on_rollout_start(trainer, pl_module, round_index)
+        if trainer.global_rank == self.rank and round_index == self.round_index:
+            import threading
+
+            lock = threading.Lock()
+            lock.acquire()
+            lock.acquire()  # never returns

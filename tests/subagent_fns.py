@@ -14,3 +14,8 @@ def solve(instruction):
     if "steps" in instruction:  # a malformed step count (NaN, a string)
         return {"success": True, "steps": instruction["steps"]}
     return {"success": instruction["instruction"] == instruction["skill"], "steps": instruction["cost"] + 1}
+
+
+def crash(instruction):
+    """Every call raises: a broken subagent function."""
+    raise ValueError(f"cannot parse {instruction.get('prompt', instruction)!r:.40}")

@@ -77,15 +77,17 @@ README_DDP = ["--trainer.accelerator", "cpu", "--trainer.devices", "2", "--train
 SIGNAL_BOUND_S = 120  # the process group's default timeout is 30 minutes: a hang cannot pass
 
 
-def _start_and_signal(tmp_path, rank, signum):
+def _start_and_signal(tmp_path, rank, signum, marker="MarkStarted", extra=()):
     """The README's 2-rank command (default progress bar, default DDP timeout), run until both ranks
-    have started rolling out (their marker files), then `signum` sent to rank `rank`'s pid only."""
+    have started rolling out (their marker files), then `signum` sent to rank `rank`'s pid only
+    (`signum` None: nothing sent). Returns (exit code, stderr, pids, seconds from the signal to the end)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS), str(TESTS.parent), os.environ.get("PYTHONPATH", "")]))
     env.pop("PL_DISABLE_FORK", None)
     cmd = [sys.executable, "-m", "parlightning.fit", "--config", CONFIG, *README_DDP,
            "--trainer.default_root_dir", str(tmp_path), "--data.num_envs", "8", "--data.num_steps", "4",
            "--trainer.max_epochs", "100000",  # never finishes by itself
-           "--trainer.callbacks+=reliability_helpers.MarkStarted", f"--trainer.callbacks.init_args.directory={tmp_path}"]
+           f"--trainer.callbacks+=reliability_helpers.{marker}", f"--trainer.callbacks.init_args.directory={tmp_path}",
+           *extra]
     with open(tmp_path / "stderr.txt", "w") as err:  # a file, not a pipe: a full pipe would stall the run
         proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=err)
     try:
@@ -96,13 +98,17 @@ def _start_and_signal(tmp_path, rank, signum):
             assert time.monotonic() < deadline, "the ranks never started rolling out"
             time.sleep(0.2)
         pids = [int(m.read_text()) for m in markers]
-        os.kill(pids[rank], signum)
+        if signum is not None:
+            os.kill(pids[rank], signum)
+        sent = time.monotonic()
         try:
             code = proc.wait(timeout=SIGNAL_BOUND_S)
         except subprocess.TimeoutExpired:
-            pytest.fail(f"one rank's {signal.Signals(signum).name} left the job running (a gloo wait)")
+            what = signal.Signals(signum).name if signum is not None else "stuck main thread"
+            pytest.fail(f"one rank's {what} left the job running (a gloo wait)")
+        took = time.monotonic() - sent
         time.sleep(0.5)  # the ranks' own processes: give a SIGKILLed rank's reaping a moment
-        return code, (tmp_path / "stderr.txt").read_text(), pids
+        return code, (tmp_path / "stderr.txt").read_text(), pids, took
     finally:
         for pid in _processes_mentioning(str(tmp_path)):
             os.kill(pid, 9)
@@ -115,7 +121,7 @@ def _error_lines(stderr):
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to find leftover ranks")
 @pytest.mark.parametrize("rank", [1, 0])
 def test_sigterm_to_one_rank_of_the_readme_command_stops_every_rank_with_one_line(tmp_path, rank):
-    code, stderr, pids = _start_and_signal(tmp_path, rank, signal.SIGTERM)
+    code, stderr, pids, _ = _start_and_signal(tmp_path, rank, signal.SIGTERM)
     assert code == 128 + signal.SIGTERM, stderr[-3000:]  # "killed by SIGTERM": a scheduler requeues it
     lines = _error_lines(stderr)
     assert len(lines) == 1, stderr[-3000:]
@@ -129,7 +135,7 @@ def test_sigterm_to_one_rank_of_the_readme_command_stops_every_rank_with_one_lin
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to find leftover ranks")
 def test_a_rank_killed_without_a_word_is_named_by_its_exit_status(tmp_path):
-    code, stderr, pids = _start_and_signal(tmp_path, 1, signal.SIGKILL)
+    code, stderr, pids, _ = _start_and_signal(tmp_path, 1, signal.SIGKILL)
     assert code == 1, stderr[-3000:]
     lines = _error_lines(stderr)
     assert len(lines) == 1 and f"rank 1 (pid {pids[1]})" in lines[0] and "SIGKILL" in lines[0], stderr[-3000:]
@@ -145,6 +151,36 @@ def test_a_non_finite_loss_under_ddp_is_one_line_from_rank_0(tmp_path):
     assert len(lines) == 1 and "non-finite PPO loss" in lines[0] and "rank" in lines[0], done.stderr[-3000:]
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
     assert not leftovers
+
+
+# ------------------------------------------------------------------ a rank that hangs without stopping
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to find leftover ranks")
+@pytest.mark.parametrize("rank", [1, 0])
+def test_a_frozen_rank_sigstop_ends_every_rank_with_one_line_naming_it(tmp_path, rank):
+    """SIGSTOP: the rank is alive but runs nothing (its own watcher is frozen too). The heartbeat
+    (default 20 s) finds it; rank 0 frozen also freezes the store it hosts, which rank 1 sees."""
+    code, stderr, pids, took = _start_and_signal(tmp_path, rank, signal.SIGSTOP)
+    assert code != 0, stderr[-3000:]
+    lines = _error_lines(stderr)
+    assert len(lines) == 1, stderr[-3000:]
+    assert f"rank {rank} (pid {pids[rank]})" in lines[0] and "stopped" in lines[0], lines[0]
+    assert ("no heartbeat for" if rank == 1 else "has not answered for") in lines[0], lines[0]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    assert took < SIGNAL_BOUND_S and not _processes_mentioning(str(tmp_path))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to find leftover ranks")
+def test_a_deadlocked_main_thread_ends_every_rank_at_the_stall_timeout_naming_where(tmp_path):
+    """Rank 1's main thread waits for a lock it holds: alive (its heartbeat goes on), never progressing."""
+    code, stderr, pids, took = _start_and_signal(tmp_path, 1, None, marker="DeadlockOnRank",
+                                                 extra=["--stall_timeout", "10"])
+    assert code == 1, stderr[-3000:]
+    lines = _error_lines(stderr)
+    assert len(lines) == 1, stderr[-3000:]
+    assert f"rank 1 (pid {pids[1]})" in lines[0] and "made no progress for 10 s" in lines[0], lines[0]
+    assert "reliability_helpers.py" in lines[0] and "on_rollout_start" in lines[0], lines[0]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    assert took < SIGNAL_BOUND_S and not _processes_mentioning(str(tmp_path))
 
 
 # ------------------------------------------------------------------ ranks launched with different configs

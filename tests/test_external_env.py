@@ -271,7 +271,7 @@ def _alive(pid):
 
 
 def test_process_pool_runs_the_users_function_kills_hung_subagents_and_closes():
-    pool = ProcessPool("tests.subagent_fns:solve", workers=2, timeout=1.0)
+    pool = ProcessPool("tests.subagent_fns:solve", workers=2, timeout=1.0, on_error="fail")
     try:
         handles = [pool.spawn({"skill": 0, "instruction": i % 2, "cost": 2}) for i in range(4)]
         hung = pool.spawn({"hang": True})
@@ -457,15 +457,44 @@ def test_a_pool_times_calls_from_when_a_ready_worker_takes_them():
     ({"steps": "three"}, "returned steps='three'"),
     ({"raise": True}, "tests.subagent_fns:solve raised RuntimeError: subagent crashed"),
 ])
-def test_a_failing_subagent_function_is_reported_for_what_it_is(instruction, says):
-    pool = ProcessPool("tests.subagent_fns:solve", workers=1, timeout=60)
+@pytest.mark.parametrize("on_error", ["raise", "fail"])
+def test_a_failing_subagent_function_is_reported_for_what_it_is(instruction, says, on_error):
+    from parlightning.subagents.process import SubagentError
+
+    pool = ProcessPool("tests.subagent_fns:solve", workers=1, timeout=60, on_error=on_error)
     try:
-        (result,) = pool.wait([pool.spawn(instruction)], timeout=300)
-        assert not result.success and says in result.error, result.error
+        handle = pool.spawn(dict(instruction, prompt="subtask fanout-1/0/2"))
+        if on_error == "raise":  # the default: the run ends, naming the subagent and the function's own error
+            with pytest.raises(SubagentError) as err:
+                pool.wait([handle], timeout=300)
+            assert f"subagent {handle} (subtask fanout-1/0/2)" in str(err.value) and says in str(err.value), err.value
+        else:  # counted as a failed subagent, and said once
+            with pytest.warns(RuntimeWarning, match="subtask fanout-1/0/2"):
+                (result,) = pool.wait([handle], timeout=300)
+            assert not result.success and says in result.error, result.error
         again = pool.wait([pool.spawn({"skill": 1, "instruction": 1, "cost": 1})], timeout=300)[0]
         assert again.success  # the pool lives on
     finally:
         pool.close()
+
+
+def test_a_failing_subagent_function_in_a_world_names_world_actor_task_subagent_and_its_error():
+    env = ExternalBatchedEnv(
+        2, world=PoolOrchestrationWorld, world_kwargs={"families": ["fanout"], "tasks_per_family": 2},
+        shared={"pool": {"class_path": "parlightning.subagents.ProcessPool",
+                         "init_args": {"fn": "tests.subagent_fns:crash", "workers": 1}}},
+    )
+    try:
+        env.reset()
+        delegate = torch.ones((2, *env.action_spec.action_shape), dtype=torch.long)  # every slot delegated
+        with pytest.raises(ExternalWorldError) as err:
+            env.step(delegate)
+        text = str(err.value)
+        assert "external world PoolOrchestrationWorld actor" in text and "on task 'fanout-" in text, text
+        assert "ProcessPool subagent" in text and "(subtask fanout-" in text, text
+        assert "tests.subagent_fns:crash raised ValueError: cannot parse" in text, text
+    finally:
+        env.close()
 
 
 def test_pool_workers_are_capped_with_an_error_naming_the_cap():

@@ -37,7 +37,8 @@ def test_tensorboard_event_file_has_cleanrl_tags_on_the_env_step_axis(tmp_cwd):
     assert (hparams["model.lr"], hparams["data.num_envs"], hparams["trainer.max_epochs"]) == (2.5e-4, 8, 2)
     assert hparams["data.env.class_path"] == "parlightning.envs.CartPoleEnv"
     # one name per hyperparameter: the config's dotted key, not also the module's bare `lr` (logged twice before)
-    bare = {k for k in hparams if "." not in k} - {"seed_everything", "ckpt_path", "torch_threads"}
+    bare = {k for k in hparams if "." not in k} - {"seed_everything", "ckpt_path", "torch_threads", "heartbeat_timeout",
+                                                "stall_timeout"}
     assert bare == set(), bare
 
 

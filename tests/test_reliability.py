@@ -104,6 +104,8 @@ BAD_INPUT = [  # (arguments, the field the message names, a piece of the fix it 
     (["--model.activation", "swish"], "model.activation", "choose one of"),
     (["--model.hidden_sizes", "[64, 0]"], "model.hidden_sizes", "positive integer widths"),
     (["--torch_threads", "0"], "--torch_threads", "positive integer"),
+    (["--stall_timeout", "1"], "--stall_timeout", "at least 3 seconds or null"),
+    (["--heartbeat_timeout", "-5"], "--heartbeat_timeout", "at least 3 seconds or null"),
     (["--data.env.init_args.max_subagents", "4"], "max_subagents", "set them equal"),
     (["--data.collect_in", "fork"], "data.collect_in", "'thread' or 'process'"),
     (["--data.collect_in", "process"], "data.collect_in", "set data.max_policy_lag >= 1"),

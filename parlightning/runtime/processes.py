@@ -146,14 +146,15 @@ class Child:
         args: picklable arguments after the connection and the owner's pid.
         name: the process name, also how errors name it (e.g. "the collector process").
         method: a start method (`start_method` picks the default); `preload`: forkserver preloads.
+        daemon: a daemonic process (ended with this one; it cannot start processes of its own).
     """
 
     def __init__(self, target: Callable[..., None], args: Sequence[Any], name: str, what: str,
-                 method: Optional[str] = None, preload: Sequence[str] = ()) -> None:
+                 method: Optional[str] = None, preload: Sequence[str] = (), daemon: bool = False) -> None:
         ctx = context(start_method(method), preload)
         self.what = what
         self.conn, theirs = ctx.Pipe(duplex=True)
-        self.process = ctx.Process(target=target, name=name, daemon=False, args=(theirs, os.getpid(), *args))
+        self.process = ctx.Process(target=target, name=name, daemon=daemon, args=(theirs, os.getpid(), *args))
         self.process.start()
         theirs.close()
         self.reported: Optional[BaseException] = None  # what the child said before it went, if anything

@@ -8,7 +8,15 @@ worker, and its `timeout` runs from then, so start-up time never counts against 
 replaced worker's cold start never times out the next call. A worker that dies while starting
 (the function's module fails to import in it) fails every queued subagent with that reason. A
 function that raises, returns what `normalize` refuses (NaN steps, a wrong type) or ends its
-process (`os._exit`) fails that subagent with an error saying which.
+process (`os._exit`) is the function's own failure: with `on_error: raise` (the default) the
+pool raises a `SubagentError` naming the subagent (its handle and the instruction's `prompt`),
+the function and what it did, which the external world reports with its world, actor and task;
+with `on_error: fail` that subagent counts as failed and each distinct error is warned once. A
+subagent past `timeout` (a hung function) or cancelled always counts as failed (and is warned).
+
+Processes come from the shared toolkit (`parlightning.runtime.processes`): one `Child` per worker
+(start method, the `("ready", facts)` handshake, one pickled message per call, the parent-death
+watch, ask-then-terminate stop), so a killed trainer leaves no worker behind.
 """
 
 from __future__ import annotations
@@ -16,11 +24,13 @@ from __future__ import annotations
 import collections
 import importlib
 import itertools
-import multiprocessing as mp
+import os
 import threading
 import time
+import warnings
 from typing import Any, Optional
 
+from parlightning.runtime.processes import Child, receive, send, sendable_error, watch_parent
 from parlightning.subagents.pool import PoolBase, SubagentResult, normalize
 
 
@@ -30,18 +40,27 @@ def _load(path: str) -> Any:
 
 
 MAX_WORKERS = 64  # worker processes per pool: each is a Python process with torch and the user's module loaded
-READY = "ready"
+ON_ERROR = ("raise", "fail")
 
 
-def _worker_main(fn_path: str, conn: Any) -> None:
-    """A worker process: say READY once `fn` is imported, then answer (handle, instruction) with
-    (handle, result fields) until None."""
-    fn = _load(fn_path)
-    conn.send(READY)
+class SubagentError(RuntimeError):
+    """A subagent's function failed (raised, returned what `normalize` refuses, ended its process)."""
+
+
+def _worker_main(conn: Any, owner: int, fn_path: str) -> None:
+    """A worker process: `("ready", pid)` once `fn` is imported, then answer `(handle, instruction)`
+    with `("result", (handle, success, steps, output, error, by_function))` until None."""
+    watch_parent(owner)
+    try:
+        fn = _load(fn_path)
+    except BaseException as err:  # noqa: BLE001 (reported to the pool, which names the function)
+        send(conn, ("error", sendable_error(err, f"a worker of {fn_path}")))
+        return
+    send(conn, ("ready", os.getpid()))
     while True:
         try:
-            job = conn.recv()
-        except EOFError:
+            job = receive(conn)
+        except (EOFError, OSError):
             return
         if job is None:
             return
@@ -50,43 +69,47 @@ def _worker_main(fn_path: str, conn: Any) -> None:
         try:
             value = fn(instruction)
         except Exception as err:  # the subagent failed; the worker lives on
-            answer = (handle, False, 0, None, f"{fn_path} raised {type(err).__name__}: {err}")
+            answer = (handle, False, 0, None, f"{fn_path} raised {type(err).__name__}: {err}", True)
         else:
             try:
                 r = normalize(value, time.perf_counter() - start)
-                answer = (handle, r.success, r.steps, r.output, r.error)
+                answer = (handle, r.success, r.steps, r.output, r.error, False)
             except (TypeError, ValueError) as err:
-                answer = (handle, False, 0, None, f"{fn_path} {err}")
+                answer = (handle, False, 0, None, f"{fn_path} {err}", True)
         try:
-            conn.send(answer)
-        except Exception as err:  # an output that cannot be pickled
-            conn.send((handle, False, 0, None, f"unpicklable output: {err}"))
+            send(conn, ("result", answer))
+        except Exception as err:  # an output that cannot be pickled (send pickles before it writes)
+            send(conn, ("result", (handle, False, 0, None, f"{fn_path} returned an output that cannot be pickled: "
+                                                           f"{err}", True)))
 
 
 class _Worker:
-    def __init__(self, ctx: Any, fn_path: str) -> None:
-        self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=_worker_main, args=(fn_path, child), daemon=True)
-        self.process.start()
-        child.close()
-        self.ready = False  # until the worker has imported the function
-        self.job: Optional[tuple[int, float]] = None  # (handle, start time) while busy
+    """One worker: a toolkit `Child`, whether it has said ready, and its job (handle, start time)."""
 
-    def stop(self, grace: float = 1.0) -> None:
+    def __init__(self, fn_path: str, method: str) -> None:
+        self.child = Child(_worker_main, (fn_path,), name="subagent-worker", what=f"a worker process of {fn_path}",
+                           method=method, daemon=True)
+        self.ready = False  # until the worker has imported the function
+        self.job: Optional[tuple[int, float]] = None
+
+    @property
+    def process(self) -> Any:
+        return self.child.process
+
+    def message(self) -> Optional[tuple]:
+        """The worker's next message if one is waiting (never blocks); None when none is, or it has gone."""
         try:
-            self.conn.send(None)
-        except (OSError, BrokenPipeError):
-            pass
-        self.process.join(grace)
-        if self.process.is_alive():
-            self.process.kill()
-            self.process.join()
-        self.conn.close()
+            if not self.child.conn.poll():
+                return None
+            return self.child.receive()
+        except (OSError, EOFError, RuntimeError, ValueError):
+            return None
 
     def kill(self) -> None:
         self.process.kill()
         self.process.join()
-        self.conn.close()
+        self.child.closed = True
+        self.child.conn.close()
 
 
 class ProcessPool(PoolBase):
@@ -94,17 +117,21 @@ class ProcessPool(PoolBase):
 
     Args:
         fn: import path of the subagent function; it returns what `normalize` accepts (a mapping
-            with `success` and `steps`, a bool, ...). A raise is a failed subagent, not a crash.
+            with `success` and `steps`, a bool, ...).
         workers: worker processes (concurrent subagents); more spawns queue.
         timeout: seconds one subagent may run before its worker is killed (None: no limit).
         start_method: multiprocessing start method (`spawn` is safe with threads and torch).
         start_timeout: seconds the constructor waits for every worker to import the function
             (so the first calls, and a world's `step_timeout`, never wait on start-up); a worker
             that dies or is not ready by then is an error naming the function.
+        on_error: what a failure of the function itself does (it raised, returned NaN or a wrong
+            type, ended its process): "raise" (default) ends the run with a `SubagentError`
+            naming the subagent, the function and the error; "fail" counts the subagent as failed
+            and warns once per distinct error.
     """
 
     def __init__(self, fn: str, workers: int = 2, timeout: Optional[float] = None,
-                 start_method: str = "spawn", start_timeout: float = 300.0) -> None:
+                 start_method: str = "spawn", start_timeout: float = 300.0, on_error: str = "raise") -> None:
         if isinstance(workers, bool) or not isinstance(workers, int) or workers <= 0:
             raise ValueError(f"ProcessPool: workers must be a positive integer, got {workers!r}")
         if workers > MAX_WORKERS:
@@ -112,15 +139,19 @@ class ProcessPool(PoolBase):
                              "pool (each one loads torch and the function); use at most that many (more spawns queue)")
         if timeout is not None and timeout <= 0:
             raise ValueError(f"ProcessPool: timeout must be positive or None, got {timeout!r}")
+        if on_error not in ON_ERROR:
+            raise ValueError(f"ProcessPool: on_error must be one of {list(ON_ERROR)}, got {on_error!r}")
         try:
             _load(fn)
         except (ImportError, AttributeError, ValueError) as err:
             raise ValueError(f"ProcessPool: fn {fn!r} is not importable ({err}); name it as 'package.module:function'") from None
-        self.fn, self.timeout = fn, timeout
-        self._ctx = mp.get_context(start_method)
-        self._workers = [_Worker(self._ctx, fn) for _ in range(workers)]
+        self.fn, self.timeout, self.on_error, self._method = fn, timeout, on_error, start_method
+        self._workers = [_Worker(fn, start_method) for _ in range(workers)]
         self._queue: collections.deque = collections.deque()
         self._results: dict[int, SubagentResult] = {}
+        self._instructions: dict[int, Any] = {}
+        self._failed_by_function: set[int] = set()
+        self._warned: set[str] = set()
         self._ids = itertools.count()
         self._lock = threading.Lock()
         self._closed = False
@@ -152,13 +183,35 @@ class ProcessPool(PoolBase):
                 raise RuntimeError("ProcessPool: spawn after close()")
             handle = next(self._ids)
             self._queue.append((handle, instruction))
+            self._instructions[handle] = instruction
             self._pump()
         return handle
 
     def poll(self, handle: int) -> Optional[SubagentResult]:
         with self._lock:
             self._pump()
-            return self._results.pop(handle, None)
+            result = self._results.pop(handle, None)
+            if result is None:
+                return None
+            instruction = self._instructions.pop(handle, None)
+            by_function = handle in self._failed_by_function
+            self._failed_by_function.discard(handle)
+        if result.error is not None and result.error != "cancelled":
+            self._report(handle, instruction, result.error, by_function)
+        return result
+
+    def _report(self, handle: int, instruction: Any, error: str, by_function: bool) -> None:
+        """A failed subagent: raised (`on_error: raise`, the function's own failure) or warned once."""
+        prompt = instruction.get("prompt") if isinstance(instruction, dict) else None
+        what = f"subagent {handle}" + (f" ({prompt})" if prompt else f" (instruction {instruction!r:.80})")
+        if by_function and self.on_error == "raise":
+            raise SubagentError(f"ProcessPool {what}: {error}; fix the function, or set on_error: fail to count such "
+                                "subagents as failed")
+        kind = error.split(":")[0]
+        if kind not in self._warned:
+            self._warned.add(kind)
+            warnings.warn(f"ProcessPool {what} failed: {error} (counted as a failed subagent; warned once)",
+                          RuntimeWarning, stacklevel=3)
 
     def cancel(self, handle: int) -> None:
         with self._lock:
@@ -172,45 +225,44 @@ class ProcessPool(PoolBase):
                     self._replace(i, "cancelled")
                     return
 
-    def _replace(self, i: int, why: str) -> None:
+    def _replace(self, i: int, why: str, by_function: bool = False) -> None:
         """Kill worker i (its subagent fails with `why`) and start a fresh one."""
         w = self._workers[i]
         handle, start = w.job
         w.kill()
         self._results[handle] = SubagentResult(False, 0, time.monotonic() - start, error=why)
-        self._workers[i] = _Worker(self._ctx, self.fn)
+        if by_function:
+            self._failed_by_function.add(handle)
+        self._workers[i] = _Worker(self.fn, self._method)
 
     def _pump(self) -> None:
         """Collect answers, enforce timeouts, hand queued subagents to idle ready workers (lock held)."""
         now = time.monotonic()
         for i, w in enumerate(self._workers):
             if not w.ready:
-                try:
-                    w.ready = w.conn.poll() and w.conn.recv() == READY
-                except (OSError, EOFError):
-                    w.ready = False
-                if not w.ready and not w.process.is_alive():
+                message = w.message()
+                w.ready = message is not None and message[0] == "ready"
+                if message is not None and message[0] == "error":
+                    self._broken = (f"a worker for {self.fn} failed while starting: {type(message[1]).__name__}: "
+                                    f"{message[1]}")
+                elif not w.ready and not w.process.is_alive():
                     self._broken = (f"a worker for {self.fn} exited with code {w.process.exitcode} while starting "
                                     "(does the function's module import in a fresh process?)")
                 continue
             if w.job is None:
                 continue
             handle, start = w.job
-            try:
-                ready = w.conn.poll()
-            except (OSError, EOFError):
-                ready = False
-            if ready:
-                try:
-                    got, success, steps, output, error = w.conn.recv()
-                    self._results[got] = SubagentResult(success, steps, now - start, output, error)
-                    w.job = None
-                    continue
-                except (EOFError, OSError):
-                    pass
+            message = w.message()
+            if message is not None and message[0] == "result":
+                got, success, steps, output, error, by_function = message[1]
+                self._results[got] = SubagentResult(success, steps, now - start, output, error)
+                if by_function:
+                    self._failed_by_function.add(got)
+                w.job = None
+                continue
             if not w.process.is_alive():
                 self._replace(i, f"{self.fn} ended its worker process (exit code {w.process.exitcode}; os._exit "
-                                 "or a crash) while running this subagent")
+                                 "or a crash) while running this subagent", by_function=True)
             elif self.timeout is not None and now - start > self.timeout:
                 self._replace(i, f"timed out after {self.timeout:g}s")
         if self._broken is not None:
@@ -220,7 +272,7 @@ class ProcessPool(PoolBase):
         for w in self._workers:
             if w.ready and w.job is None and self._queue:
                 handle, instruction = self._queue.popleft()
-                w.conn.send((handle, instruction))
+                w.child.send((handle, instruction))
                 w.job = (handle, time.monotonic())
 
     def close(self) -> None:
@@ -233,7 +285,7 @@ class ProcessPool(PoolBase):
                 if w.job is not None:
                     w.kill()
                 else:
-                    w.stop()
+                    w.child.close(grace=1.0)
 
     def __del__(self) -> None:
         try:

@@ -1,0 +1,126 @@
+"""RankWatch's heartbeat and progress rules on their own (no processes, no clocks that race):
+which rank is declared hung, from the beats every rank publishes."""
+
+import threading
+
+import pytest
+from torch.distributed import HashStore
+
+from parlightning.rank_watch import BEAT_S, PAUSED_S, RankWatch, _Beats, _where
+
+
+def _beats(rank=0, world_size=2, heartbeat=20.0, stall=300.0):
+    watch = RankWatch({}, heartbeat_timeout=heartbeat, stall_timeout=stall)
+    watch.rank, watch.world_size, watch.store = rank, world_size, HashStore()
+    beats = _Beats(watch)
+    beats.compared = True
+    return watch, beats
+
+
+def _beat(n, stalled=0.0, waiting=None, where="", pid=None):
+    return {"n": n, "stalled": stalled, "waiting": waiting, "where": where, "pid": pid}
+
+
+def test_a_peer_whose_beat_stops_is_declared_frozen_after_the_heartbeat_timeout_not_before():
+    _, beats = _beats(heartbeat=20.0)
+    beats.resumed = 0.0
+    assert beats._judge({0: _beat(1), 1: _beat(5, pid=1)}, now=100.0) is None  # first sight: the clock starts
+    assert beats._judge({0: _beat(2), 1: _beat(5, pid=1)}, now=119.0) is None  # 19 s silent: not yet
+    found = beats._judge({0: _beat(3), 1: _beat(5, pid=1)}, now=121.0)
+    assert found["rank"] == 1 and found["frozen"] and "no heartbeat for 21 s" in found["cause"]
+
+
+def test_a_beating_peer_is_never_frozen_and_a_finished_one_is_not_expected_to_beat():
+    _, beats = _beats(heartbeat=20.0)
+    beats.resumed = 0.0
+    for i, now in enumerate(range(100, 200, 10)):
+        assert beats._judge({0: _beat(i), 1: _beat(i)}, now=float(now)) is None
+    assert beats._judge({0: _beat(50), 1: {"n": -1, "done": True}}, now=500.0) is None
+
+
+def test_a_rank_that_was_paused_itself_restarts_its_clocks_instead_of_blaming_a_peer():
+    """Ctrl-Z then fg stops every rank for a while: on resume nobody is frozen."""
+    _, beats = _beats(heartbeat=20.0)
+    beats.resumed = 0.0
+    assert beats._judge({0: _beat(1), 1: _beat(5)}, now=100.0) is None
+    beats.loop_at = beats.store_ok = 100.0  # the watchdog and the store last ran before the pause
+    import time
+
+    real = time.monotonic
+    try:
+        time.monotonic = lambda: 160.0  # 60 s later: the watchdog had not run (> BEAT_S + PAUSED_S)
+        assert beats.store_silent_for() == pytest.approx(0.0)  # and it says the store is fine
+    finally:
+        time.monotonic = real
+    assert 60.0 > BEAT_S + PAUSED_S and beats.resumed == 160.0
+    assert beats._judge({0: _beat(2), 1: _beat(5)}, now=161.0) is None  # the peer had no chance to beat yet
+
+
+def test_a_rank_stuck_off_a_collective_names_itself_and_where():
+    _, beats = _beats(rank=1, stall=10.0)
+    stuck = _beat(7, stalled=11.0, waiting=None, where="tests/x.py:3 in hook")
+    found = beats._judge({0: _beat(9, stalled=11.0, waiting="waiting in distributed_c10d.py:1 all_reduce"),
+                          1: stuck}, now=1.0)
+    assert found["rank"] == 1 and "made no progress for 10 s, stuck at tests/x.py:3 in hook" in found["cause"]
+
+
+def test_a_rank_waiting_for_a_stuck_peer_never_blames_itself_nor_everyone():
+    _, beats = _beats(rank=0, stall=10.0)
+    assert beats._judge({0: _beat(9, stalled=50.0, waiting="waiting in distributed_c10d.py:1 all_reduce"),
+                         1: _beat(7, stalled=50.0, waiting=None, where="x.py:3 in f")}, now=1.0) is None
+
+
+def test_every_rank_waiting_in_a_collective_is_named_by_the_lowest_rank_only():
+    beats_of = {0: _beat(9, stalled=11.0, waiting="waiting in a.py:1 all_reduce", where="a.py:1 in all_reduce"),
+                1: _beat(9, stalled=11.0, waiting="waiting in b.py:2 broadcast", where="b.py:2 in broadcast")}
+    _, rank0 = _beats(rank=0, stall=10.0)
+    _, rank1 = _beats(rank=1, stall=10.0)
+    found = rank0._judge(dict(beats_of), now=1.0)
+    assert found["who"] == "every rank" and "rank 0 at a.py:1" in found["cause"] and "rank 1 at b.py:2" in found["cause"]
+    assert rank1._judge(dict(beats_of), now=1.0) is None
+    slow = {**beats_of, 1: dict(beats_of[1], stalled=9.0)}  # one rank still moving: no verdict
+    assert rank0._judge(slow, now=1.0) is None
+
+
+def test_stall_and_heartbeat_can_be_turned_off():
+    _, beats = _beats(heartbeat=None, stall=None)
+    beats.resumed = 0.0
+    beats._judge({0: _beat(1), 1: _beat(5)}, now=1.0)
+    assert beats._judge({0: _beat(1, stalled=1e6), 1: _beat(5)}, now=1e6) is None
+
+
+def test_beat_publishes_progress_and_finds_a_main_thread_that_does_not_move():
+    watch, beats = _beats(rank=0, stall=3.0)
+    watch.store.set("beat/1", '{"n": 1}')
+    release = threading.Event()
+    done = threading.Event()
+
+    def stuck():
+        release.wait()
+        done.set()
+
+    thread = threading.Thread(target=stuck, name="collector-test", daemon=True)
+    thread.start()
+    watch._main_ident = thread.ident  # judge this thread as if it were the main thread
+    try:
+        beats.progress_at = beats.resumed = beats.loop_at = 0.0  # no progress since t=0
+        beats.signature = ("anything",)
+        import time
+
+        beats.loop_at = time.monotonic()
+        found = beats.beat()  # its stack is new: progress now
+        assert found is None
+        beats.progress_at -= 10.0  # ten seconds on the same line
+        beats.loop_at = time.monotonic()
+        found = beats.beat()
+        assert found is not None and found["rank"] == 0 and "in stuck" in found["cause"], found
+    finally:
+        release.set()
+        thread.join()
+
+
+def test_where_names_the_innermost_frame_outside_the_standard_library():
+    import sys
+
+    frame = sys._getframe()
+    assert _where(frame).endswith(f"in {test_where_names_the_innermost_frame_outside_the_standard_library.__name__}")
