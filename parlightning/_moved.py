@@ -42,6 +42,8 @@ MOVED = {
     "parlightning.cli_defaults": "parlightning.cli.defaults",
     "parlightning.config_log": "parlightning.cli.config_log",
     "parlightning.packaged": "parlightning.cli.packaged",
+    "parlightning.outputs": "parlightning.cli.outputs",
+    "parlightning.cli_types": "parlightning.cli.arg_types",
 }
 
 

@@ -64,6 +64,8 @@ MOVES = {
     "parlightning.cli_defaults": "parlightning.cli.defaults",
     "parlightning.config_log": "parlightning.cli.config_log",
     "parlightning.packaged": "parlightning.cli.packaged",
+    "parlightning.outputs": "parlightning.cli.outputs",
+    "parlightning.cli_types": "parlightning.cli.arg_types",
 }
 ENTRY = ("parlightning.fit", "parlightning.evaluate", "parlightning.export", "parlightning.bc", "parlightning.plot")
 
