@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from parlightning.parallel import WorkUnit
+from parlightning.distribution.strategies import WorkUnit
 
 
 class BlockPlanner:

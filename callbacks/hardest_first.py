@@ -6,7 +6,7 @@ Copy and adapt it; name it in the YAML config:
       sampler:
         class_path: parlightning.examples.hardest_first.HardestFirst
 
-The data module wraps it with `parlightning.sampling.as_batched`, which asks `pick` for a queue
+The data module wraps it with `parlightning.distribution.samplers.as_batched`, which asks `pick` for a queue
 of tasks at each round and replays finished episodes into `record` at rollout end.
 """
 

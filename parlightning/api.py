@@ -3,6 +3,6 @@ runs exactly what `python -m parlightning.fit` runs and returns the fitted `Trai
 live in `parlightning.fit` (so that module can be called); this module names them for imports and
 for the `parlightning-fit` console script."""
 
-from parlightning.fit import Config, cli_args, fit, fit_cli
+from parlightning.cli.fit import Config, cli_args, fit, fit_cli
 
 __all__ = ["Config", "cli_args", "fit", "fit_cli"]

@@ -130,7 +130,7 @@ def check_args(prefix: str, function: Callable, values: dict[str, Any]) -> dict[
     """Every argument of `function` annotated with a constrained type, checked (`check_value`) and
     plain-typed, in signature order: `{name: value}` for the names found in `values` (typically
     `locals()` at the top of `__init__`). A bad one raises ConfigError `"{prefix}.{name}: must ..."`
-    (`"{name}: ..."` with an empty prefix: a world's factory, which `parlightning.preflight.build_env`
+    (`"{name}: ..."` with an empty prefix: a world's factory, which `parlightning.runtime.preflight.build_env`
     names as `data.env.init_args.{name}`)."""
     out = {}
     for name, annotation in _constrained_params(function):

@@ -178,7 +178,7 @@ def _unknown_option(key: str, option: str, message: str) -> str:
     return f"{key}.init_args.{option}: {path.group(1)} takes no argument {option!r}; {hint}fix the name{listed}"
 
 
-PROTOCOL_MEMBERS = {  # what each seam's protocol needs (parlightning.sampling, .parallel, .subagents.pool)
+PROTOCOL_MEMBERS = {  # what each seam's protocol needs (parlightning.distribution.samplers, .parallel, .subagents.pool)
     "TaskSampler": ("pick(keys, round_index) -> task_id", "record(task_id, score)"),
     "ParallelStrategy": ("name", "plan(n_workers, round_index, keys) -> list[WorkUnit]"),
     "SubagentPool": ("spawn(instruction) -> handle", "poll(handle)", "cancel(handle)", "close()"),

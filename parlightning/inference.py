@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from parlightning.envs.base import ActionSpec
 from parlightning.envs.normalize import ObsNormalizer, normalizer_from_checkpoint
 from parlightning.errors import ConfigError
-from parlightning.evaluate import greedy_action
+from parlightning.cli.evaluate import greedy_action
 
 Observation = Union[Tensor, np.ndarray]
 
@@ -107,8 +107,8 @@ def load_policy(path: Union[str, os.PathLike], device: Union[str, torch.device] 
     """The trained policy of a `parlightning.fit` checkpoint, ready to `predict`: rebuilt with
     `PPOModule`'s own loading (`on_load_checkpoint`), with the run's observation normalisation.
     A missing, unreadable, recurrent or keyed checkpoint is one `ConfigError`."""
-    from parlightning.checkpoint import load_checkpoint_file
-    from parlightning.module import PPOModule
+    from parlightning.runtime.checkpoint import load_checkpoint_file
+    from parlightning.ppo.module import PPOModule
 
     path = os.fspath(path)
     checkpoint = load_checkpoint_file(path)

@@ -179,7 +179,7 @@ def _config_files() -> list[Case]:
         "tabs": b"model:\n\tlr: 0.1\n", "bad_yaml": b"model: [1, 2\n", "optimizer": b"optimizer: Adam\n",
         "binary": bytes(range(256)), "env_bad_init_args": b"data:\n  env:\n    init_args: {max_width: -4}\n",
         "env_bad_class": b"data:\n  env:\n    class_path: nosuch.Env\n",
-        "sampler_bad_class": b"data:\n  sampler:\n    class_path: parlightning.sampling.NoSuchSampler\n",
+        "sampler_bad_class": b"data:\n  sampler:\n    class_path: parlightning.distribution.samplers.NoSuchSampler\n",
         "callback_not_class": b"trainer:\n  callbacks:\n    - class_path: os.path\n",
         "callbacks_mapping": b"trainer:\n  callbacks: {a: 1}\n",
         "world_arg_misspelt": b"data:\n  env:\n    init_args: {max_subagentz: 3}\n",
@@ -237,7 +237,7 @@ def corpus() -> list[Case]:
 
 # ---------------------------------------------------------------------------------- checkpoints to break
 def _good_checkpoint(folder: Path) -> Path:
-    from parlightning.fit import main
+    from parlightning.cli.fit import main
 
     main(["--config", CONFIG, *BASE, "--trainer.max_epochs", "1", "--trainer.default_root_dir", str(folder)])
     return next(folder.rglob("last.ckpt"))
@@ -248,7 +248,7 @@ def _bad_checkpoints(good: Path, out: Path) -> None:
 
     import torch
 
-    from parlightning.checkpoint import CHECKSUM_KEY, state_checksum
+    from parlightning.runtime.checkpoint import CHECKSUM_KEY, state_checksum
 
     data = good.read_bytes()
     ck = torch.load(good, weights_only=True)
@@ -303,7 +303,7 @@ def _child(case: Case, folder: str, err_path: str) -> None:
     os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
     sys.stderr = os.fdopen(2, "w", buffering=1)
     os.chdir(folder)
-    from parlightning.fit import main
+    from parlightning.cli.fit import main
 
     args = ["--config", case.config, *BASE, "--trainer.default_root_dir", folder,
             *[a.replace("{dir}", folder) for a in case.args]]
@@ -379,7 +379,7 @@ def main(argv: list[str] | None = None) -> dict[str, int]:
             print(f"{c.kind:10s} {c.name}")
         print(f"{len(cases)} cases")
         return {}
-    import parlightning.fit  # noqa: F401 (imported once: every case's process is forked from here)
+    import parlightning.cli.fit  # noqa: F401 (imported once: every case's process is forked from here)
 
     counts: dict[str, int] = {}
     start = time.monotonic()

@@ -295,7 +295,7 @@ class UserStrategy:
     name = "mine"
 
     def plan(self, n_workers, round_index, keys):
-        from parlightning.parallel import DataParallel
+        from parlightning.distribution.strategies import DataParallel
         return DataParallel().plan(n_workers, round_index, keys)
 
 
@@ -977,33 +977,33 @@ def reward_sampler_strategy_cases() -> list[Case]:
         both(with_worlds, write("s.yaml", dump(TINY_SWARM))), **kw)
     R = lambda n, extra, expect: swarm(extra, name=n, category="data.reward", expect=expect)  # noqa: E731
     out += [
-        R("reward-class-missing", ["--data.reward", "parlightning.reward.NoSuchReward"], ("NoSuchReward",)),
+        R("reward-class-missing", ["--data.reward", "parlightning.parl.reward.NoSuchReward"], ("NoSuchReward",)),
         R("reward-max_subagents-mismatch", ["--data.reward.init_args.max_subagents", "64"], ("max_subagents",)),
         R("reward-max_subagents-zero", ["--data.reward.init_args.max_subagents", "0"], ("max_subagents",)),
-        R("reward-lambda1-bad-class", ["--data.reward.init_args.lambda1", "parlightning.reward.Nope"], ("lambda1", "Nope")),
+        R("reward-lambda1-bad-class", ["--data.reward.init_args.lambda1", "parlightning.parl.reward.Nope"], ("lambda1", "Nope")),
         R("reward-horizon-zero", ["--data.reward.init_args.lambda1.init_args.horizon", "0"], ("horizon",)),
         R("reward-horizon-negative", ["--data.reward.init_args.lambda2.init_args.horizon", "-10"], ("horizon",)),
         R("reward-start-string", ["--data.reward.init_args.lambda1.init_args.start", "big"], ("start",)),
         R("reward-warmup-negative", ["--data.reward.init_args.lambda1.init_args.warmup", "-3"], ("warmup",)),
         R("reward-start-nan", ["--data.reward.init_args.lambda1.init_args.start", "nan"], ("start", "lambda1")),
         cfg_case("reward-parl-on-cartpole", "data.reward", tiny(data__reward={
-            "class_path": "parlightning.reward.PARLReward", "init_args": {"max_subagents": 8}}),
+            "class_path": "parlightning.parl.reward.PARLReward", "init_args": {"max_subagents": 8}}),
             expect=("reward", "task")),
     ]
     Sm = lambda n, extra, expect: swarm(extra, name=n, category="sampler", expect=expect)  # noqa: E731
     out += [
-        Sm("sampler-class-missing", ["--data.sampler", "parlightning.sampling.NoSuch"], ("NoSuch", "sampler")),
-        Sm("sampler-dw-c-negative", ["--data.sampler", "parlightning.sampling.DifficultyWeighted",
+        Sm("sampler-class-missing", ["--data.sampler", "parlightning.distribution.samplers.NoSuch"], ("NoSuch", "sampler")),
+        Sm("sampler-dw-c-negative", ["--data.sampler", "parlightning.distribution.samplers.DifficultyWeighted",
                                      "--data.sampler.init_args.c", "-1"], ("c",)),
-        Sm("sampler-dw-threshold-above-one", ["--data.sampler", "parlightning.sampling.DifficultyWeighted",
+        Sm("sampler-dw-threshold-above-one", ["--data.sampler", "parlightning.distribution.samplers.DifficultyWeighted",
                                               "--data.sampler.init_args.pass_threshold", "1.5"], ("pass_threshold",)),
-        Sm("sampler-posterior-sharpness-zero", ["--data.sampler", "parlightning.sampling.PosteriorSignal",
+        Sm("sampler-posterior-sharpness-zero", ["--data.sampler", "parlightning.distribution.samplers.PosteriorSignal",
                                                 "--data.sampler.init_args.sharpness", "0"], ("sharpness",)),
         Sm("sampler-not-a-sampler", ["--data.sampler", "collections.OrderedDict"], ("sampler", "OrderedDict")),
         Sm("sampler-user-no-record", ["--data.sampler", "uw.SamplerNoRecord"], ("SamplerNoRecord", "record")),
         Sm("sampler-user-pick-raises", ["--data.sampler", "uw.SamplerRaises"], ("SamplerRaises", "sampler")),
         Sm("sampler-user-bad-task-id", ["--data.sampler", "uw.SamplerBadId"], ("SamplerBadId", "no-such-task", "sampler")),
-        Sm("sampler-unknown-init-arg", ["--data.sampler", "parlightning.sampling.RoundRobin",
+        Sm("sampler-unknown-init-arg", ["--data.sampler", "parlightning.distribution.samplers.RoundRobin",
                                         "--data.sampler.init_args.speed", "3"], ("speed",)),
     ]
     def St(n, strategy, expect):
@@ -1014,12 +1014,12 @@ def reward_sampler_strategy_cases() -> list[Case]:
                     both(with_worlds, write("s.yaml", dump(TINY_SWARM)), write("st.yaml", dump(over))), expect=expect)
 
     out += [
-        St("strategy-class-missing", {"class_path": "parlightning.parallel.NoSuch"}, ("NoSuch", "strategy")),
+        St("strategy-class-missing", {"class_path": "parlightning.distribution.strategies.NoSuch"}, ("NoSuch", "strategy")),
         St("strategy-user-raises", {"class_path": "uw.StrategyRaises"}, ("StrategyRaises", "planner")),
         St("strategy-user-wrong-plan", {"class_path": "uw.StrategyWrong"}, ("StrategyWrong", "plan")),
-        St("strategy-cluster-unknown-arg", {"class_path": "parlightning.parallel.ClusterParallel",
+        St("strategy-cluster-unknown-arg", {"class_path": "parlightning.distribution.strategies.ClusterParallel",
                                             "init_args": {"clusterz": 3}}, ("clusterz",)),
-        St("strategy-cluster-c-negative", {"class_path": "parlightning.parallel.ClusterParallel",
+        St("strategy-cluster-c-negative", {"class_path": "parlightning.distribution.strategies.ClusterParallel",
                                            "init_args": {"c": -1.0}}, ("c",)),
         St("strategy-examples-missing", {"class_path": "parlightning.examples.nonexistent.Plan"}, ("nonexistent",)),
         St("strategy-is-number", 7, ("strategy",)),
@@ -1475,7 +1475,7 @@ def main(argv=None) -> int:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import torch
     torch.set_num_threads(1)
-    import parlightning.fit  # noqa: F401  (imported once, before any fork)
+    import parlightning.cli.fit  # noqa: F401  (imported once, before any fork)
     for m in MODULES.values():
         __import__(m)
     cases = all_cases()

@@ -35,11 +35,11 @@ if str(ROOT) not in sys.path:
 import lightning.pytorch as pl  # noqa: E402
 import torch  # noqa: E402
 
-from parlightning.data import RolloutDataModule  # noqa: E402
+from parlightning.ppo.data import RolloutDataModule  # noqa: E402
 from parlightning.envs.external import ExternalBatchedEnv  # noqa: E402
-from parlightning.evaluate import greedy_action, run_episodes  # noqa: E402
-from parlightning.module import PPOModule  # noqa: E402
-from parlightning.reward import LinearSchedule, PARLReward  # noqa: E402
+from parlightning.cli.evaluate import greedy_action, run_episodes  # noqa: E402
+from parlightning.ppo.module import PPOModule  # noqa: E402
+from parlightning.parl.reward import LinearSchedule, PARLReward  # noqa: E402
 from parlightning.subagents.world import AsyncPoolOrchestrationWorld, PoolOrchestrationWorld  # noqa: E402
 
 T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26}

@@ -39,8 +39,8 @@ def run(mode: str, a: argparse.Namespace) -> dict[str, float]:
     import torch
 
     from parlightning.callbacks import RolloutCallback
-    from parlightning.data import RolloutDataModule
-    from parlightning.module import PPOModule
+    from parlightning.ppo.data import RolloutDataModule
+    from parlightning.ppo.module import PPOModule
 
     class Record(RolloutCallback):
         def __init__(self) -> None:

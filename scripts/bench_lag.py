@@ -65,10 +65,10 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 import lightning.pytorch as pl  # noqa: E402
 import torch  # noqa: E402
 
-from parlightning.data import RolloutDataModule  # noqa: E402
+from parlightning.ppo.data import RolloutDataModule  # noqa: E402
 from parlightning.envs.external import ExternalBatchedEnv  # noqa: E402
 from parlightning.envs.swarm import SwarmEnv  # noqa: E402
-from parlightning.module import PPOModule  # noqa: E402
+from parlightning.ppo.module import PPOModule  # noqa: E402
 from parlightning.subagents import PoolOrchestrationWorld  # noqa: E402
 
 

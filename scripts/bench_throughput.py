@@ -115,8 +115,8 @@ def child_lightning(a: argparse.Namespace) -> dict[str, Any]:
 
     from raw_ppo import now
 
-    from parlightning.data import RolloutDataModule
-    from parlightning.fit import main
+    from parlightning.ppo.data import RolloutDataModule
+    from parlightning.cli.fit import main
 
     base = _baseline()
     collect = RolloutDataModule.collect
@@ -177,7 +177,7 @@ def child_env(a: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     from parlightning.envs.swarm import SwarmEnv
-    from parlightning.sampling import RoundRobin
+    from parlightning.distribution.samplers import RoundRobin
 
     torch.set_num_threads(a.threads)
     device = torch.device(a.device)
@@ -247,8 +247,8 @@ def _shared_targets() -> list[tuple[Any, str, str]]:
     import parlightning.buffer
     from parlightning.buffer import RolloutBuffer
     from parlightning.envs.swarm import SwarmEnv
-    from parlightning.policies import ActorCritic
-    from parlightning.sampling import RoundRobin
+    from parlightning.policies.actor_critic import ActorCritic
+    from parlightning.distribution.samplers import RoundRobin
 
     return [
         (SwarmEnv, "step", "rollout: SwarmEnv.step"),
@@ -273,18 +273,18 @@ def child_profile(a: argparse.Namespace) -> dict[str, Any]:
     from lightning.pytorch.loops.optimization.automatic import Closure
 
     import parlightning.buffer
-    import parlightning.data
-    import parlightning.module
+    import parlightning.ppo.data
+    import parlightning.ppo.module
     import parlightning.collection.finish
     from parlightning.collection import StepLoop
-    from parlightning.data import RolloutDataModule
-    from parlightning.fit import main
+    from parlightning.ppo.data import RolloutDataModule
+    from parlightning.cli.fit import main
 
     at = Attribution()
     targets = _shared_targets() + [
-        (parlightning.data, "gather_rows", "update: minibatch gather"),
-        (parlightning.module, "ppo_loss", "update: forward + loss"),
-        (parlightning.module.PPOModule, "training_step", "update: forward + loss"),
+        (parlightning.ppo.data, "gather_rows", "update: minibatch gather"),
+        (parlightning.ppo.module, "ppo_loss", "update: forward + loss"),
+        (parlightning.ppo.module.PPOModule, "training_step", "update: forward + loss"),
         (RolloutDataModule, "collect", "rollout: rest of collect (loop, bootstrap, rewards)"),
         (StepLoop, "check_finite", "rollout: non-finite check"),
         (StepLoop, "step", "rollout: step loop's own code"),

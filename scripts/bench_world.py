@@ -22,9 +22,9 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from parlightning.evaluate import build_env, env_spec  # noqa: E402
-from parlightning.sampling import RoundRobin  # noqa: E402
-from parlightning.cli_types import positive_int  # noqa: E402
+from parlightning.cli.evaluate import build_env, env_spec  # noqa: E402
+from parlightning.distribution.samplers import RoundRobin  # noqa: E402
+from parlightning.cli.arg_types import positive_int  # noqa: E402
 
 
 def bench(configs: list[str], n: int, device: str, blocks: int, steps: int, compiled: bool = False) -> dict:

@@ -81,7 +81,7 @@ def summarise(returns: list[float], steps: list[int]) -> dict[str, Any]:
 
 def run_parlightning(path: str, seed: int, total: int, logdir: Path) -> dict[str, Any]:
     """One seed through the real LightningCLI (Trainer, PPOModule, RolloutDataModule) and the path's config."""
-    from parlightning.fit import main
+    from parlightning.cli.fit import main
 
     cli = main([
         "--config", str(CONFIGS[path]), "--seed", str(seed),

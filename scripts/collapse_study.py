@@ -194,7 +194,7 @@ def eval_values(runs: list[dict], metric: str) -> list[list[float]]:
 
 
 def stat(runs: list[dict], metric: str) -> Optional[dict[str, float]]:
-    from parlightning.stats import mean_std
+    from parlightning.analysis.stats import mean_std
 
     if not runs:
         return None

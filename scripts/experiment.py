@@ -77,7 +77,7 @@ def _forked_run(conn: Any, owner: int, args: list[str], log: str) -> None:  # pr
         sys.stderr.flush()
 
 
-PRELOAD = ["parlightning.fit", "parlightning.evaluate", "parlightning.pipeline", "torch.utils.tensorboard",
+PRELOAD = ["parlightning.fit", "parlightning.evaluate", "parlightning.analysis.pipeline", "torch.utils.tensorboard",
            "lightning.pytorch.loggers.tensorboard", "tensorboard.compat.tensorflow_stub", "attrs", "fsspec"]
 
 
@@ -298,7 +298,7 @@ def load_results(out: Path, specs: Sequence[dict]) -> list[dict]:
 # ---------------------------------------------------------------------------------------------- curves
 def read_curves(logs: Path, tags: dict[str, Sequence[str]]) -> dict[str, list[list[float]]]:
     """TensorBoard scalars of one run: curve name -> [[env step, value], ...] (the first tag found)."""
-    from parlightning.logs import read_scalars
+    from parlightning.analysis.logs import read_scalars
 
     scalars = read_scalars(logs)
     out = {}
@@ -312,7 +312,7 @@ def read_curves(logs: Path, tags: dict[str, Sequence[str]]) -> dict[str, list[li
 
 def tail_of(points: list[list[float]]) -> Optional[float]:
     """How much a curve still moved over its last 20% (share of its range); None below 5 points."""
-    from parlightning.stats import tail_share
+    from parlightning.analysis.stats import tail_share
 
     if len(points) < 5:  # too few iterations to say whether a curve flattened
         return None
@@ -355,10 +355,10 @@ def nested_diff_ci(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]], *
     """mean(a) - mean(b) with a two-level percentile bootstrap: training seeds resampled, then each
     resampled seed's evaluation values (banks x evaluation seeds) resampled, so the evaluation's
     variation lies inside the interval. `a`, `b`: one list of evaluation values per training seed.
-    Returns a `parlightning.stats.DiffCI` (NaN bounds with fewer than 2 seeds per arm)."""
+    Returns a `parlightning.analysis.stats.DiffCI` (NaN bounds with fewer than 2 seeds per arm)."""
     import numpy as np
 
-    from parlightning.stats import DiffCI
+    from parlightning.analysis.stats import DiffCI
 
     def point(groups: Sequence[Sequence[float]]) -> float:
         return float(np.mean([np.mean(g) for g in groups]))

@@ -24,8 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from parlightning.envs.swarm import SwarmEnv  # noqa: E402
-from parlightning.policies import ActorCritic  # noqa: E402
-from parlightning.slots_policy import SlotsActorCritic  # noqa: E402
+from parlightning.policies.actor_critic import ActorCritic  # noqa: E402
+from parlightning.policies.slots import SlotsActorCritic  # noqa: E402
 
 
 def ignored_share(policy_name: str, seed: int, num_envs: int, rounds: int, masked: bool) -> float:

@@ -48,7 +48,7 @@ def rank_main(out: str, quick: bool) -> None:
     """One rank (started by torchrun): every strategy through the real CLI; rank 0 writes the rows."""
     sys.path.insert(0, str(ROOT))  # `callbacks.block_planner` for the custom strategy
     from parlightning.callbacks import find_planner
-    from parlightning.fit import main
+    from parlightning.cli.fit import main
 
     del sys.argv[1:]  # main() gets its arguments as a list
     rows = []

@@ -177,7 +177,7 @@ def read_curves(logs: Path) -> dict[str, list[list[float]]]:
 def run_blame(logs: Path, episodes: int, seed: int) -> dict[str, Any]:
     """Replay `episodes` held-out episodes of the trained (greedy) policy with PipelineChain, each
     stage's decisions replaced in turn by the oracle's: critical steps lost per kind of stage."""
-    from parlightning.pipeline import PipelineChain, blame_by_kind
+    from parlightning.analysis.pipeline import PipelineChain, blame_by_kind
 
     env, policy, oracle = load_for_blame(logs, split="heldout")
     chain = PipelineChain(env, policy, reference=oracle, kind_of=stage_kind)
@@ -212,7 +212,7 @@ def load_for_blame(logs: Path, split: str) -> tuple[Any, Any, Any]:
     """A one-actor env of the run's world on `split`, the run's greedy policy and the world's oracle."""
     import torch
 
-    from parlightning.evaluate import build_env, env_spec, greedy_action, load_policy
+    from parlightning.cli.evaluate import build_env, env_spec, greedy_action, load_policy
 
     cls, init_args = env_spec([str(logs / "config.yaml")])
     env = build_env(cls, init_args, 1, 0, split, "cpu")
@@ -256,7 +256,7 @@ def worst_kind(by_kind: dict[str, dict[str, float]]) -> Optional[str]:
 
 
 def summarize(results: list[dict], plan: dict, seed: int, flat_tol: float) -> dict[str, Any]:
-    from parlightning.stats import mean_std
+    from parlightning.analysis.stats import mean_std
 
     cells = []
     for cell in plan["cells"]:

@@ -27,10 +27,10 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 from parlightning.buffer import RolloutBuffer, gather_rows
 from parlightning.envs.swarm import SwarmEnv
-from parlightning.loss import ppo_loss
-from parlightning.policies import ActorCritic
-from parlightning.reward import LinearSchedule, PARLReward
-from parlightning.sampling import RoundRobin
+from parlightning.ppo.loss import ppo_loss
+from parlightning.policies.actor_critic import ActorCritic
+from parlightning.parl.reward import LinearSchedule, PARLReward
+from parlightning.distribution.samplers import RoundRobin
 
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "swarm.yaml"

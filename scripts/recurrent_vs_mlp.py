@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
-from parlightning.fit import main  # noqa: E402
-from parlightning.logs import read_scalars  # noqa: E402
+from parlightning.cli.fit import main  # noqa: E402
+from parlightning.analysis.logs import read_scalars  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 # task -> (configs for the MLP, configs for a recurrent policy, the metric per rollout)

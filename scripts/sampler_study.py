@@ -47,11 +47,11 @@ from experiment import (  # noqa: E402
 )
 
 ARMS = {
-    "round_robin": {"class_path": "parlightning.sampling.RoundRobin"},
-    "difficulty_weighted": {"class_path": "parlightning.sampling.DifficultyWeighted",
+    "round_robin": {"class_path": "parlightning.distribution.samplers.RoundRobin"},
+    "difficulty_weighted": {"class_path": "parlightning.distribution.samplers.DifficultyWeighted",
                             "init_args": {"c": 0.2, "pass_threshold": 1.0}},
-    "posterior_signal": {"class_path": "parlightning.sampling.PosteriorSignal", "init_args": {"pass_threshold": 1.0}},
-    "sfl": {"class_path": "parlightning.sampling.SamplingForLearnability",
+    "posterior_signal": {"class_path": "parlightning.distribution.samplers.PosteriorSignal", "init_args": {"pass_threshold": 1.0}},
+    "sfl": {"class_path": "parlightning.distribution.samplers.SamplingForLearnability",
             "init_args": {"buffer_size": 16, "replay_prob": 0.5, "refresh_episodes": 1024, "pass_threshold": 1.0}},
 }
 LABEL = {"round_robin": "RoundRobin", "difficulty_weighted": "DifficultyWeighted c=0.2",
@@ -190,7 +190,7 @@ def _task_ids(plan: dict, spec: dict) -> list[str]:
 
 def evaluate_list(path: Path) -> None:
     """`--evaluate-list FILE`: run `python -m parlightning.evaluate` for each argv in FILE, in this process."""
-    import parlightning.evaluate as E
+    import parlightning.cli.evaluate as E
 
     for argv in json.loads(path.read_text()):
         E.main(argv)
@@ -267,7 +267,7 @@ def steps_to_reach(runs: list[dict], target: float, seed: int = 0, n_boot: int =
 
 
 def stat(xs: list[float]) -> Optional[dict[str, float]]:
-    from parlightning.stats import mean_std
+    from parlightning.analysis.stats import mean_std
 
     if not xs:
         return None
@@ -276,7 +276,7 @@ def stat(xs: list[float]) -> Optional[dict[str, float]]:
 
 
 def summarize(plan: dict, results: list[dict], seed: int = 0) -> dict[str, Any]:
-    from parlightning.stats import bootstrap_diff_ci
+    from parlightning.analysis.stats import bootstrap_diff_ci
 
     banks = {}
     for bank in plan["banks"]:
@@ -340,7 +340,7 @@ def summarize(plan: dict, results: list[dict], seed: int = 0) -> dict[str, Any]:
 
 
 def tail_share_of(curve: tuple[list[float], list[float]]) -> Optional[float]:
-    from parlightning.stats import tail_share
+    from parlightning.analysis.stats import tail_share
 
     steps, vals = curve
     if len(steps) < 5:
@@ -412,7 +412,7 @@ def page(summary: dict, images: dict[str, str], command: str) -> str:
     if p.get("quick"):
         lines += ["**Quick smoke run (`--quick`): a tiny budget; its numbers test the pipeline and say nothing "
                   "about samplers.**", ""]
-    lines += ["Arms: " + ", ".join(f"`{LABEL[a]}`" for a in p["arms"]) + ". SFL is `parlightning.sampling."
+    lines += ["Arms: " + ", ".join(f"`{LABEL[a]}`" for a in p["arms"]) + ". SFL is `parlightning.distribution.samplers."
               "SamplingForLearnability` (buffer of the 16 tasks of highest learnability p(1-p) measured on the "
               "episodes since the last refresh, refreshed every 1,024 episodes, half the picks from the buffer). "
               "Two shares of rollouts: **share on fanout + pipeline** is the share of all picks (over the whole "

@@ -26,8 +26,8 @@ from typing import Callable, Optional
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
-from parlightning.sampling import DifficultyWeighted, PosteriorSignal, RoundRobin  # noqa: E402
-from parlightning.cli_types import positive_int  # noqa: E402
+from parlightning.distribution.samplers import DifficultyWeighted, PosteriorSignal, RoundRobin  # noqa: E402
+from parlightning.cli.arg_types import positive_int  # noqa: E402
 
 PUBLISHED_CLEAN = {"c=1.4": 15.5, "c=0.7": 19.3, "c=0.4": 21.0, "c=0.2": 23.4, "c=0.1": 27.4, "round-robin": 14.5}
 PUBLISHED_NOISY = {"c=0.4": 11.5, "c=0.2": 16.3, "c=0.1": 18.1, "round-robin": 7.3}

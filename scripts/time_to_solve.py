@@ -71,7 +71,7 @@ def child_parlightning(path: str, seed: int, budget: Optional[int], logdir: str)
     import yaml
 
     from parlightning.callbacks.base import RolloutCallback
-    from parlightning.fit import main
+    from parlightning.cli.fit import main
 
     class StopAtSolve(RolloutCallback):
         """Feeds every finished episode's return to `Solved` at rollout end (one host read per

@@ -26,7 +26,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from parlightning.cli_types import positive_int  # noqa: E402
+from parlightning.cli.arg_types import positive_int  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -43,7 +43,7 @@ def suggest(trial: Any) -> dict[str, Any]:
 
 def score(run_dir: Path, last: int) -> float:
     """Mean `charts/episodic_return` over the run's last `last` logged iterations."""
-    from parlightning.logs import read_scalars
+    from parlightning.analysis.logs import read_scalars
 
     (events,) = [p for p in run_dir.glob("lightning_logs/version_*")] or [run_dir]
     series = read_scalars(events).get("charts/episodic_return", [])

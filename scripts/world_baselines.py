@@ -26,8 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from parlightning.evaluate import build_env, by_family, env_spec, run_episodes, summarise  # noqa: E402
-from parlightning.cli_types import non_negative_int, positive_int  # noqa: E402
+from parlightning.cli.evaluate import build_env, by_family, env_spec, run_episodes, summarise  # noqa: E402
+from parlightning.cli.arg_types import non_negative_int, positive_int  # noqa: E402
 
 T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26}
 

@@ -7,16 +7,16 @@ import lightning.pytorch as pl
 import pytest
 import torch
 
-from parlightning.data import RolloutDataModule
+from parlightning.ppo.data import RolloutDataModule
 from parlightning.envs.base import ActionSpec, check_action_mask
 from parlightning.envs.swarm import SwarmEnv
 from parlightning.errors import ConfigError
-from parlightning.export import GreedyPolicy, export_policy
-from parlightning.loss import ppo_loss
-from parlightning.module import PPOModule
-from parlightning.policies import ActorCritic, CategoricalHead
-from parlightning.recurrent import RecurrentActorCritic
-from parlightning.slots_policy import SlotsActorCritic
+from parlightning.cli.export import GreedyPolicy, export_policy
+from parlightning.ppo.loss import ppo_loss
+from parlightning.ppo.module import PPOModule
+from parlightning.policies.actor_critic import ActorCritic, CategoricalHead
+from parlightning.policies.recurrent import RecurrentActorCritic
+from parlightning.policies.slots import SlotsActorCritic
 
 
 def _masked_dims(B, D, seed=0):
@@ -234,7 +234,7 @@ def test_a_bad_world_mask_is_one_error_naming_the_fix():
 
 
 def test_greedy_evaluation_and_export_apply_the_mask(tmp_path):
-    from parlightning.evaluate import greedy_action
+    from parlightning.cli.evaluate import greedy_action
 
     env, obs, mask = _swarm_batch()
     policy = ActorCritic(env.observation_shape, env.action_spec)

@@ -11,13 +11,13 @@ import torch
 from parlightning.callbacks import PARLAnnealing
 from parlightning.collection import LagBudget, LockStep
 from parlightning.collection.transports import InlineTransport, ThreadTransport
-from parlightning.data import RolloutDataModule
+from parlightning.ppo.data import RolloutDataModule
 from parlightning.envs.external import ExternalBatchedEnv, ExternalWorldError
 from parlightning.envs.swarm import SwarmEnv
 from parlightning.errors import ConfigError
-from parlightning.module import PPOModule
-from parlightning.reward import LinearSchedule, PARLReward
-from parlightning.sampling import DifficultyWeighted
+from parlightning.ppo.module import PPOModule
+from parlightning.parl.reward import LinearSchedule, PARLReward
+from parlightning.distribution.samplers import DifficultyWeighted
 from parlightning.subagents import PoolOrchestrationWorld
 from tests.test_external_env import CountWorld, _alive
 
@@ -210,7 +210,7 @@ def test_each_ddp_rank_runs_its_own_async_collector(tmp_cwd, config, extra):
     import subprocess
     import sys
 
-    from parlightning.logs import read_scalars
+    from parlightning.analysis.logs import read_scalars
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     cmd = [sys.executable, "-m", "parlightning.fit", "--config", os.path.join(root, "configs", config),
@@ -228,7 +228,7 @@ def test_each_ddp_rank_runs_its_own_async_collector(tmp_cwd, config, extra):
 
 
 def test_importance_weights_scale_each_samples_clipped_surrogate():
-    from parlightning.loss import ppo_loss
+    from parlightning.ppo.loss import ppo_loss
 
     new_lp = torch.log(torch.tensor([0.5, 0.9, 0.2]))
     old_lp = torch.log(torch.tensor([0.5, 0.5, 0.4]))  # ratios 1.0, 1.8 (clipped to 1.2), 0.5 (clipped to 0.8)

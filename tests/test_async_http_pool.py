@@ -286,7 +286,7 @@ def test_used_after_close_is_an_error(server):
 
 @needs_aiohttp
 def test_the_external_config_switches_to_the_async_pool_by_class_path(tmp_cwd):
-    from parlightning.fit import main
+    from parlightning.cli.fit import main
 
     with LocalChatServer() as server:
         shared = {"pool": {"class_path": POOL, "init_args": {"base_url": server.base_url, "success_marker": "DONE"}}}

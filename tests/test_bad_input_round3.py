@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from parlightning.checkpoint import CHECKSUM_KEY, state_checksum
-from parlightning.data import RolloutDataModule
-from parlightning.fit import main
+from parlightning.runtime.checkpoint import CHECKSUM_KEY, state_checksum
+from parlightning.ppo.data import RolloutDataModule
+from parlightning.cli.fit import main
 
 ROOT = Path(__file__).parent.parent
 CONFIG = str(ROOT / "configs" / "swarm.yaml")
@@ -98,7 +98,7 @@ def test_a_checkpoint_without_its_checksum_is_refused_unless_opted_out(tmp_path,
     assert "has no parlightning_checksum" in message and "PARLIGHTNING_UNCHECKED_CHECKPOINTS=1" in message, message
     assert not (tmp_path / "out").exists()
     monkeypatch.setenv("PARLIGHTNING_UNCHECKED_CHECKPOINTS", "1")
-    from parlightning.checkpoint import load_checkpoint_file
+    from parlightning.runtime.checkpoint import load_checkpoint_file
 
     assert load_checkpoint_file(str(tmp_path / "edited.ckpt"))["epoch"] == 0  # the documented opt-out loads it
 
@@ -129,7 +129,7 @@ def test_nan_optimizer_moments_are_refused_at_load(tmp_path, capsys, run_dir):
 
 @pytest.mark.parametrize("fault", ["enospc", "zip_writer"])
 def test_a_full_disk_while_saving_is_one_line_and_the_previous_checkpoint_is_kept(tmp_path, capsys, monkeypatch, fault):
-    import parlightning.checkpoint as checkpoint
+    import parlightning.runtime.checkpoint as checkpoint
 
     real_save = torch.save
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from parlightning.checkpoint import CHECKSUM_KEY, state_checksum
-from parlightning.fit import main
+from parlightning.runtime.checkpoint import CHECKSUM_KEY, state_checksum
+from parlightning.cli.fit import main
 
 ROOT = Path(__file__).parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -131,7 +131,7 @@ def test_a_users_strategy_that_raises_is_one_line_on_its_field(user_code, capsys
 
 def test_parl_reward_on_a_world_without_tasks_is_refused(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    message = _one_error_line(capsys, lambda: main([*CARTPOLE, "--data.reward", "parlightning.reward.PARLReward",
+    message = _one_error_line(capsys, lambda: main([*CARTPOLE, "--data.reward", "parlightning.parl.reward.PARLReward",
                                                     "--data.reward.init_args.max_subagents", "8"]))
     assert "data.reward: PARLReward" in message and "set data.reward: null" in message, message
     assert _written(tmp_path) == []
@@ -216,7 +216,7 @@ def test_edited_checkpoint_metadata_is_refused(tmp_path, capsys, cartpole_ckpt, 
 
 
 def test_export_verifies_the_checkpoint_and_its_output_path(tmp_path, capsys, cartpole_ckpt):
-    from parlightning.export import main as export_main
+    from parlightning.cli.export import main as export_main
 
     nan = _edited(cartpole_ckpt, tmp_path, lambda c: c["state_dict"].update(
         {k: v * float("nan") for k, v in c["state_dict"].items() if v.is_floating_point()}))
@@ -242,7 +242,7 @@ def test_export_verifies_the_checkpoint_and_its_output_path(tmp_path, capsys, ca
     (["--seed", "-5"], "--seed: -5 is outside the seed range"),
 ])
 def test_evaluate_checks_its_outputs_and_device_before_it_runs(tmp_path, capsys, monkeypatch, args, says):
-    from parlightning.evaluate import main as evaluate_main
+    from parlightning.cli.evaluate import main as evaluate_main
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "adir").mkdir()
@@ -253,7 +253,7 @@ def test_evaluate_checks_its_outputs_and_device_before_it_runs(tmp_path, capsys,
 
 
 def test_plot_names_the_pattern_that_matched_nothing_and_checks_csv(tmp_path, capsys, monkeypatch):
-    from parlightning.plot import main as plot_main
+    from parlightning.cli.plot import main as plot_main
 
     monkeypatch.chdir(tmp_path)
     message = _one_error_line(capsys, lambda: plot_main(["nomatch_*", "--out", "x.png"]))

@@ -10,11 +10,11 @@ import pytest
 import torch
 import yaml
 
-from parlightning.data import RolloutDataModule
+from parlightning.ppo.data import RolloutDataModule
 from parlightning.envs import CartPoleEnv
-from parlightning.fit import main
-from parlightning.logs import read_scalars
-from parlightning.module import PPOModule
+from parlightning.cli.fit import main
+from parlightning.analysis.logs import read_scalars
+from parlightning.ppo.module import PPOModule
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 sys.path.insert(0, os.path.join(ROOT, "scripts"))

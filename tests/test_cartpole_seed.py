@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from parlightning.collection import stream_seed
-from parlightning.data import RolloutDataModule
+from parlightning.ppo.data import RolloutDataModule
 from parlightning.envs import CartPoleEnv
-from parlightning.fit import main
-from parlightning.logs import read_scalars
+from parlightning.cli.fit import main
+from parlightning.analysis.logs import read_scalars
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 TINY = ["--config", os.path.join(ROOT, "configs", "cartpole_tensor.yaml"), "--trainer.max_epochs", "2",

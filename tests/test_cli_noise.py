@@ -10,7 +10,7 @@ import warnings
 from lightning.pytorch.callbacks import ModelCheckpoint, TQDMProgressBar
 
 from parlightning.api import fit
-from parlightning.cli_defaults import EnvStepsProgressBar, default_callbacks
+from parlightning.cli.defaults import EnvStepsProgressBar, default_callbacks
 
 
 def test_no_lightningcli_args_warning_even_when_sys_argv_has_arguments(tmp_cwd, monkeypatch, capsys):

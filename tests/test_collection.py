@@ -20,12 +20,12 @@ import pytest
 import torch
 
 from parlightning.callbacks import RolloutCallback, StrategyPlanner
-from parlightning.data import RolloutDataModule
+from parlightning.ppo.data import RolloutDataModule
 from parlightning.envs.external import ExternalBatchedEnv, ExternalWorldError
 from parlightning.envs.swarm import SwarmEnv
-from parlightning.module import PPOModule
-from parlightning.parallel import WorkUnit
-from parlightning.sampling import DifficultyWeighted, RoundRobin, TaskSampler
+from parlightning.ppo.module import PPOModule
+from parlightning.distribution.strategies import WorkUnit
+from parlightning.distribution.samplers import DifficultyWeighted, RoundRobin, TaskSampler
 from tests.test_external_env import CountWorld
 
 
@@ -313,7 +313,7 @@ def test_a_lagged_round_is_shaped_and_logged_at_its_own_lambda_position(tmp_cwd)
     (env steps (v - 1) x N x T), and its bonus and its logged λ are those, not the λ of the round
     issued after it."""
     from parlightning.callbacks import PARLAnnealing
-    from parlightning.reward import LinearSchedule, PARLReward
+    from parlightning.parl.reward import LinearSchedule, PARLReward
 
     schedule = LinearSchedule(0.1, 0.0, 1000)
     reward = PARLReward(max_subagents=16, lambda1=schedule, lambda2=LinearSchedule(0.1, 0.0, 1000))

@@ -9,15 +9,15 @@ import pytest
 import torch
 
 from parlightning.config_types import NonNegativeFinite, PositiveFinite, PositiveInt, check_args, check_value
-from parlightning.data import RolloutDataModule
+from parlightning.ppo.data import RolloutDataModule
 from parlightning.envs.cartpole import CartPoleEnv
 from parlightning.envs.swarm import SwarmEnv
 from parlightning.errors import ConfigError, parser_error_line, requirement
-from parlightning.fit import main
-from parlightning.module import PPOModule
-from parlightning.parallel import ClusterParallel, TensorParallel
-from parlightning.reward import CosineSchedule, LinearSchedule, PARLReward
-from parlightning.sampling import DifficultyWeighted, PosteriorSignal
+from parlightning.cli.fit import main
+from parlightning.ppo.module import PPOModule
+from parlightning.distribution.strategies import ClusterParallel, TensorParallel
+from parlightning.parl.reward import CosineSchedule, LinearSchedule, PARLReward
+from parlightning.distribution.samplers import DifficultyWeighted, PosteriorSignal
 
 CONFIG = os.path.join(os.path.dirname(__file__), "..", "configs", "swarm.yaml")
 
@@ -66,7 +66,7 @@ def test_python_construction_checks_the_annotation_with_one_line(build, line):
      "error: data.env.init_args.subagent_budget: must be a positive integer, or null, got 0"),
     (["--data.reward.init_args.lambda1.init_args.horizon", "0"],  # two class_paths deep; the null is the outer one's
      "error: data.reward.init_args.lambda1.init_args.horizon: must be positive (a finite number), got 0"),
-    (["--data.sampler", "parlightning.sampling.DifficultyWeighted", "--data.sampler.init_args.c", "-1"],
+    (["--data.sampler", "parlightning.distribution.samplers.DifficultyWeighted", "--data.sampler.init_args.c", "-1"],
      "error: data.sampler.init_args.c: must be >= 0 (a finite number), got -1"),
 ])
 def test_the_cli_refuses_with_the_same_words_before_building_anything(tmp_path, monkeypatch, capsys, args, line):

@@ -12,10 +12,10 @@ import torch
 
 from parlightning.envs.base import ActionSpec
 from parlightning.errors import ConfigError
-from parlightning.export import GreedyPolicy, export_policy, load_policy, main as export_main
-from parlightning.fit import main as fit_main
-from parlightning.policies import ActorCritic
-from parlightning.recurrent import RecurrentActorCritic
+from parlightning.cli.export import GreedyPolicy, export_policy, load_policy, main as export_main
+from parlightning.cli.fit import main as fit_main
+from parlightning.policies.actor_critic import ActorCritic
+from parlightning.policies.recurrent import RecurrentActorCritic
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 

@@ -344,7 +344,7 @@ def test_http_pool_against_a_local_openai_compatible_server():
 
 @pytest.mark.parametrize("workers", [0, 3])
 def test_the_external_config_trains(tmp_cwd, workers):
-    from parlightning.fit import main
+    from parlightning.cli.fit import main
 
     cli = main(["--config", os.path.join(ROOT, "configs", "external.yaml"), "--trainer.max_epochs", "2",
                 "--trainer.enable_progress_bar", "false", "--data.num_envs", "8", "--data.num_steps", "8",

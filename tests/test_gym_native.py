@@ -9,10 +9,10 @@ import lightning.pytorch as pl
 import pytest
 import torch
 
-from parlightning.data import RolloutDataModule
+from parlightning.ppo.data import RolloutDataModule
 from parlightning.envs import GymVectorEnv
 from parlightning.errors import ConfigError
-from parlightning.module import PPOModule
+from parlightning.ppo.module import PPOModule
 
 gymnasium = pytest.importorskip("gymnasium", reason="the gym extra: pip install parlightning[gym]")
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts"))

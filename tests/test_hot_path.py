@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from parlightning.collection import StepLoop
-from parlightning.data import RolloutDataModule
+from parlightning.ppo.data import RolloutDataModule
 from parlightning.envs.swarm import SwarmEnv
-from parlightning.module import PPOModule
-from parlightning.sampling import DifficultyWeighted, PosteriorSignal, RoundRobin, SamplingForLearnability
+from parlightning.ppo.module import PPOModule
+from parlightning.distribution.samplers import DifficultyWeighted, PosteriorSignal, RoundRobin, SamplingForLearnability
 
 TENSOR_SYNCS = ("item", "tolist", "cpu", "numpy", "nonzero", "masked_select", "unique",
                 "__bool__", "__int__", "__float__", "__index__", "__repr__", "__format__")
@@ -150,7 +150,7 @@ def test_the_fast_categorical_head_samples_each_dimension_from_its_softmax():
     """The rollout's sampler (inverse CDF over a [category, dim, batch] layout) draws every
     dimension of a padded multi-discrete action from its own softmax and never picks padding."""
     from parlightning.envs.base import ActionSpec
-    from parlightning.policies import ActorCritic
+    from parlightning.policies.actor_critic import ActorCritic
 
     nvec = (3, 5, 2)
     net = ActorCritic((2,), ActionSpec("multi_discrete", nvec=nvec), (8,), "relu")

@@ -16,9 +16,9 @@ import torch
 
 import parlightning
 from parlightning.errors import ConfigError
-from parlightning.evaluate import main as evaluate_main
-from parlightning.fit import main as fit_main
-from parlightning.module import PPOModule
+from parlightning.cli.evaluate import main as evaluate_main
+from parlightning.cli.fit import main as fit_main
+from parlightning.ppo.module import PPOModule
 
 ROOT = Path(__file__).resolve().parents[1]
 SWARM = str(ROOT / "configs" / "swarm.yaml")
@@ -46,8 +46,8 @@ def test_load_from_checkpoint_rebuilds_the_trained_policy(swarm_ckpt):
 FRESH_PROCESS = textwrap.dedent("""
     import json, sys, torch
     import parlightning
-    from parlightning.evaluate import build_env, env_spec, run_episodes, summarise
-    from parlightning.module import PPOModule
+    from parlightning.cli.evaluate import build_env, env_spec, run_episodes, summarise
+    from parlightning.ppo.module import PPOModule
     ckpt, config, out = sys.argv[1:]
     policy = parlightning.load_policy(ckpt)
     cls, init_args = env_spec([config])

@@ -4,11 +4,11 @@ CPU, its time (announced in one line when long)."""
 
 import pytest
 
-from parlightning import preflight
-from parlightning.data import RolloutDataModule
-from parlightning.fit import main
-from parlightning.module import PPOModule
-from parlightning.preflight import PROBE_ACTORS, estimate_iteration
+from parlightning.runtime import preflight
+from parlightning.ppo.data import RolloutDataModule
+from parlightning.cli.fit import main
+from parlightning.ppo.module import PPOModule
+from parlightning.runtime.preflight import PROBE_ACTORS, estimate_iteration
 
 WIDE = ["--config", "configs/swarm_wide.yaml", "--data.env.init_args.max_width", "4096", "--data.num_envs", "16",
         "--data.num_steps", "4", "--data.update_epochs", "1", "--data.num_minibatches", "1", "--trainer.max_epochs", "1",

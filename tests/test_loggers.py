@@ -9,8 +9,8 @@ import os
 import pytest
 import yaml
 
-from parlightning.fit import main
-from parlightning.logs import read_scalars
+from parlightning.cli.fit import main
+from parlightning.analysis.logs import read_scalars
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 TINY = ["--config", os.path.join(ROOT, "configs", "cartpole_tensor.yaml"), "--trainer.max_epochs", "2",

@@ -5,8 +5,8 @@ import math
 import torch
 
 from parlightning.envs.base import ActionSpec
-from parlightning.loss import ppo_loss
-from parlightning.policies import ActorCritic
+from parlightning.ppo.loss import ppo_loss
+from parlightning.policies.actor_critic import ActorCritic
 
 
 def test_ppo_loss_by_hand():

@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from parlightning.metrics import CriticalSteps, stage_critical_steps
+from parlightning.parl.metrics import CriticalSteps, stage_critical_steps
 
 torch.set_num_threads(1)
 

@@ -18,7 +18,7 @@ import yaml
 from parlightning.envs import CartPoleEnv, NormalizeEnv
 from parlightning.envs.normalize import ObsNormalizer, RunningMeanStd, normalizer_from_checkpoint
 from parlightning.errors import ConfigError
-from parlightning.fit import main as fit_main
+from parlightning.cli.fit import main as fit_main
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -127,7 +127,7 @@ def test_the_wrapped_step_loop_never_reads_a_tensor_on_the_host(counter):  # noq
     from collections import Counter
 
     from parlightning.envs.swarm import SwarmEnv
-    from parlightning.sampling import RoundRobin
+    from parlightning.distribution.samplers import RoundRobin
 
     test_hot_path._collect(lambda num_envs, device, seed: NormalizeEnv(num_envs, device, seed, env=SwarmEnv), RoundRobin(), 2)
     assert counter.loops == 2 and counter.env_steps == 2 * 8
@@ -198,7 +198,7 @@ def test_statistics_are_checkpointed_and_resume_exactly(normalized_run):
 PREDICT_AND_EXPORT = textwrap.dedent("""
     import json, sys, torch
     import parlightning
-    from parlightning.evaluate import build_env, env_spec, run_returns
+    from parlightning.cli.evaluate import build_env, env_spec, run_returns
     ckpt, config, program, out = sys.argv[1:]
     policy = parlightning.load_policy(ckpt)
     assert policy.normalizer is not None
@@ -216,8 +216,8 @@ PREDICT_AND_EXPORT = textwrap.dedent("""
 
 
 def test_evaluate_predict_and_export_apply_the_frozen_statistics_identically(normalized_run, tmp_path, capsys):
-    from parlightning.evaluate import main as evaluate_main
-    from parlightning.export import main as export_main
+    from parlightning.cli.evaluate import main as evaluate_main
+    from parlightning.cli.export import main as export_main
 
     config, ckpt, *_ = normalized_run
     export_main(["--ckpt_path", str(ckpt), "--out", str(tmp_path / "p.pt2")])
@@ -235,7 +235,7 @@ def test_evaluate_predict_and_export_apply_the_frozen_statistics_identically(nor
 
 
 def test_off_by_default_nothing_is_normalised(tmp_path):
-    from parlightning.export import load_normalizer
+    from parlightning.cli.export import load_normalizer
 
     _fit(tmp_path, CARTPOLE, "--trainer.max_epochs", "1", "--data.num_envs", "4", "--data.num_steps", "8",
          "--trainer.logger", "false", "--trainer.enable_progress_bar", "false")
@@ -251,7 +251,7 @@ def test_onnx_export_carries_the_statistics_too(normalized_run, tmp_path):
     from onnx.reference import ReferenceEvaluator
 
     import parlightning
-    from parlightning.export import main as export_main
+    from parlightning.cli.export import main as export_main
 
     _, ckpt, *_ = normalized_run
     export_main(["--ckpt_path", str(ckpt), "--out", str(tmp_path / "p.onnx")])

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from parlightning.packaged import config_path, moved_hint, packaged_configs, resolve_config_args
+from parlightning.cli.packaged import config_path, moved_hint, packaged_configs, resolve_config_args
 
 ROOT = Path(__file__).resolve().parent.parent
 SKIP = shutil.ignore_patterns(".git", "lightning_logs", "runs", "results", "build", "dist", "*.egg-info",
@@ -67,7 +67,7 @@ def test_the_wheel_installed_in_a_fresh_venv_runs_the_readme_main_command(tmp_pa
     away.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PL_DISABLE_FORK")}
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"  # `python` is the venv's, as a user's shell
-    where = subprocess.run([python, "-c", "import parlightning.packaged as p; print(p.__file__)"], cwd=away, env=env,
+    where = subprocess.run([python, "-c", "import parlightning.cli.packaged as p; print(p.__file__)"], cwd=away, env=env,
                            capture_output=True, text=True, check=True).stdout.strip()
     assert where.startswith(str(venv)), where  # the wheel's copy, not the checkout's editable install
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from callbacks.block_planner import BlockPlanner
-from parlightning.parallel import (
+from parlightning.distribution.strategies import (
     ClusterParallel,
     DataParallel,
     ParallelStrategy,

@@ -14,13 +14,13 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from parlightning.callbacks import CriticalStepsMonitor, PARLAnnealing
-from parlightning.data import RolloutDataModule
+from parlightning.ppo.data import RolloutDataModule
 from parlightning.envs.base import EpisodeParts
 from parlightning.envs.swarm import SwarmEnv
 from parlightning.errors import ConfigError
-from parlightning.fit import main
-from parlightning.module import PPOModule
-from parlightning.reward import CosineSchedule, LinearSchedule, PARLReward
+from parlightning.cli.fit import main
+from parlightning.ppo.module import PPOModule
+from parlightning.parl.reward import CosineSchedule, LinearSchedule, PARLReward
 
 CONFIG = os.path.join(os.path.dirname(__file__), "..", "configs", "swarm.yaml")
 N, T, MINIBATCHES = 16, 8, 2

@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from parlightning.metrics import CriticalSteps, stage_critical_steps
-from parlightning.reward import ConstantSchedule, CosineSchedule, LinearSchedule, PARLReward
-from parlightning.sampling import DifficultyWeighted, PosteriorSignal, RoundRobin
+from parlightning.parl.metrics import CriticalSteps, stage_critical_steps
+from parlightning.parl.reward import ConstantSchedule, CosineSchedule, LinearSchedule, PARLReward
+from parlightning.distribution.samplers import DifficultyWeighted, PosteriorSignal, RoundRobin
 
 CPU = torch.device("cpu")
 

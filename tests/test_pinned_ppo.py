@@ -13,13 +13,13 @@ import torch
 from test_buffer import _reference_gae  # the per-actor textbook recursion (tests/test_buffer.py)
 from parlightning.buffer import compute_gae
 from parlightning.callbacks.base import RolloutCallback
-from parlightning.data import RolloutDataModule
+from parlightning.ppo.data import RolloutDataModule
 from parlightning.envs.base import ActionSpec, BatchedEnv, EpisodeParts, StepResult
-from parlightning.loss import ppo_loss
-from parlightning.module import PPOModule
-from parlightning.policies import ActorCritic
-from parlightning.reward import ConstantSchedule, PARLReward
-from parlightning.sampling import DifficultyWeighted
+from parlightning.ppo.loss import ppo_loss
+from parlightning.ppo.module import PPOModule
+from parlightning.policies.actor_critic import ActorCritic
+from parlightning.parl.reward import ConstantSchedule, PARLReward
+from parlightning.distribution.samplers import DifficultyWeighted
 
 
 # ------------------------------------------------------------------ a tiny deterministic world

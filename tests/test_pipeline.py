@@ -7,7 +7,7 @@ import torch
 
 from parlightning.envs.base import ActionSpec, BatchedEnv, EpisodeParts, StepResult
 from parlightning.errors import ConfigError
-from parlightning.pipeline import PipelineChain, blame_by_kind
+from parlightning.analysis.pipeline import PipelineChain, blame_by_kind
 
 
 class ChainEnv(BatchedEnv):
@@ -124,7 +124,7 @@ def test_a_replaced_stage_hands_control_back_to_the_policy_on_the_new_state():
 
 def test_replay_on_swarm_env_reproduces_a_stochastic_episode_exactly():
     from parlightning.envs.swarm import SwarmEnv  # only through its public protocol: no dynamics pinned
-    from parlightning.policies import ActorCritic
+    from parlightning.policies.actor_critic import ActorCritic
 
     env = SwarmEnv(num_envs=1, seed=0, split="heldout", tasks_per_family=4, subagent_reliability=0.7)
     torch.manual_seed(0)

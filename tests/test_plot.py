@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from parlightning.fit import main as fit_main
-from parlightning.logs import read_scalars
-from parlightning.plot import main as plot_main
+from parlightning.cli.fit import main as fit_main
+from parlightning.analysis.logs import read_scalars
+from parlightning.cli.plot import main as plot_main
 
 ROOT = Path(__file__).resolve().parents[1]
 CARTPOLE = str(ROOT / "configs" / "cartpole_tensor.yaml")

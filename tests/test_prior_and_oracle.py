@@ -5,11 +5,11 @@ import lightning.pytorch as pl
 import pytest
 import torch
 
-from parlightning.data import RolloutDataModule
+from parlightning.ppo.data import RolloutDataModule
 from parlightning.envs.swarm import SwarmEnv
 from parlightning.errors import ConfigError
-from parlightning.evaluate import run_episodes, summarise
-from parlightning.module import PPOModule, delegation_share
+from parlightning.cli.evaluate import run_episodes, summarise
+from parlightning.ppo.module import PPOModule, delegation_share
 
 
 def _env(num_envs, device, seed):
@@ -30,7 +30,7 @@ def _built(policy, prior):
     pl.seed_everything(0)
     net = module.build_policy(env.observation_shape, env.action_spec)
     if prior is not None:
-        from parlightning.module import apply_prior
+        from parlightning.ppo.module import apply_prior
 
         apply_prior(net, prior)
     return net, env
@@ -71,8 +71,8 @@ def test_delegation_share_is_the_share_of_live_decisions_that_delegate(tmp_path)
 
 
 def test_delegation_share_reaches_tensorboard(tmp_path):
-    from parlightning.fit import main
-    from parlightning.logs import read_scalars
+    from parlightning.cli.fit import main
+    from parlightning.analysis.logs import read_scalars
     import glob
     import os
 
@@ -142,7 +142,7 @@ CONFIG = __import__("os").path.join(__import__("os").path.dirname(__file__), "..
 
 
 def test_behaviour_cloning_on_serial_writes_a_checkpoint_ppo_starts_from(tmp_path, capsys):
-    from parlightning.bc import main as bc_main
+    from parlightning.cli.bc import main as bc_main
 
     out = tmp_path / "bc.ckpt"
     report = bc_main(["--config", CONFIG, "--teacher", "serial", "--out", str(out), "--rounds", "4", "--num_envs",
@@ -173,7 +173,7 @@ def test_behaviour_cloning_on_serial_writes_a_checkpoint_ppo_starts_from(tmp_pat
     (["--out", "/nonexistent/dir/x.ckpt"], "--out: the folder"),
 ])
 def test_behaviour_cloning_bad_arguments_are_one_error_line(tmp_path, args, match):
-    from parlightning.bc import main as bc_main
+    from parlightning.cli.bc import main as bc_main
 
     base = {"--out": str(tmp_path / "x.ckpt"), "--teacher": "serial"}
     argv = ["--config", CONFIG]

@@ -16,13 +16,13 @@ import torch
 
 from parlightning.callbacks import PARLAnnealing
 from parlightning.callbacks.base import RolloutCallback
-from parlightning.data import RolloutDataModule
+from parlightning.ppo.data import RolloutDataModule
 from parlightning.envs.external import ExternalBatchedEnv, ExternalWorldError
 from parlightning.errors import ConfigError
-from parlightning.module import PPOModule
+from parlightning.ppo.module import PPOModule
 from parlightning.collection.transports import ProcessTransport, RemoteEnv
-from parlightning.reward import LinearSchedule, PARLReward
-from parlightning.sampling import DifficultyWeighted
+from parlightning.parl.reward import LinearSchedule, PARLReward
+from parlightning.distribution.samplers import DifficultyWeighted
 from tests.test_async_collector import FailingPoolWorld, Stamps, _fit, swarm
 from tests.test_collection import Picks
 from tests.test_external_env import ROOT, CountWorld, _alive
@@ -185,8 +185,8 @@ def test_a_killed_trainer_leaves_no_collector_process(tmp_path):
         "import os, sys, time\n"
         f"sys.path.insert(0, {ROOT!r})\n"
         "import lightning.pytorch as pl\n"
-        "from parlightning.data import RolloutDataModule\n"
-        "from parlightning.module import PPOModule\n"
+        "from parlightning.ppo.data import RolloutDataModule\n"
+        "from parlightning.ppo.module import PPOModule\n"
         "from tests.test_async_collector import swarm\n"
         "class Stall(pl.Callback):\n"
         "    def on_train_epoch_end(self, trainer, pl_module):\n"
@@ -225,7 +225,7 @@ def test_bad_collect_in_settings_are_one_clear_error(tmp_cwd):
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_the_external_config_trains_with_the_collector_in_a_process(tmp_cwd, workers):
-    from parlightning.fit import main
+    from parlightning.cli.fit import main
 
     cli = main(["--config", os.path.join(ROOT, "configs", "external.yaml"), "--trainer.max_epochs", "2",
                 "--trainer.enable_progress_bar", "false", "--data.num_envs", "8", "--data.num_steps", "8",

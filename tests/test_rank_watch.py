@@ -6,7 +6,7 @@ import threading
 import pytest
 from torch.distributed import HashStore
 
-from parlightning.rank_watch import BEAT_S, PAUSED_S, RankWatch, _Beats, _where
+from parlightning.runtime.rank_watch import BEAT_S, PAUSED_S, RankWatch, _Beats, _where
 
 
 def _beats(rank=0, world_size=2, heartbeat=20.0, stall=300.0):

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from parlightning.packaged import config_path
+from parlightning.cli.packaged import config_path
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -83,11 +83,11 @@ def run_in_process(command: str, monkeypatch) -> None:
     assert tokens[:2] == ["python", "-m"], command
     module, args = tokens[2], sized([tokens[2], *tokens[3:]])[1:]
     if module == "parlightning.fit":
-        from parlightning.fit import main
+        from parlightning.cli.fit import main
     elif module == "parlightning.evaluate":
-        from parlightning.evaluate import main
+        from parlightning.cli.evaluate import main
     elif module == "parlightning.export":
-        from parlightning.export import main
+        from parlightning.cli.export import main
     else:
         raise AssertionError(f"a README command this test does not know how to run: {command}")
     try:

@@ -14,13 +14,13 @@ import torch
 from test_hot_path import counter  # noqa: F401  (the host-sync counter fixture)
 
 from parlightning.buffer import RolloutBuffer
-from parlightning.data import RolloutDataModule
+from parlightning.ppo.data import RolloutDataModule
 from parlightning.envs.base import ActionSpec
 from parlightning.envs.memory import CueMemoryEnv
 from parlightning.envs.swarm import SwarmEnv
-from parlightning.fit import main
-from parlightning.module import PPOModule
-from parlightning.recurrent import RecurrentActorCritic
+from parlightning.cli.fit import main
+from parlightning.ppo.module import PPOModule
+from parlightning.policies.recurrent import RecurrentActorCritic
 
 TESTS = Path(__file__).parent
 MEMORY_CONFIG = str(TESTS.parent / "configs" / "memory.yaml")

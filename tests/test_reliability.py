@@ -12,11 +12,11 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from parlightning.data import RolloutDataModule
-from parlightning.fit import main
-from parlightning.module import PPOModule
-from parlightning.policies import ActorCritic
-from parlightning.sampling import DifficultyWeighted, PosteriorSignal, RoundRobin
+from parlightning.ppo.data import RolloutDataModule
+from parlightning.cli.fit import main
+from parlightning.ppo.module import PPOModule
+from parlightning.policies.actor_critic import ActorCritic
+from parlightning.distribution.samplers import DifficultyWeighted, PosteriorSignal, RoundRobin
 
 TESTS = Path(__file__).parent
 sys.path.insert(0, str(TESTS))
@@ -39,7 +39,7 @@ def _cli(root, *extra, config=CONFIG):
 def _resave(checkpoint, path, **changes):
     """`checkpoint` with `changes` to its state_dict, saved with a valid checksum (so the check
     that fires is the one about the change, not the checksum)."""
-    from parlightning.checkpoint import CHECKSUM_KEY, state_checksum
+    from parlightning.runtime.checkpoint import CHECKSUM_KEY, state_checksum
 
     checkpoint = {**checkpoint, "state_dict": {**checkpoint["state_dict"], **changes}}
     checkpoint[CHECKSUM_KEY] = state_checksum({k: v for k, v in checkpoint.items() if k != CHECKSUM_KEY})
@@ -112,11 +112,11 @@ BAD_INPUT = [  # (arguments, the field the message names, a piece of the fix it 
     (["--data.collect_in", "process", "--data.max_policy_lag", "1", "--trainer.accelerator", "gpu"], "data.collect_in",
      "use data.collect_in: thread with a GPU"),
     (["--data.env.init_args.max_cost", "0"], "max_cost", "positive integer"),
-    (["--data.sampler", "parlightning.sampling.NoSuchSampler"], "data.sampler", "importable class"),
+    (["--data.sampler", "parlightning.distribution.samplers.NoSuchSampler"], "data.sampler", "importable class"),
     (["--data.env.class_path", "parlightning.envs.nowhere.World"], "data.env", "importable class"),
     (["--trainer.callbacks+=parlightning.callbacks.NoSuchMonitor"], "trainer.callbacks", "importable class"),
-    ([*PLANNER, "parlightning.parallel.PipelineParallel"], "PipelineParallel is refused", "Use DataParallel()"),
-    ([*PLANNER, "parlightning.parallel.TensorParallel", f"{STRATEGY}.n_sections", "2"],  # raised in setup
+    ([*PLANNER, "parlightning.distribution.strategies.PipelineParallel"], "PipelineParallel is refused", "Use DataParallel()"),
+    ([*PLANNER, "parlightning.distribution.strategies.TensorParallel", f"{STRATEGY}.n_sections", "2"],  # raised in setup
      "StrategyPlanner.strategy", "pass keys="),
     (["--trainer.max_epochs", "-1"], "model.anneal_lr", "set it or anneal_lr: false"),  # raised in setup
     (["--data.reward", "null"], "PARLAnnealing", "drop PARLAnnealing"),  # raised in a callback's setup
@@ -231,7 +231,7 @@ def test_mismatched_pass_and_solved_thresholds_warn_once_naming_both(tmp_path):
 
 
 def test_the_memory_estimate_is_the_buffer_it_would_allocate_and_refuses_what_does_not_fit(monkeypatch):
-    from parlightning import preflight
+    from parlightning.runtime import preflight
     from parlightning.buffer import RolloutBuffer
     from parlightning.envs.base import ActionSpec
     from parlightning.errors import ConfigError
@@ -378,7 +378,7 @@ STRESS_BATCH = 200_000
 
 
 def _stress_objects():
-    from parlightning.parallel import ClusterParallel, TensorParallel
+    from parlightning.distribution.strategies import ClusterParallel, TensorParallel
 
     ids = [f"{fam}-{i}" for fam in ("solo", "fanout", "pipeline", "locked") for i in range(8)]
     cpu = torch.device("cpu")

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from parlightning.checkpoint import AtomicCheckpointIO
-from parlightning.fit import main
-from parlightning.logs import read_scalars
+from parlightning.runtime.checkpoint import AtomicCheckpointIO
+from parlightning.cli.fit import main
+from parlightning.analysis.logs import read_scalars
 
 TESTS = Path(__file__).parent
 ROOT = TESTS.parent
@@ -23,7 +23,7 @@ CONFIG = str(ROOT / "configs" / "swarm.yaml")
 TINY = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
         "--data.num_envs", "16", "--data.num_steps", "8", "--data.update_epochs", "2", "--data.num_minibatches", "2"]
 # A learning sampler (own statistics and RNG) and λ annealing (PARLAnnealing in the config) both join the state.
-SAMPLER = ["--data.sampler", "parlightning.sampling.DifficultyWeighted", "--data.sampler.pass_threshold", "1.0",
+SAMPLER = ["--data.sampler", "parlightning.distribution.samplers.DifficultyWeighted", "--data.sampler.pass_threshold", "1.0",
            "--data.sampler.seed", "0"]
 TIMING = ("charts/SPS", "rollout/SPS")  # wall-clock metrics: the only ones allowed to differ
 
@@ -197,7 +197,7 @@ def test_a_kill_during_a_save_never_leaves_a_half_written_checkpoint(tmp_path):
 def _claim(root, barrier, out):
     from lightning.pytorch.loggers import TensorBoardLogger
 
-    from parlightning.checkpoint import claim_version
+    from parlightning.runtime.checkpoint import claim_version
 
     trainer = types.SimpleNamespace(global_rank=0, logger=TensorBoardLogger(save_dir=root))
     barrier.wait()  # every process lists the folder at the same moment
@@ -230,7 +230,7 @@ def test_resuming_removes_the_killed_saves_left_beside_the_checkpoint(tmp_path):
 
 
 def test_a_checkpoint_holds_a_checksum_that_its_load_verifies(tmp_path):
-    from parlightning.checkpoint import CHECKSUM_KEY, state_checksum
+    from parlightning.runtime.checkpoint import CHECKSUM_KEY, state_checksum
     from parlightning.errors import ConfigError
 
     io, path = AtomicCheckpointIO(), tmp_path / "last.ckpt"

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from parlightning.reward import ConstantSchedule, CosineSchedule, LinearSchedule, PARLReward, Schedule
+from parlightning.parl.reward import ConstantSchedule, CosineSchedule, LinearSchedule, PARLReward, Schedule
 
 torch.set_num_threads(1)
 
@@ -217,14 +217,14 @@ def test_built_from_yaml_by_class_path():
     cfg = parser.parse_string(
         """
 reward:
-  class_path: parlightning.reward.PARLReward
+  class_path: parlightning.parl.reward.PARLReward
   init_args:
     max_subagents: 6
     lambda1:
-      class_path: parlightning.reward.CosineSchedule
+      class_path: parlightning.parl.reward.CosineSchedule
       init_args: {start: 0.2, end: 0.0, horizon: 1000, warmup: 100}
     lambda2:
-      class_path: parlightning.reward.ConstantSchedule
+      class_path: parlightning.parl.reward.ConstantSchedule
       init_args: {value: 0.05}
 """
     )

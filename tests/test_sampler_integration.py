@@ -7,11 +7,11 @@ import warnings
 import pytest
 import torch
 
-from parlightning.data import RolloutDataModule
+from parlightning.ppo.data import RolloutDataModule
 from parlightning.envs.swarm import SwarmEnv
-from parlightning.fit import main
-from parlightning.logs import read_scalars
-from parlightning.sampling import DifficultyWeighted, PosteriorSignal, SamplingForLearnability
+from parlightning.cli.fit import main
+from parlightning.analysis.logs import read_scalars
+from parlightning.distribution.samplers import DifficultyWeighted, PosteriorSignal, SamplingForLearnability
 from reliability_helpers import sync_as_ranks
 
 CONFIG = os.path.join(os.path.dirname(__file__), "..", "configs", "swarm.yaml")
@@ -34,7 +34,7 @@ def test_a_users_two_method_sampler_by_class_path(tmp_cwd):
 
 
 def test_sampler_signals_are_logged(tmp_cwd):
-    _cli(tmp_cwd, "--data.sampler", "parlightning.sampling.DifficultyWeighted",
+    _cli(tmp_cwd, "--data.sampler", "parlightning.distribution.samplers.DifficultyWeighted",
          "--data.sampler.init_args.pass_threshold", "1.0")
     run = glob.glob(str(tmp_cwd / "lightning_logs" / "version_*"))[0]
     tags = read_scalars(run)

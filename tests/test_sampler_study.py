@@ -91,7 +91,7 @@ def test_the_repeated_runs_train_the_same_env_steps_on_two_ranks():
     assert one["data"]["num_envs"] == 2 * ddp["data"]["num_envs"] and ddp["trainer"]["devices"] == 2
     assert ddp["trainer"]["strategy"] == "ddp" and lag["data"]["max_policy_lag"] == 1
     assert one["data"]["env"]["init_args"]["family_tasks"] == sampler_study.SCARCE
-    assert one["data"]["sampler"]["class_path"] == "parlightning.sampling.PosteriorSignal"
+    assert one["data"]["sampler"]["class_path"] == "parlightning.distribution.samplers.PosteriorSignal"
     ck = [c for c in one["trainer"]["callbacks"] if c["class_path"].endswith("ModelCheckpoint")][0]
     assert ck["init_args"]["every_n_epochs"] == plan["every"] and ck["init_args"]["save_top_k"] == -1
     horizon = one["data"]["reward"]["init_args"]["lambda1"]["init_args"]["horizon"]

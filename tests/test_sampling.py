@@ -11,7 +11,7 @@ import torch
 
 from callbacks.hardest_first import HardestFirst
 from reliability_helpers import sync_as_ranks
-from parlightning.sampling import (
+from parlightning.distribution.samplers import (
     DifficultyWeighted,
     PosteriorSignal,
     RoundRobin,

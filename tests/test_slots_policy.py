@@ -5,8 +5,8 @@ import torch
 
 from parlightning.envs.swarm import SwarmEnv
 from parlightning.errors import ConfigError
-from parlightning.policies import ActorCritic
-from parlightning.slots_policy import SlotsActorCritic
+from parlightning.policies.actor_critic import ActorCritic
+from parlightning.policies.slots import SlotsActorCritic
 
 
 def _policy(width, seed=0):
@@ -73,8 +73,8 @@ def test_a_world_without_slots_is_refused():
 def test_model_policy_slots_trains_through_the_trainer(tmp_path):
     import lightning.pytorch as pl
 
-    from parlightning.data import RolloutDataModule
-    from parlightning.module import PPOModule
+    from parlightning.ppo.data import RolloutDataModule
+    from parlightning.ppo.module import PPOModule
 
     pl.seed_everything(0)
     dm = RolloutDataModule(env=lambda n, d, s: SwarmEnv(num_envs=n, device=d, seed=s, max_width=8), num_envs=16,

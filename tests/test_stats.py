@@ -1,11 +1,11 @@
-"""parlightning.stats: mean ± std, the seeded bootstrap CI of a difference and curve flatness, pinned by value."""
+"""parlightning.analysis.stats: mean ± std, the seeded bootstrap CI of a difference and curve flatness, pinned by value."""
 
 import math
 
 import numpy as np
 import pytest
 
-from parlightning.stats import bootstrap_diff_ci, mean_std, tail_share
+from parlightning.analysis.stats import bootstrap_diff_ci, mean_std, tail_share
 
 A = [0.12, 0.41, 0.35, 0.83, 0.57]
 B = [0.02, 0.23, 0.11, 0.34, 0.05]

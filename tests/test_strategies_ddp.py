@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from parlightning.callbacks import RolloutCallback, find_planner
-from parlightning.parallel import TensorParallel, WorkUnit, family_of
+from parlightning.distribution.strategies import TensorParallel, WorkUnit, family_of
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -42,7 +42,7 @@ PLANNER_YAML = ("trainer:\n  callbacks+:\n    - class_path: parlightning.callbac
                 "      init_args:\n        strategy: {{class_path: test_strategies_ddp.{}}}\n")
 SCENARIOS = {  # name -> extra arguments; DP also stops each rollout's update early on a tiny target KL
     "dp": ["--config", "configs/parallel/dp.yaml", "--model.target_kl", "1e-6"],
-    "block": ["--config", "configs/parallel/block.yaml", "--data.sampler", "parlightning.sampling.PosteriorSignal"],
+    "block": ["--config", "configs/parallel/block.yaml", "--data.sampler", "parlightning.distribution.samplers.PosteriorSignal"],
     "cp": ["--config", "configs/parallel/cp.yaml"],
     "tp": ["--config", "configs/parallel/tp.yaml"],
     "tp_route": ["--config", "configs/parallel/tp_route.yaml"],
@@ -164,7 +164,7 @@ class Recorder(RolloutCallback):
 
 def _rank_main(out: str) -> None:
     """One rank: every scenario through the real CLI, in order (the process group is reused)."""
-    from parlightning.fit import main
+    from parlightning.cli.fit import main
 
     del sys.argv[1:]  # main() gets its arguments as a list
     rank = os.environ["LOCAL_RANK"]
@@ -388,7 +388,7 @@ def test_posterior_signal_sync_keeps_its_share_a_probability_under_ddp(runs):
 # --------------------------------------------------------------------------------------- one process
 def test_keyed_policy_adds_its_row_and_is_the_plain_policy_at_init():
     from parlightning.envs.base import ActionSpec
-    from parlightning.policies import ActorCritic
+    from parlightning.policies.actor_critic import ActorCritic
 
     spec = ActionSpec("multi_discrete", nvec=(3, 2))
     torch.manual_seed(0)
@@ -408,7 +408,7 @@ def test_keyed_policy_adds_its_row_and_is_the_plain_policy_at_init():
 
 
 def test_strategy_statistics_are_checkpointed_and_resumed(tmp_path):
-    from parlightning.fit import main
+    from parlightning.cli.fit import main
 
     args = ["--config", CONFIG, "--config", str(ROOT / "configs" / "parallel" / "cp.yaml"), *TINY,
             "--trainer.default_root_dir", str(tmp_path)]
@@ -431,7 +431,7 @@ def test_posterior_signal_sync_adds_counts_and_refits_on_the_union():
     """Two 'ranks' (threads meeting in an all-reduce) sync a PosteriorSignal: counts add, the
     posterior is refit from the union (equal to one sampler that saw every episode), and its
     informative share stays a probability (adding probabilities as counts logged -0.655)."""
-    from parlightning.sampling import PosteriorSignal
+    from parlightning.distribution.samplers import PosteriorSignal
     from reliability_helpers import sync_as_ranks
 
     ids = [f"solo-{i}" for i in range(6)]
@@ -462,7 +462,7 @@ FAMILIES = "[solo, fanout, pipeline, locked]"
 
 
 def _refused(tmp_path, strategy_yaml: str) -> str:
-    from parlightning.fit import main
+    from parlightning.cli.fit import main
 
     override = tmp_path / "strategy.yaml"
     override.write_text(f"trainer:\n  callbacks+:\n    - class_path: {PLANNER}\n      init_args:\n"
@@ -477,15 +477,15 @@ def _refused(tmp_path, strategy_yaml: str) -> str:
 @pytest.mark.parametrize(
     "strategy, says",
     [
-        ("{class_path: parlightning.parallel.TensorParallel, init_args: {n_sections: 1}}",
+        ("{class_path: parlightning.distribution.strategies.TensorParallel, init_args: {n_sections: 1}}",
          ["no declared key space", "keys=", "['solo', 'fanout', 'pipeline', 'locked']"]),
-        ("{class_path: parlightning.parallel.TensorParallel, init_args: {n_sections: 2, keys: [solo]}}",
+        ("{class_path: parlightning.distribution.strategies.TensorParallel, init_args: {n_sections: 2, keys: [solo]}}",
          ["n_sections=2 is greater than the 1 declared keys", "n_sections <= 1"]),
-        (f"{{class_path: parlightning.parallel.TensorParallel, init_args: {{n_sections: 2, keys: {FAMILIES}}}}}",
+        (f"{{class_path: parlightning.distribution.strategies.TensorParallel, init_args: {{n_sections: 2, keys: {FAMILIES}}}}}",
          ["n_sections=2 but there are 1 workers", "n_sections=1"]),
-        ("{class_path: parlightning.parallel.TensorParallel, init_args: {n_sections: 1, keys: [solo, fanout]}}",
+        ("{class_path: parlightning.distribution.strategies.TensorParallel, init_args: {n_sections: 1, keys: [solo, fanout]}}",
          ["data.artifact_key", "'pipeline'", "not a declared key"]),
-        ("{class_path: parlightning.parallel.PipelineParallel}",
+        ("{class_path: parlightning.distribution.strategies.PipelineParallel}",
          ["PipelineParallel is refused", "one artifact", "DataParallel()"]),
     ],
     ids=["tp-no-keys", "tp-sections-over-keys", "tp-sections-not-ranks", "tp-undeclared-key", "pp"],

@@ -192,7 +192,7 @@ def test_checkpoints_copies_and_trace_cross_between_the_two_steps():
 
 @needs_compiler
 def test_compile_is_not_part_of_the_world_a_checkpoint_records():
-    from parlightning.preflight import env_signature
+    from parlightning.runtime.preflight import env_signature
 
     assert env_signature(SwarmEnv(num_envs=2, compile=True)) == env_signature(SwarmEnv(num_envs=2))
 

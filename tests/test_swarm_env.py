@@ -7,7 +7,7 @@ from parlightning.envs.base import BatchedEnv
 from parlightning.envs.swarm import SwarmEnv
 from parlightning.envs.swarm_tasks import HARD, LOCAL, PLAIN
 from parlightning.errors import ConfigError
-from parlightning.evaluate import run_episodes
+from parlightning.cli.evaluate import run_episodes
 
 
 def _env(reps=4, **kw):
@@ -286,7 +286,7 @@ def test_a_terminal_round_cap_changes_only_the_flags_of_capped_episodes():
 def test_the_shipped_configs_budget_column_moves_and_binds_on_no_scripted_policy(config):
     import os
 
-    from parlightning.evaluate import build_env, env_spec
+    from parlightning.cli.evaluate import build_env, env_spec
 
     root = os.path.join(os.path.dirname(__file__), "..", "configs")
     cls, args = env_spec([os.path.join(root, "swarm.yaml")] + ([os.path.join(root, config)] if config != "swarm.yaml" else []))
@@ -355,4 +355,4 @@ def test_outcome_noise_flips_finished_outcomes_at_its_rate_and_only_those():
     for bad in (-0.1, 0.6, "x"):
         with pytest.raises(ConfigError, match="outcome_noise"):
             SwarmEnv(num_envs=1, outcome_noise=bad)
-    assert "outcome_noise" not in __import__("parlightning.preflight", fromlist=["x"]).env_signature(env)
+    assert "outcome_noise" not in __import__("parlightning.runtime.preflight", fromlist=["x"]).env_signature(env)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from parlightning.evaluate import main as evaluate_main
-from parlightning.fit import main as fit_main
+from parlightning.cli.evaluate import main as evaluate_main
+from parlightning.cli.fit import main as fit_main
 
 ROOT = Path(__file__).resolve().parents[1]
 SWARM = str(ROOT / "configs" / "swarm.yaml")

@@ -8,11 +8,11 @@ import torch
 import pytest
 import yaml
 
-from parlightning.data import RolloutDataModule
+from parlightning.ppo.data import RolloutDataModule
 from parlightning.envs.swarm import SwarmEnv
-from parlightning.fit import main
-from parlightning.logs import read_scalars
-from parlightning.module import PPOModule
+from parlightning.cli.fit import main
+from parlightning.analysis.logs import read_scalars
+from parlightning.ppo.module import PPOModule
 
 CONFIG = os.path.join(os.path.dirname(__file__), "..", "configs", "swarm.yaml")
 
@@ -272,7 +272,7 @@ def test_a_continuous_box_with_several_dimensions_trains_end_to_end(tmp_path):
 def test_padded_multi_discrete_logits_stay_finite_in_half_precision():
     """-1e9 is -inf in fp16, and -inf * 0 is NaN in the entropy; the padding logit is dtype-aware."""
     from parlightning.envs.base import ActionSpec
-    from parlightning.policies import CategoricalHead, padding_logit
+    from parlightning.policies.actor_critic import CategoricalHead, padding_logit
 
     assert padding_logit(torch.float16) == torch.finfo(torch.float16).min / 2
     head = CategoricalHead(ActionSpec("multi_discrete", nvec=(3, 5, 2)).nvec)

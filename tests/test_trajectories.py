@@ -14,13 +14,13 @@ from parlightning.buffer import RolloutBuffer
 from parlightning.collection import Trajectories
 from parlightning.collection.context import RoundContext, RoundResult
 from parlightning.collection.trajectories import DropBudgetExceeded, TrajectoryTransport
-from parlightning.data import RolloutDataModule
+from parlightning.ppo.data import RolloutDataModule
 from parlightning.envs.base import ActionSpec
 from parlightning.envs.external import ExternalBatchedEnv, ExternalWorldError
 from parlightning.envs.swarm import SwarmEnv
 from parlightning.errors import ConfigError
-from parlightning.loss import ppo_loss
-from parlightning.module import PPOModule
+from parlightning.ppo.loss import ppo_loss
+from parlightning.ppo.module import PPOModule
 
 RELEASE = threading.Event()  # a blocked actor waits for it; every test sets it when it ends
 
@@ -268,7 +268,7 @@ def test_on_error_drop_needs_per_actor_collection():
 def test_the_shipped_async_config_trains(tmp_cwd):
     import os
 
-    from parlightning.fit import main
+    from parlightning.cli.fit import main
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     cli = main(["--config", os.path.join(root, "configs", "external_async.yaml"), "--trainer.max_epochs", "2",

@@ -5,9 +5,9 @@ target-KL and non-finite stops) after exactly those minibatches, never by counti
 import lightning.pytorch as pl
 
 from parlightning.buffer import UPDATE_EPOCH_END
-from parlightning.data import RolloutDataModule
+from parlightning.ppo.data import RolloutDataModule
 from parlightning.envs.swarm import SwarmEnv
-from parlightning.module import PPOModule
+from parlightning.ppo.module import PPOModule
 
 
 def _env(num_envs, device, seed):

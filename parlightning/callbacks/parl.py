@@ -17,8 +17,8 @@ from torch import Tensor
 from parlightning.callbacks.base import RolloutCallback
 from parlightning.envs.base import EpisodeParts
 from parlightning.errors import ConfigError
-from parlightning.metrics import CriticalSteps
-from parlightning.reward import PARLReward
+from parlightning.parl.metrics import CriticalSteps
+from parlightning.parl.reward import PARLReward
 
 if TYPE_CHECKING:
     from parlightning.rollout import Rollout
@@ -54,7 +54,7 @@ class PARLAnnealing(RolloutCallback):
             raise ConfigError(
                 "PARLAnnealing: the data module has no PARLReward to anneal (data.reward is "
                 f"{type(reward).__name__ if reward is not None else 'null'}); set data.reward to a "
-                "parlightning.reward.PARLReward or drop PARLAnnealing from trainer.callbacks"
+                "parlightning.parl.reward.PARLReward or drop PARLAnnealing from trainer.callbacks"
             )
         return reward
 

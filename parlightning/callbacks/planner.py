@@ -1,5 +1,5 @@
 """`StrategyPlanner`: the callback that names the `ParallelStrategy` in the config and drives the
-planner's Lightning-side duties. The planning itself is `parlightning.collection.planning.
+planner's Lightning-side duties. The planning itself is `parlightning.distribution.planning.
 RoundPlanner`, a component the data module owns (`trainer.datamodule.planner`, built from the
 strategy of the last `StrategyPlanner` in `trainer.callbacks`, so a later config can swap the
 strategy with `callbacks+:`; earlier planners stand aside) and the collector calls with each
@@ -15,8 +15,8 @@ from typing import Any, Optional, Sequence
 import lightning.pytorch as pl
 
 from parlightning.callbacks.base import RolloutCallback
-from parlightning.collection.planning import RoundPlanner, checked_strategy
-from parlightning.parallel import ParallelStrategy
+from parlightning.distribution.planning import RoundPlanner, checked_strategy
+from parlightning.distribution.strategies import ParallelStrategy
 
 CHECKPOINT_KEY = "StrategyPlanner"  # the checkpoint entry of the planner in force
 

@@ -23,7 +23,7 @@ from typing import Any, Callable, Optional
 import torch
 from torch import Tensor
 
-from parlightning.checkpoint import rng_state, set_rng_state
+from parlightning.runtime.checkpoint import rng_state, set_rng_state
 from parlightning.collection.context import RoundContext, RoundHooks
 from parlightning.collection.finish import finish_round
 from parlightning.collection.schedules import LagBudget, LockStep, Trajectories
@@ -32,7 +32,7 @@ from parlightning.collection.trajectories import TrajectoryTransport
 from parlightning.collection.transports import InlineTransport, ProcessTransport, ThreadTransport
 from parlightning.errors import ConfigError
 from parlightning.rollout import Rollout
-from parlightning.sampling import as_batched
+from parlightning.distribution.samplers import as_batched
 
 
 class Collector:

@@ -29,7 +29,7 @@ from parlightning.buffer import RolloutBuffer
 from parlightning.collection.context import RoundContext, RoundResult, StepHook
 from parlightning.envs.base import action_mask_of, check_action_mask, task_ids_of
 from parlightning.errors import ConfigError, ReportedError
-from parlightning.recurrent import RecurrentRollout
+from parlightning.policies.recurrent import RecurrentRollout
 
 STREAMS = ("env", "action", "task", "minibatch")  # the consumers of randomness, one stream each
 

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from parlightning.config_types import NonNegativeFinite, PositiveFinite, check_args, restricted_number_type
-from parlightning.counters import AgreedCounters
+from parlightning.distribution.counters import AgreedCounters
 from parlightning.errors import ReportedError
 
 PassThreshold = restricted_number_type("PassThreshold", float, [(">", 0.0), ("<=", 1.0)],

@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 from parlightning.buffer import RolloutBuffer
 from parlightning.envs.base import ActionSpec
-from parlightning.policies import ACTIVATIONS, CategoricalHead, GaussianHead, layer_init, mlp
+from parlightning.policies.actor_critic import ACTIVATIONS, CategoricalHead, GaussianHead, layer_init, mlp
 
 CELLS = {"gru": nn.GRUCell, "lstm": nn.LSTMCell}
 
@@ -66,7 +66,7 @@ class RecurrentActorCritic(nn.Module):
         self.critic = layer_init(nn.Linear(rnn_hidden, 1), std=1.0)
 
     def prior_layer(self) -> nn.Linear:
-        """The actor's output layer (its bias carries `parlightning.policies.set_action_prior`)."""
+        """The actor's output layer (its bias carries `parlightning.policies.actor_critic.set_action_prior`)."""
         return self.actor
 
     def prior_nvec(self) -> tuple[int, ...]:

@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from parlightning.config_types import NonNegativeFinite, PositiveInt, check_args
-from parlightning.counters import AgreedCounters
+from parlightning.distribution.counters import AgreedCounters
 
 __all__ = [
     "WorkUnit",

@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 from parlightning.envs.base import ActionSpec
 from parlightning.errors import ConfigError
-from parlightning.policies import ACTIVATIONS, CategoricalHead, mlp
+from parlightning.policies.actor_critic import ACTIVATIONS, CategoricalHead, mlp
 
 
 class SlotsActorCritic(nn.Module):

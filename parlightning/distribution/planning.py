@@ -21,9 +21,9 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 from torch import Tensor
 
-from parlightning.checkpoint import gather_ranks
+from parlightning.runtime.checkpoint import gather_ranks
 from parlightning.errors import ConfigError
-from parlightning.parallel import DataParallel, ParallelStrategy, TensorParallel, WorkUnit, checked_plan
+from parlightning.distribution.strategies import DataParallel, ParallelStrategy, TensorParallel, WorkUnit, checked_plan
 
 FIELD = "trainer.callbacks.StrategyPlanner.strategy"
 

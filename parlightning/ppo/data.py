@@ -24,17 +24,17 @@ from torch import Tensor
 from parlightning.buffer import UPDATE_EPOCH_END, gather_rows
 from parlightning.callbacks.base import rollout_callbacks
 from parlightning.callbacks.planner import StrategyPlanner
-from parlightning.checkpoint import gather_ranks
+from parlightning.runtime.checkpoint import gather_ranks
 from parlightning.collection import Collector, RoundHooks, make_collector
-from parlightning.collection.planning import RoundPlanner
+from parlightning.distribution.planning import RoundPlanner
 from parlightning.config_types import ClosedUnitInterval, NonNegativeInt, PositiveInt, check_args
 from parlightning.envs.base import BatchedEnv, task_ids_of
 from parlightning.errors import ConfigError
-from parlightning.parallel import family_of
-from parlightning.preflight import check_datamodule, env_signature
-from parlightning.reward import PARLReward
+from parlightning.distribution.strategies import family_of
+from parlightning.runtime.preflight import check_datamodule, env_signature
+from parlightning.parl.reward import PARLReward
 from parlightning.rollout import Rollout
-from parlightning.sampling import RoundRobin, TaskSampler, pass_threshold_mismatch
+from parlightning.distribution.samplers import RoundRobin, TaskSampler, pass_threshold_mismatch
 
 EnvFactory = Callable[[int, str, int], BatchedEnv]  # (num_envs, device, seed) -> env
 
@@ -127,7 +127,7 @@ class RolloutDataModule(pl.LightningDataModule):
             (`parlightning.collection.stream_seed`), so no two consumers share numbers. None
             (default) follows the global seed (`seed_everything` / `--seed`, else 0).
         artifact_key: the artifact key of a task id (its row in a keyed policy's table, used
-            with `TensorParallel`); default `parlightning.parallel.family_of`.
+            with `TensorParallel`); default `parlightning.distribution.strategies.family_of`.
         bptt_len: for a recurrent policy, the length L of the per-actor chunks the update
             re-runs (truncated BPTT); must divide num_steps; None means num_steps.
         max_policy_lag: 0 (default) collects in lock-step with the learner
@@ -274,7 +274,7 @@ class RolloutDataModule(pl.LightningDataModule):
 
     def preflight(self, device: Optional[torch.device] = None, ranks_here: int = 1) -> dict[str, Any]:
         """Check the env's contract on a small CPU probe, the reward cap and the rollout's memory, so
-        bad config fails before the trainer writes anything (see `parlightning.preflight`)."""
+        bad config fails before the trainer writes anything (see `parlightning.runtime.preflight`)."""
         return check_datamodule(self, device, ranks_here)
 
     def _check_reward_cap(self, env: BatchedEnv) -> None:
@@ -354,7 +354,7 @@ class RolloutDataModule(pl.LightningDataModule):
         observations, episode counters, generators, sampler and global RNG streams (gathered
         from every rank under DDP, a collective). Tensors and plain containers only."""
         state: dict[str, Any] = {"round_index": self.round_index, "env_steps": self.env_steps, "num_envs": self.num_envs}
-        if self._built:  # resuming into another world is refused (parlightning.checkpoint.check_resume)
+        if self._built:  # resuming into another world is refused (parlightning.runtime.checkpoint.check_resume)
             state["env_signature"] = env_signature(self.collector.env)
         if self.reward is not None:
             state["reward"] = self.reward.state_dict()

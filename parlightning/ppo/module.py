@@ -21,9 +21,9 @@ from parlightning.callbacks.planner import find_planner
 from parlightning.config_types import NonNegativeFinite, PositiveFinite, PositiveInt, check_args
 from parlightning.envs.base import action_mask_of
 from parlightning.errors import ConfigError
-from parlightning.loss import ppo_loss
-from parlightning.policies import ACTIVATIONS, ActorCritic, set_action_prior
-from parlightning.recurrent import CELLS, RecurrentActorCritic
+from parlightning.ppo.loss import ppo_loss
+from parlightning.policies.actor_critic import ACTIVATIONS, ActorCritic, set_action_prior
+from parlightning.policies.recurrent import CELLS, RecurrentActorCritic
 
 LOSS_METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "old_approx_kl", "clipfrac")  # logged as losses/*
 
@@ -113,7 +113,7 @@ class PPOModule(pl.LightningModule):
         prior: the policy's initial action distribution (a serial prior): a probability p, or
             `{action: a, probability: p}` (a defaults to 0, SwarmEnv's "do it yourself"): action a
             starts with probability p in every action dimension, through the actor's output bias (an
-            ordinary trainable parameter; `parlightning.policies.set_action_prior`). None (default)
+            ordinary trainable parameter; `parlightning.policies.actor_critic.set_action_prior`). None (default)
             leaves the initialisation exactly as it was.
         init_from: a checkpoint whose policy weights this run starts from (e.g. one written by
             `python -m parlightning.bc`, behaviour cloning on a scripted policy); only the policy's
@@ -177,8 +177,8 @@ class PPOModule(pl.LightningModule):
         hp = self.hparams
         planner = find_planner(self._trainer)
         n_keys = planner.n_keys(self._trainer) if planner is not None else 0
-        if hp.policy == "slots":  # one network shared across subtask slots (parlightning/slots_policy.py)
-            from parlightning.slots_policy import SlotsActorCritic
+        if hp.policy == "slots":  # one network shared across subtask slots (parlightning/policies/slots.py)
+            from parlightning.policies.slots import SlotsActorCritic
 
             if n_keys:
                 raise ConfigError("model.policy: slots has no per-key table; TensorParallel needs model.policy: mlp")

@@ -1,0 +1,1 @@
+"""Reading results: statistics, TensorBoard scalars, episode traces, stage blame."""

@@ -1,0 +1,222 @@
+"""`python -m parlightning.bc`: behaviour cloning on a scripted or checkpointed policy before PPO,
+the closer analogue of a pretrained orchestrator's prior (PARL's orchestrator does the work itself
+before RL teaches it to delegate).
+
+    python -m parlightning.bc --config configs/swarm.yaml --teacher serial --out bc.ckpt
+    python -m parlightning.fit --config configs/swarm.yaml --model.init_from bc.ckpt
+
+The teacher (`serial`, `oracle`, `optimal`, `random`: the world's scripted policies; or a
+checkpoint written by `parlightning.fit`, greedy) plays the training tasks; the policy that
+`model:` in the config describes is fitted to its actions on the live action dimensions (the
+world's action masks) by cross-entropy, with optional label smoothing (`--label_smoothing e`
+leaves about e of the probability on the other actions, so PPO can still explore). The written
+checkpoint holds the policy's weights, the model's hyper-parameters, the spaces and the report
+(BC loss per epoch, agreement with the teacher, the resulting action distribution); PPO starts
+from it with `model.init_from`. Only the actor is cloned: the critic stays at its initialisation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+from torch import Tensor
+
+from parlightning.envs.base import action_mask_of
+from parlightning.errors import ConfigError
+from parlightning.cli.outputs import check_output_file
+from parlightning.cli.evaluate import build_env, env_spec, greedy_action, load_policy
+from parlightning.policies.actor_critic import padding_logit
+
+BC_POLICIES = ("mlp", "slots")
+
+
+def model_config(configs: list[str]) -> dict[str, Any]:
+    """`model:` of the merged `--config` files (the PPOModule arguments), plus `seed_everything`."""
+    import yaml
+
+    merged: dict = {"model": {}}
+    for path in configs:
+        doc = yaml.safe_load(open(path)) or {}
+        merged.update({k: v for k, v in doc.items() if k != "model"})
+        merged["model"].update(doc.get("model") or {})
+    return merged
+
+
+def teacher_for(name: str, env: Any) -> Any:
+    """`act(obs, mask) -> action` of the teacher: a scripted policy of the world or a checkpoint."""
+    scripted = getattr(env, "scripted_action", None)
+    if name.endswith(".ckpt") or os.sep in name:
+        policy = load_policy(name, env)
+        return lambda obs, mask: greedy_action(policy, obs, mask)
+    if not callable(scripted):
+        raise ConfigError(f"--teacher: {type(env).__name__} has no scripted policies; pass a checkpoint (.ckpt)")
+    names = getattr(sys.modules[type(env).__module__], "SCRIPTED", ())
+    if names and name not in names:
+        raise ConfigError(f"--teacher: unknown {name!r}; choose one of {list(names)} or pass a checkpoint (.ckpt)")
+    gen = torch.Generator(device=env.device).manual_seed(0)
+    return lambda obs, mask: scripted(name, obs, gen)
+
+
+def collect(env: Any, teacher: Any, rounds: int, seed: int) -> tuple[Tensor, Optional[Tensor], Tensor]:
+    """The teacher's observations, masks and actions over `rounds` steps of every actor."""
+    obs = env.reset(seed=seed)
+    xs, ms, acts = [], [], []
+    with torch.inference_mode():
+        for _ in range(rounds):
+            mask = action_mask_of(env)
+            action = teacher(obs, mask)
+            xs.append(obs.clone())
+            ms.append(None if mask is None else mask.clone())
+            acts.append(action.clone())
+            obs = env.step(action).obs
+    masks = None if ms[0] is None else torch.cat(ms)
+    return torch.cat(xs), masks, torch.cat(acts)
+
+
+def bc_loss(policy: Any, obs: Tensor, mask: Optional[Tensor], action: Tensor, smoothing: float) -> Tensor:
+    """Cross-entropy of the teacher's action on the live dimensions (label-smoothed over each
+    dimension's valid categories), averaged over live decisions."""
+    logits = policy.action_logits(obs, mask=mask)
+    head = policy.head
+    logp = head.log_probabilities(logits, mask)  # [B, D, C]
+    a = action.long().reshape(action.shape[0], -1)
+    chosen = logp.gather(2, a.unsqueeze(-1)).squeeze(-1)  # [B, D]
+    valid = logp > padding_logit(logp.dtype) / 2  # the dimension's categories, less padding and masked ones
+    live = head.dimension_live(mask) if mask is not None else torch.ones_like(chosen, dtype=torch.bool)
+    spread = torch.where(valid, logp, torch.zeros_like(logp)).sum(-1) / valid.sum(-1).clamp(min=1)
+    per = -((1.0 - smoothing) * chosen + smoothing * spread)
+    return torch.where(live, per, torch.zeros_like(per)).sum() / live.sum().clamp(min=1)
+
+
+def distribution(policy: Any, obs: Tensor, mask: Optional[Tensor], action: Tensor) -> dict[str, Any]:
+    """The cloned policy's mean action probabilities over live decisions, and its greedy agreement."""
+    with torch.no_grad():
+        logits = policy.action_logits(obs, mask=mask)
+        probs = policy.head.probabilities(logits, mask)  # [B, D, C]
+        live = policy.head.dimension_live(mask) if mask is not None else torch.ones(probs.shape[:2], dtype=torch.bool)
+        mean = probs[live].mean(0)
+        greedy = policy.head.greedy(logits, mask).reshape(action.shape[0], -1)
+        agree = (greedy == action.reshape(action.shape[0], -1))[live].float().mean()
+        teacher = torch.bincount(action.reshape(action.shape[0], -1)[live].long(), minlength=probs.shape[-1])
+    return {"mean_action_probability": [round(float(p), 6) for p in mean],
+            "teacher_action_share": [round(float(c) / max(int(live.sum()), 1), 6) for c in teacher],
+            "greedy_agreement": float(agree), "live_decisions": int(live.sum())}
+
+
+def clone(configs: list[str], teacher: str, out: str, rounds: int = 32, num_envs: int = 256, epochs: int = 30,
+          lr: float = 1e-3, minibatch: int = 4096, label_smoothing: float = 0.0, seed: Optional[int] = None,
+          device: str = "cpu") -> dict[str, Any]:
+    """Behaviour-clone `teacher` into the configured policy; write `out`; return the report."""
+    import inspect
+
+    from parlightning.ppo.module import PPOModule
+
+    for name, value, low in (("--rounds", rounds, 1), ("--num_envs", num_envs, 1), ("--epochs", epochs, 1),
+                             ("--minibatch", minibatch, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ConfigError(f"{name}: must be a positive integer, got {value!r}")
+    if not lr > 0:
+        raise ConfigError(f"--lr: must be positive, got {lr!r}")
+    if not 0.0 <= label_smoothing < 1.0:
+        raise ConfigError(f"--label_smoothing: must lie in [0, 1), got {label_smoothing!r}")
+    if not Path(out).parent.is_dir():
+        raise ConfigError(f"--out: the folder {str(Path(out).parent)!r} does not exist; create it or pick another path")
+    for path in configs:
+        if not os.path.isfile(path):
+            raise ConfigError(f"--config: no file at {path!r}")
+    cfg = model_config(configs)
+    hp = dict(cfg.get("model") or {})
+    if hp.get("policy", "mlp") not in BC_POLICIES:
+        raise ConfigError(f"model.policy: behaviour cloning runs {list(BC_POLICIES)} policies, not {hp['policy']!r}")
+    for key in ("init_from", "prior"):
+        if hp.get(key) is not None:
+            raise ConfigError(f"model.{key}: behaviour cloning starts from a fresh policy; drop model.{key}")
+    seed = int(cfg.get("seed_everything", 0) or 0) if seed is None else seed
+    cls, init_args = env_spec(configs)
+    split = "train" if "split" in inspect.signature(cls.__init__).parameters else None  # clone on training tasks
+    env = build_env(cls, init_args, num_envs, seed, split, device)
+    if not env.action_spec.is_discrete:
+        raise ConfigError("data.env: behaviour cloning here needs discrete actions")
+    act = teacher_for(teacher, env)
+    torch.manual_seed(seed)
+    module = PPOModule(**hp)
+    policy = module.build_policy(env.observation_shape, env.action_spec).to(env.device)
+    obs, masks, actions = collect(env, act, rounds, seed)
+    opt = torch.optim.Adam(policy.parameters(), lr=lr)
+    gen = torch.Generator(device=env.device).manual_seed(seed)
+    B, losses = obs.shape[0], []
+    for _ in range(epochs):
+        perm = torch.randperm(B, generator=gen, device=env.device)
+        total = 0.0
+        for i in range(0, B, minibatch):
+            idx = perm[i:i + minibatch]
+            loss = bc_loss(policy, obs[idx], None if masks is None else masks[idx], actions[idx], label_smoothing)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            total += float(loss.detach()) * idx.numel()
+        losses.append(total / B)
+    policy.eval()
+    report = {"teacher": teacher, "samples": B, "epochs": epochs, "label_smoothing": label_smoothing,
+              "bc_loss_first_epoch": losses[0], "bc_loss": losses[-1], "loss_per_epoch": losses,
+              **distribution(policy, obs, masks, actions)}
+    spec = env.action_spec
+    mask = action_mask_of(env)
+    ckpt = {"state_dict": {f"policy.{k}": v.detach().cpu() for k, v in policy.state_dict().items()},
+            "hyper_parameters": hp,
+            "policy_spaces": {"observation_shape": [int(d) for d in env.observation_shape],
+                              "action_spec": {"kind": spec.kind, "nvec": [int(n) for n in spec.nvec],
+                                              "shape": [int(d) for d in spec.shape], "low": spec.low, "high": spec.high},
+                              "action_mask_width": None if mask is None else int(mask.shape[-1])},
+            "bc": dict(report)}
+    tmp = Path(out).with_name(f".partial-{Path(out).name}")
+    try:
+        torch.save(ckpt, tmp)
+        os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return report
+
+
+def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
+    p = argparse.ArgumentParser(prog="python -m parlightning.bc", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", action="append", default=[], required=True, help="the fit config(s) (repeatable)")
+    p.add_argument("--teacher", default="serial", help="serial | oracle | optimal | random | a .ckpt (default serial)")
+    p.add_argument("--out", required=True, help="the checkpoint to write (start PPO with --model.init_from OUT)")
+    p.add_argument("--rounds", type=int, default=32, help="teacher steps per actor")
+    p.add_argument("--num_envs", type=int, default=256)
+    p.add_argument("--epochs", type=int, default=30)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--minibatch", type=int, default=4096)
+    p.add_argument("--label_smoothing", type=float, default=0.0)
+    p.add_argument("--seed", type=int, default=None, help="default: the config's seed_everything")
+    p.add_argument("--json", help="also write the report here")
+    a = p.parse_args(argv)
+    try:
+        check_output_file("--out", a.out)  # before the teacher plays or anything is written
+        check_output_file("--json", a.json)
+        report = clone(a.config, a.teacher, a.out, a.rounds, a.num_envs, a.epochs, a.lr, a.minibatch,
+                       a.label_smoothing, a.seed)
+    except ConfigError as err:
+        raise SystemExit(f"error: {err}") from None
+    dist = ", ".join(f"{p:.4f}" for p in report["mean_action_probability"])
+    print(f"behaviour cloning on {a.teacher}: {report['samples']} observations x {report['epochs']} epochs; "
+          f"BC loss {report['bc_loss_first_epoch']:.4f} -> {report['bc_loss']:.4f}; greedy agreement "
+          f"{report['greedy_agreement']:.4f} on {report['live_decisions']} live decisions")
+    print(f"action distribution on live decisions (mean probability per action): [{dist}]")
+    print(f"wrote {a.out}; start PPO from it: python -m parlightning.fit ... --model.init_from {a.out}")
+    if a.json:
+        Path(a.json).write_text(json.dumps(report, indent=2))
+    return report
+
+
+if __name__ == "__main__":
+    main()

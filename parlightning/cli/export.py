@@ -1,0 +1,171 @@
+"""`python -m parlightning.export --ckpt_path last.ckpt --out policy.pt2`: a trained policy as a
+`torch.export` program (or ONNX) that maps an observation batch to its greedy action and runs with
+plain torch, no parlightning import:
+
+    policy = torch.export.load("policy.pt2").module()
+    actions = policy(obs)            # obs [B, *observation_shape] float32
+    actions = policy(obs, mask)      # a masked world (e.g. SwarmEnv): mask [B, M] bool, as its action_masks()
+
+A run trained in a `NormalizeEnv` (observation normalisation) exports with its frozen statistics
+inside the program: it takes the world's raw observations, as `parlightning.load_policy` does.
+
+Greedy = the most likely category per action dimension (discrete, multi-discrete; 0-based, as the
+policy sees it) or the Gaussian mean (continuous; the env's bounds apply as in training).
+Supported: the MLP policy (`model.policy: mlp`) without a per-key table; recurrent and keyed
+(TensorParallel) policies are refused with the reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+import torch
+from torch import Tensor, nn
+
+from parlightning.runtime.checkpoint import load_checkpoint_file
+from parlightning.envs.base import ActionSpec
+from parlightning.envs.normalize import ObsNormalizer, normalizer_from_checkpoint
+from parlightning.errors import ConfigError
+from parlightning.cli.outputs import check_output_file
+from parlightning.policies.actor_critic import ActorCritic, CategoricalHead
+
+FORMATS = ("pt2", "onnx")
+
+
+class GreedyPolicy(nn.Module):
+    """obs [B, ...] (and, for a masked world, its action mask [B, M] bool) -> greedy action: [B]
+    discrete, [B, D] multi-discrete (0 on masked dimensions), [B, *shape] continuous; with
+    `normalizer` the raw observation is normalised first (the run's frozen statistics)."""
+
+    def __init__(self, policy: ActorCritic, normalizer: Optional[ObsNormalizer] = None) -> None:
+        super().__init__()
+        if getattr(policy, "is_recurrent", False):
+            raise ConfigError("--ckpt_path: a recurrent policy (model.policy: gru/lstm) needs its hidden state as an "
+                              "input and output, which export does not support yet; export an MLP policy")
+        if getattr(policy, "key_table", None) is not None:
+            raise ConfigError("--ckpt_path: a keyed policy (TensorParallel's per-key table) needs each row's key as "
+                              "an input, which export does not support yet; export an MLP policy without keys")
+        self.policy = policy
+        self.spec = policy.action_spec
+        self.normalizer = normalizer
+
+    def forward(self, obs: Tensor, mask: Optional[Tensor] = None) -> Tensor:
+        if self.normalizer is not None:
+            obs = self.normalizer(obs)
+        out = self.policy.actor(obs.flatten(1))
+        head = self.policy.head
+        if isinstance(head, CategoricalHead):
+            return head.greedy(out, mask)  # padding and masked categories never win
+        return out.reshape(obs.shape[0], *self.spec.shape)
+
+
+def load_policy(ckpt_path: str | os.PathLike) -> tuple[ActorCritic, tuple[int, ...]]:
+    """Rebuild the trained policy and its observation shape from a `PPOModule` checkpoint
+    (`torch.load(weights_only=True)`), without building the env. `policy.mask_width` is the
+    width of the world's action mask (None: an unmasked world)."""
+    if not os.path.isfile(ckpt_path):
+        raise ConfigError(f"--ckpt_path: no checkpoint file at {str(ckpt_path)!r}; pass a .ckpt written by "
+                          "python -m parlightning.fit (e.g. lightning_logs/version_0/checkpoints/last.ckpt)")
+    ckpt = load_checkpoint_file(str(ckpt_path))  # truncated, corrupt, edited (checksum) or non-finite: one line
+    hp, spaces = ckpt.get("hyper_parameters") or {}, ckpt.get("policy_spaces")
+    if spaces is None or "state_dict" not in ckpt:
+        raise ConfigError(f"--ckpt_path: {str(ckpt_path)!r} has no policy spaces; it was not written by a PPOModule "
+                          "of this version: retrain (or resume once) with python -m parlightning.fit")
+    policy_kind = hp.get("policy", "mlp")
+    weights = {k.removeprefix("policy."): v for k, v in ckpt["state_dict"].items() if k.startswith("policy.")}
+    if policy_kind != "mlp":
+        raise ConfigError(f"--ckpt_path: the checkpoint holds a recurrent policy (model.policy: {policy_kind}); "
+                          "export supports the MLP policy only (it would need the hidden state as an input)")
+    if "key_table.weight" in weights:
+        raise ConfigError("--ckpt_path: the checkpoint holds a keyed policy (TensorParallel's per-key table); "
+                          "export supports MLP policies without keys only")
+    a = spaces["action_spec"]
+    spec = ActionSpec(a["kind"], tuple(a["nvec"]), tuple(a["shape"]), a["low"], a["high"])
+    obs_shape = tuple(spaces["observation_shape"])
+    policy = ActorCritic(obs_shape, spec, hp.get("hidden_sizes", (64, 64)), hp.get("activation", "tanh"))
+    policy.load_state_dict(weights)
+    policy.mask_width = spaces.get("action_mask_width")
+    return policy.eval(), obs_shape
+
+
+def load_normalizer(ckpt_path: str | os.PathLike) -> Optional[ObsNormalizer]:
+    """The frozen observation normalisation of the run in `ckpt_path` (None when it had none)."""
+    return normalizer_from_checkpoint(torch.load(ckpt_path, map_location="cpu", weights_only=True))
+
+
+def export_policy(policy: ActorCritic, observation_shape: Sequence[int], out: str | os.PathLike,
+                  fmt: str = "pt2", normalizer: Optional[ObsNormalizer] = None,
+                  mask_width: Optional[int] = None) -> Path:
+    """Write `GreedyPolicy(policy)` to `out` with a dynamic batch dimension; nothing is left at
+    `out` if export fails. `mask_width` (default: `policy.mask_width` when set): the program
+    takes the world's action mask [B, mask_width] as a second input."""
+    if fmt not in FORMATS:
+        raise ConfigError(f"--format: unknown {fmt!r}; choose one of {list(FORMATS)}")
+    if fmt == "onnx":
+        try:
+            import onnx  # noqa: F401
+            import onnxscript  # noqa: F401
+        except ImportError:
+            raise ConfigError("--format onnx: needs the onnx extra (onnx, onnxscript): "
+                              "pip install 'parlightning[onnx]', or export --format pt2") from None
+    model = GreedyPolicy(policy, normalizer).eval()
+    if mask_width is None:
+        mask_width = getattr(policy, "mask_width", None)
+    example: tuple[Tensor, ...] = (torch.zeros(4, *observation_shape),)
+    batch = torch.export.Dim("batch")
+    dynamic: dict[str, dict] = {"obs": {0: batch}}
+    names = ["obs"]
+    if mask_width is not None:
+        example = (*example, torch.ones(4, int(mask_width), dtype=torch.bool))
+        dynamic["mask"] = {0: batch}
+        names.append("mask")
+    out = Path(out)
+    tmp = out.with_name(f".partial-{out.name}")  # same suffix: torch.export.save wants .pt2
+    try:
+        with torch.no_grad():
+            if fmt == "pt2":
+                program = torch.export.export(model, example, dynamic_shapes=dynamic)
+                torch.export.save(program, tmp)
+            else:
+                onnx_program = torch.onnx.export(model, example, dynamo=True, dynamic_shapes=dynamic,
+                                                 input_names=names, output_names=["action"], verbose=False)
+                onnx_program.save(str(tmp))
+        os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return out
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m parlightning.export", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ckpt_path", required=True, help="a checkpoint written by python -m parlightning.fit")
+    parser.add_argument("--out", required=True, help="the file to write (policy.pt2, policy.onnx)")
+    parser.add_argument("--format", choices=FORMATS, default=None,
+                        help="pt2 (torch.export, default) or onnx (needs the onnx extra); default from --out's suffix")
+    a = parser.parse_args(argv)
+    fmt = a.format or ("onnx" if a.out.endswith(".onnx") else "pt2")
+    try:
+        suffix = Path(a.out).suffix
+        if a.format is None and suffix not in ("", ".pt2", ".onnx", ".pt"):
+            raise ConfigError(f"--out: {a.out!r} ends in {suffix}, which names neither format; write policy.pt2 "
+                              "(torch.export) or policy.onnx, or pass --format pt2|onnx")
+        check_output_file("--out", a.out)  # before the checkpoint is read or anything is traced
+        policy, obs_shape = load_policy(a.ckpt_path)
+        normalizer = load_normalizer(a.ckpt_path)
+        out = export_policy(policy, obs_shape, a.out, fmt, normalizer)
+    except ConfigError as err:
+        raise SystemExit(f"error: {err}") from None
+    masked = "" if policy.mask_width is None else f" and action masks [B, {policy.mask_width}] (bool)"
+    normalised = "; observations normalised inside" if normalizer is not None else ""
+    print(f"wrote {out} ({fmt}): observations [B, {', '.join(map(str, obs_shape))}]{masked} -> greedy actions "
+          f"({policy.action_spec.kind}){normalised}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

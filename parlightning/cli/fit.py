@@ -1,0 +1,272 @@
+"""`python -m parlightning.fit --config configs/swarm.yaml`: a thin LightningCLI over
+`PPOModule` and `RolloutDataModule`, with no subcommand.
+
+Everything is a plain class configured from YAML (`class_path` for envs, samplers, rewards
+and callbacks); dotted overrides (`--model.lr 1e-3`), `--print_config` and `--ckpt_path` work
+as in any LightningCLI program. LightningCLI's `--optimizer` / `--lr_scheduler` are not offered:
+PPOModule owns its optimizer and lr annealing (subclass it to change them).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sys
+import types
+from argparse import ArgumentError
+from typing import Optional, Sequence, Union
+
+import torch
+from lightning.fabric.utilities.exceptions import MisconfigurationException
+from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+from parlightning.runtime.checkpoint import (
+    check_output_dirs, check_resume, claim_version, clean_stale_partials, new_output_dirs, remove_new_outputs,
+    use_atomic_checkpoints,
+)
+from parlightning.cli.config_log import LoggedConfig
+from parlightning.ppo.data import RolloutDataModule
+from parlightning.errors import ConfigError, ReportedError, parser_error_line, root_error_line
+from parlightning.ppo.module import PPOModule
+from parlightning.cli.packaged import moved_hint, resolve_config_args
+from parlightning.cli.defaults import default_callbacks
+from parlightning.runtime.preflight import check_arguments, check_config, check_policy_memory, estimate_iteration
+from parlightning.runtime.rank_watch import BEAT_S, HEARTBEAT_TIMEOUT_S, STALL_TIMEOUT_S, RankWatch, flat_config
+
+
+class ParlCLI(LightningCLI):
+    """LightningCLI with `--ckpt_path` (resume) and `--torch_threads` on the top level."""
+
+    def add_default_arguments_to_parser(self, parser) -> None:
+        """`--seed N` is an alias of `--seed_everything N`: one seed for init, env, actions, minibatches
+        and samplers (a component's own seed, e.g. `data.seed`, overrides it when set)."""
+        parser.add_argument(
+            "--seed_everything", "--seed", type=Union[bool, int], default=self.seed_everything_default,
+            help="one seed for everything (alias --seed); true picks a random one, false does not seed",
+        )
+
+    def add_arguments_to_parser(self, parser) -> None:
+        parser.add_argument("--ckpt_path", type=Optional[str], default=None, help="checkpoint to resume from")
+        parser.add_argument(
+            "--torch_threads", type=Optional[int], default=1,
+            help="intra-op CPU threads per process (small policies run fastest with 1); null keeps torch's default",
+        )
+        parser.add_argument(
+            "--heartbeat_timeout", type=Optional[float], default=HEARTBEAT_TIMEOUT_S,
+            help="DDP: seconds without a heartbeat after which a rank is declared frozen (SIGSTOP, a debugger) "
+                 "and every rank stops; null turns it off",
+        )
+        parser.add_argument(
+            "--stall_timeout", type=Optional[float], default=STALL_TIMEOUT_S,
+            help="DDP: seconds a rank's main thread may stay on one line, not waiting for its peers, before it "
+                 "is declared stuck and every rank stops; null turns it off",
+        )
+
+    def parse_arguments(self, parser, args) -> None:
+        # `args` is always the full argument list (main() reads sys.argv itself), so parse it as is:
+        # LightningCLI.parse_arguments warns whenever `args` is given while sys.argv has arguments.
+        self.config = parser.parse_args(args)
+        check_config(self.config)  # cross-field checks and seed ranges, before LightningCLI seeds or builds anything
+
+    def instantiate_trainer(self, **kwargs):
+        trainer_config = {**(self.config_init.get("trainer") or {}), **kwargs}
+        return super().instantiate_trainer(**kwargs, callbacks=default_callbacks(trainer_config))  # progress bar, last.ckpt
+
+    def before_instantiate_classes(self) -> None:
+        config = self.config
+        ckpt = config.get("ckpt_path")
+        if ckpt is not None and not os.path.isfile(ckpt):
+            raise SystemExit(f"error: --ckpt_path: no checkpoint file at {ckpt!r}; pass an existing .ckpt file or drop the flag")
+        threads = config.get("torch_threads")
+        if threads is not None:
+            if threads <= 0:
+                raise SystemExit(f"error: --torch_threads: must be a positive integer or null, got {threads}")
+            torch.set_num_threads(threads)
+        for name, least in (("heartbeat_timeout", 3 * BEAT_S), ("stall_timeout", 3 * BEAT_S)):
+            value = config.get(name)
+            if value is not None and not value >= least:  # NaN too
+                raise SystemExit(f"error: --{name}: must be at least {least:g} seconds or null (off), got {value}")
+
+
+def main(args: Optional[list[str]] = None) -> ParlCLI:
+    """Parse the config, build trainer/module/datamodule, and fit (resuming from `--ckpt_path`).
+
+    A bad value (in the config, an argument, a class's own checks, the env's contract, the
+    rollout's memory or the checkpoint) ends the program with one `error: ...` line naming the
+    field, before any rollout and before anything is written.
+    """
+    args = resolve_config_args(sys.argv[1:] if args is None else args)  # `--config swarm`: the packaged file
+    cli = build_cli(args)
+    ckpt = cli.config.get("ckpt_path")
+    try:
+        probe = preflight(cli, ckpt)
+    except (ConfigError, ReportedError) as err:  # ReportedError: e.g. a user's world failing the probe step
+        raise SystemExit(f"error: {_start_error(err)}") from None
+    stall = cli.config.get("stall_timeout")
+    estimate = (probe or {}).get("iteration_estimate")
+    if stall is not None and estimate:  # one step (a minibatch's backward) may not look stuck: 3x its estimate
+        stall = max(stall, 3 * estimate["longest_call_seconds"])
+    watch = RankWatch(flat_config(cli.config, (probe or {}).get("env_signature")),  # DDP: one rank's fault stops all
+                      cli.config.get("heartbeat_timeout"), stall)
+    cli.trainer.callbacks.append(watch)
+    use_atomic_checkpoints(cli.trainer)
+    claimed = claim_version(cli.trainer)  # an atomic mkdir: runs started together get their own version_N
+    fresh = new_output_dirs(cli.trainer) + claimed  # deepest first: the run's folders, then new parents
+    try:
+        cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=ckpt)
+    except BaseException as err:
+        message = _start_error(err)
+        if message is None and ckpt is not None and cli.datamodule.last_rollout is None and _is_size_mismatch(err):
+            text = " ".join(str(err).split())[:200]
+            message = (f"--ckpt_path: the state saved in {ckpt!r} does not fit this run ({text}): a tensor of the "
+                       "checkpoint was resized or comes from another config (e.g. data.num_envs); resume with the "
+                       "config that wrote it, or start fresh without --ckpt_path")
+        if message is not None and cli.datamodule.last_rollout is None:  # failed in setup, before any rollout
+            remove_new_outputs(fresh)  # a failed start leaves nothing behind (logs, config.yaml)
+        if watch.active:  # DDP: record this rank's cause, stop every rank, rank 0 prints one line
+            watch.stop_job(err, message)
+        launcher = cli.trainer.strategy.launcher
+        if callable(getattr(launcher, "kill", None)):
+            launcher.kill(signal.SIGKILL)  # DDP: the ranks this process launched must not wait for it
+        if isinstance(err, SIGTERMException):  # preempted: never report success, so a scheduler requeues
+            print("SIGTERM: stopped; the last checkpoint (written at the end of the last finished iteration) is "
+                  "intact: resume with --ckpt_path <log_dir>/checkpoints/last.ckpt", file=sys.stderr)
+            raise SystemExit(128 + signal.SIGTERM) from None  # 143, the shell's code for "killed by SIGTERM"
+        if message is None:
+            raise
+        raise SystemExit(f"error: {message}") from None
+    return cli
+
+
+def build_cli(args: list[str]) -> ParlCLI:
+    """The LightningCLI over PPOModule and RolloutDataModule (no --optimizer / --lr_scheduler:
+    PPOModule makes its own Adam and lr annealing); parser and __init__ errors as one line."""
+    try:
+        check_arguments(args)
+        return ParlCLI(
+            PPOModule,
+            RolloutDataModule,
+            run=False,
+            seed_everything_default=0,
+            trainer_defaults={"max_epochs": 50, "log_every_n_steps": 1, "num_sanity_val_steps": 0},
+            save_config_callback=LoggedConfig,
+            save_config_kwargs={"overwrite": True},
+            auto_configure_optimizers=False,
+            args=args,
+            parser_kwargs={"description": __doc__, "exit_on_error": False},
+        )
+    except ArgumentError as err:  # the parser: unknown keys, wrong types, bad class paths, bad --config file
+        raise SystemExit(f"error: {moved_hint(parser_error_line(str(err)))}") from None
+    except (ValueError, TypeError, MisconfigurationException) as err:  # __init__ checks (ours and the Trainer's)
+        raise SystemExit(f"error: {root_error_line(err)}") from None
+    except RuntimeError as err:  # the Trainer's callback check: two stateful callbacks with one state key
+        if "more than one stateful callback" not in str(err):
+            raise
+        kind = re.search(r"type `(\w+)`", str(err))
+        name = kind.group(1) if kind else "callback"
+        raise SystemExit(f"error: trainer.callbacks: two {name} callbacks with the same settings (state key); "
+                         "Lightning cannot save both in a checkpoint: drop one (the config may list one already) or "
+                         "give it another monitor / every_n_epochs") from None
+
+
+def preflight(cli: ParlCLI, ckpt: Optional[str]) -> dict:
+    """Everything checked before the trainer writes: output folders, the env's contract and the
+    rollout's memory (on a small probe of the env), and the checkpoint to resume from."""
+    trainer = cli.trainer
+    check_output_dirs(trainer)
+    device = trainer.strategy.root_device
+    ranks_here = trainer.num_devices if device.type == "cpu" else 1  # CPU ranks share this machine's memory
+    if device.type == "cuda" and getattr(trainer.strategy.launcher, "_start_method", None) == "fork":
+        device = torch.device("cpu")  # reading GPU memory would initialise CUDA before ddp_fork forks (not allowed)
+    probe = cli.datamodule.preflight(device, ranks_here)
+    check_policy_memory(cli.model, probe, device, ranks_here)  # the policy's weights, gradients and Adam moments
+    estimate = estimate_iteration(cli.model, cli.datamodule, probe, device, ranks_here)  # activations; time on CPU
+    if estimate is not None and estimate["line"] and trainer.is_global_zero:
+        print(estimate["line"], file=sys.stderr)
+    probe["iteration_estimate"] = estimate
+    if ckpt is not None:
+        check_resume(ckpt, cli.model, cli.datamodule, probe, trainer.max_epochs)  # corrupt, foreign, mismatched, done
+        clean_stale_partials(os.path.dirname(os.path.abspath(ckpt)))  # saves of the run being resumed that were killed
+    return probe
+
+
+def _is_size_mismatch(err: BaseException) -> bool:
+    """A tensor of the wrong size met while restoring a checkpoint's state (torch's own wording)."""
+    text = str(err)
+    return isinstance(err, (RuntimeError, ValueError, IndexError)) and any(s in text for s in (
+        "The size of tensor", "size mismatch", "shape mismatch", "must match the size", "out of bounds"))
+
+
+def _start_error(err: BaseException) -> Optional[str]:
+    """The one-line message for an error raised by fit: a ConfigError from setup, a ReportedError
+    (a user's world, a full disk), the non-finite-loss stop, or Lightning's size-mismatch when a
+    checkpoint's weights do not fit; None for anything else (a bug: its traceback is kept)."""
+    if isinstance(err, (ConfigError, ReportedError)):
+        return " ".join(str(err).split())
+    text = str(err)
+    if isinstance(err, FloatingPointError) and text.startswith("non-finite"):  # the module's own guard
+        return text
+    if isinstance(err, RuntimeError) and "Error(s) in loading state_dict" in text:
+        first = next((line.strip() for line in text.splitlines()[1:] if line.strip()), "")
+        return (f"--ckpt_path: the checkpoint's weights do not fit this config ({first[:200]}); resume with the "
+                "config (env and model) that wrote it, or start fresh without --ckpt_path")
+    return None
+
+
+# ---------------------------------------------------------------------- the Python API
+# `from parlightning import fit; fit(config=..., overrides=[...])` runs exactly what `python -m
+# parlightning.fit` runs and returns the fitted Trainer: this module is callable (its class is
+# swapped for one with `__call__`); `parlightning.api` re-exports these names.
+
+Config = Union[str, os.PathLike, Sequence[Union[str, os.PathLike]], None]
+
+
+def cli_args(config: Config = None, overrides: Sequence[str] = ()) -> list[str]:
+    """`--config` for each file, then the overrides: CLI tokens (`"--model.lr", "1e-3"`) or
+    `key=value` items (`"model.lr=1e-3"`, `"trainer.max_epochs=2"`)."""
+    files = [] if config is None else [config] if isinstance(config, (str, os.PathLike)) else list(config)
+    args = [token for f in files for token in ("--config", os.fspath(f))]
+    for item in overrides:
+        if not isinstance(item, str):
+            raise ConfigError(f"overrides: expected strings like 'model.lr=1e-3' or '--model.lr', got {item!r}")
+        args.append(item if item.startswith("-") or "=" not in item else f"--{item}")
+    return args
+
+
+def fit(config: Config = None, overrides: Sequence[str] = ()):  # -> lightning.pytorch.Trainer
+    """Train as `python -m parlightning.fit --config CONFIG OVERRIDES...` would, in this process.
+
+    Returns the fitted `Trainer` (`trainer.callback_metrics` holds the last logged values,
+    `trainer.lightning_module.policy` the trained policy, `trainer.datamodule` the rollout state),
+    or None for `--print_config` / `--help`. A bad config raises `ConfigError` naming the field.
+    """
+    try:
+        cli = main(cli_args(config, overrides))
+    except SystemExit as exit_:
+        message = exit_.code
+        if message in (0, None):
+            return None
+        if isinstance(message, str) and message.startswith("error: "):
+            raise ConfigError(message.removeprefix("error: ")) from None
+        raise
+    return cli.trainer
+
+
+def fit_cli() -> None:
+    """The `parlightning-fit` console script (its exit status is 0 after a finished fit)."""
+    main(sys.argv[1:])
+
+
+class CallableModule(types.ModuleType):
+    """Lets `from parlightning import fit` be called: calling the module calls `fit` above."""
+
+    def __call__(self, config: Config = None, overrides: Sequence[str] = ()) -> Optional[object]:
+        return fit(config, overrides)
+
+
+sys.modules[__name__].__class__ = CallableModule
+
+if __name__ == "__main__":
+    main()

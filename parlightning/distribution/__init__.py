@@ -1,0 +1,1 @@
+"""Distribution across ranks: strategies (DP / CP / TP), the round planner, task samplers and rank-agreed counters."""

@@ -1,0 +1,1 @@
+"""The PARL objective: the shaped reward (`PARLReward`, λ schedules) and critical steps."""

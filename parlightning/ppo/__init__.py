@@ -1,0 +1,1 @@
+"""The PPO algorithm on Lightning: the clipped loss, `PPOModule` and `RolloutDataModule`."""
