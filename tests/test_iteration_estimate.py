@@ -82,3 +82,23 @@ def test_a_long_first_iteration_is_announced_in_one_line(monkeypatch):
     assert "2 epochs x 4 minibatches of 128 rows" in line and "64 actors x 8 steps" in line
     monkeypatch.setattr(preflight, "LONG_ITERATION_S", 1e9)
     assert estimate_iteration(module, _DM(), _probe(16), torch.device("cpu"))["line"] is None
+
+
+def test_the_preflight_probe_and_estimate_leave_the_runs_seed_alone():
+    """The estimate builds and times a real policy and the probe steps the world: neither may draw
+    from the global generator the run's weights and rollouts come from (before this, a seeded run
+    after the estimate had other weights than the same seed on the release before it)."""
+    import torch
+
+    from parlightning.envs.swarm import SwarmEnv
+    from parlightning.runtime.preflight import time_env_step
+
+    torch.manual_seed(0)
+    before = torch.random.get_rng_state()
+    module = PPOModule(hidden_sizes=[64, 64])
+    estimate = estimate_iteration(module, _DM(), _probe(12), torch.device("cpu"))
+    assert estimate is not None and estimate["seconds"] > 0  # the policy was built and timed
+    env = SwarmEnv(num_envs=PROBE_ACTORS, seed=0)
+    env.reset(seed=0)
+    time_env_step(env, PROBE_ACTORS)
+    assert torch.equal(torch.random.get_rng_state(), before)

@@ -504,10 +504,11 @@ LONG_ITERATION_S = 120.0  # a first iteration estimated longer than this is anno
 
 def time_env_step(env: Any, n: int) -> float:
     """Seconds of one step of the probe env (its second step: the first one warmed it up)."""
-    start = time.perf_counter()
-    env.step(probe_action(env.action_spec, n), None if getattr(env, "task_ids", None) is None else
-             torch.zeros(n, dtype=torch.long))
-    return time.perf_counter() - start
+    with torch.random.fork_rng(devices=[]):  # a world drawing from the global generator keeps the run's seed
+        start = time.perf_counter()
+        env.step(probe_action(env.action_spec, n), None if getattr(env, "task_ids", None) is None else
+                 torch.zeros(n, dtype=torch.long))
+        return time.perf_counter() - start
 
 
 def _activation_bytes_per_row(policy: torch.nn.Module, obs_shape: Sequence[int], spec: Any) -> int:
@@ -591,9 +592,10 @@ def estimate_iteration(module: Any, dm: Any, probe: dict[str, Any], device: torc
         return None
     small = max(1, min(16, int((64 << 20) // max(2 * per_row, 1))))  # time on batches of at most ~64 MiB
     try:
-        real = build(obs_shape, spec)
-        f1, b1 = _time_policy(real, obs_shape, spec, small)
-        f2, b2 = _time_policy(real, obs_shape, spec, 4 * small)
+        with torch.random.fork_rng(devices=[]):  # the timing policy's init must not move the run's seed
+            real = build(obs_shape, spec)
+            f1, b1 = _time_policy(real, obs_shape, spec, small)
+            f2, b2 = _time_policy(real, obs_shape, spec, 4 * small)
     except Exception:  # noqa: BLE001 (an estimate only: a policy that cannot run this way is not timed)
         return None
     f_row, b_row = max(f2 - f1, 0.0) / (3 * small), max(b2 - b1, 0.0) / (3 * small)
