@@ -1338,6 +1338,8 @@ MODULES = {"fit": "parlightning.fit", "evaluate": "parlightning.evaluate", "expo
 
 def _child(case: Case, d: Path, out_path: Path, err_path: Path) -> None:
     import runpy
+
+    from parlightning.runtime.processes import run_module_as_main
     rc = 0
     try:
         os.chdir(d / case.cwd)
@@ -1365,7 +1367,7 @@ def _child(case: Case, d: Path, out_path: Path, err_path: Path) -> None:
         else:
             mod = MODULES[case.kind]
             sys.argv = [mod, *case.argv]
-            runpy.run_module(mod, run_name="__main__", alter_sys=True)
+            run_module_as_main(mod)
     except SystemExit as e:
         code = e.code
         if code is None:

@@ -235,6 +235,18 @@ class Child:
 OWNED = "import sys; from parlightning.runtime.processes import run_owned; run_owned(int(sys.argv[1]), sys.argv[2:])"
 
 
+def run_module_as_main(name: str) -> None:
+    """`python -m NAME` in this process. A name already imported as an alias of another module (the
+    thin entry modules: `parlightning.fit` is `parlightning.cli.fit` once imported, e.g. preloaded
+    by a forkserver) runs the module it stands for; runpy refuses the alias's loader."""
+    import runpy
+    import sys
+
+    loaded = sys.modules.get(name)
+    spec = getattr(loaded, "__spec__", None)
+    runpy.run_module(spec.name if spec is not None else name, run_name="__main__", alter_sys=True)
+
+
 def run_owned(owner: int, args: Sequence[str]) -> None:
     """In a child: run a program, `["-m", module, *argv]` or `[script.py, *argv]`, as `python ARGS`
     would, exiting when process `owner` is gone (`watch_parent`): a killed study leaves no runs behind."""
@@ -244,7 +256,7 @@ def run_owned(owner: int, args: Sequence[str]) -> None:
     watch_parent(owner)
     if args[0] == "-m":
         sys.argv = [args[1], *args[2:]]
-        runpy.run_module(args[1], run_name="__main__", alter_sys=True)
+        run_module_as_main(args[1])
     else:
         sys.argv = list(args)
         runpy.run_path(args[0], run_name="__main__")
