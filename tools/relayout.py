@@ -9,7 +9,7 @@ idempotent step: `git mv` the files, rewrite imports, class paths and file paths
     python tools/relayout.py --readme   # also rewrite README.md (the users' page; off by default)
 
 Running it twice changes nothing the second time. The layout (old module -> new module) is the
-table MOVES below; `parlightning/_moved.py` carries the same table (the tool checks they agree).
+table MOVES below, built from `parlightning/_moved.py`'s alias table (one table).
 
 The layers, lowest first (a module imports only from its own layer or those below it):
   top level   errors, config_types, buffer (RolloutBuffer, compute_gae), rollout: the shared vocabulary
@@ -35,39 +35,17 @@ import subprocess
 import sys
 from pathlib import Path
 
-# old module -> new module. Entry modules (ENTRY) keep a thin module at the old path.
-MOVES = {
-    "parlightning.module": "parlightning.ppo.module",
-    "parlightning.loss": "parlightning.ppo.loss",
-    "parlightning.data": "parlightning.ppo.data",
-    "parlightning.reward": "parlightning.parl.reward",
-    "parlightning.metrics": "parlightning.parl.metrics",
-    "parlightning.policies": "parlightning.policies.actor_critic",
-    "parlightning.slots_policy": "parlightning.policies.slots",
-    "parlightning.recurrent": "parlightning.policies.recurrent",
-    "parlightning.sampling": "parlightning.distribution.samplers",
-    "parlightning.parallel": "parlightning.distribution.strategies",
-    "parlightning.counters": "parlightning.distribution.counters",
-    "parlightning.collection.planning": "parlightning.distribution.planning",
-    "parlightning.checkpoint": "parlightning.runtime.checkpoint",
-    "parlightning.preflight": "parlightning.runtime.preflight",
-    "parlightning.rank_watch": "parlightning.runtime.rank_watch",
-    "parlightning.stats": "parlightning.analysis.stats",
-    "parlightning.logs": "parlightning.analysis.logs",
-    "parlightning.trace": "parlightning.analysis.trace",
-    "parlightning.pipeline": "parlightning.analysis.pipeline",
-    "parlightning.fit": "parlightning.cli.fit",
-    "parlightning.evaluate": "parlightning.cli.evaluate",
-    "parlightning.export": "parlightning.cli.export",
-    "parlightning.bc": "parlightning.cli.bc",
-    "parlightning.plot": "parlightning.cli.plot",
-    "parlightning.cli_defaults": "parlightning.cli.defaults",
-    "parlightning.config_log": "parlightning.cli.config_log",
-    "parlightning.packaged": "parlightning.cli.packaged",
-    "parlightning.outputs": "parlightning.cli.outputs",
-    "parlightning.cli_types": "parlightning.cli.arg_types",
-}
-ENTRY = ("parlightning.fit", "parlightning.evaluate", "parlightning.export", "parlightning.bc", "parlightning.plot")
+
+ENTRY_PROGRAMS = ("fit", "evaluate", "export", "bc", "plot")  # thin `python -m` modules stay at the old path
+# old module -> new module: the alias table parlightning._moved serves (one table, not two), plus
+# the entry modules (a thin module remains at their old path) and `parlightning.policies` (a package
+# of that name remains: the old module's names are its re-exports)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from parlightning._moved import MOVED  # noqa: E402
+
+MOVES = {**MOVED, "parlightning.policies": "parlightning.policies.actor_critic",
+         **{f"parlightning.{p}": f"parlightning.cli.{p}" for p in ENTRY_PROGRAMS}}
+ENTRY = tuple(f"parlightning.{p}" for p in ENTRY_PROGRAMS)
 
 PACKAGES = {  # new package -> its docstring (its __init__.py defines nothing else, unless FACADES says so)
     "parlightning.ppo": "The PPO algorithm on Lightning: the clipped loss, `PPOModule` and `RolloutDataModule`.",
