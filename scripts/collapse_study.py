@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/: the shared
 
 from experiment import (  # noqa: E402
     ROOT, Job, bank_seeds, default_launch, eval_cmd, fit_cmd, flat_eval, load_results, log_dir, nested_diff_ci,
-    open_study, pyplot, read_curves, run_jobs, tail_of, write_json_atomic,
+    open_study, publish_page, pyplot, read_curves, run_jobs, tail_of, write_json_atomic,
 )
 
 ARMS = ("perf_only", "annealed", "constant")
@@ -524,16 +524,7 @@ def main(argv: Optional[list[str]] = None) -> Optional[dict]:
     text = page(summary, plan, images, progress)
     (out / "collapse.md").write_text(text)
     if a.docs is not None:  # the page and its pictures side by side
-        a.docs.parent.mkdir(parents=True, exist_ok=True)
-        import shutil
-
-        named = {}
-        for name, file in images.items():
-            target = a.docs.parent / f"{a.docs.stem}_{file}"
-            if (out / file).is_file():
-                shutil.copyfile(out / file, target)
-                named[name] = target.name
-        a.docs.write_text(page(summary, plan, named, progress))
+        publish_page(a.docs, out, images, lambda named: page(summary, plan, named, progress))
     print(text)
     print("; ".join(p for p in problems if p) or f"plots: {out / 'heatmaps.png'}, {out / 'delegation.png'}")
     return summary

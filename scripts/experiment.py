@@ -291,6 +291,21 @@ def run_jobs(specs: Sequence[dict], out: Path, parallel: int, make: Callable[[di
         raise SystemExit(f"error: {failure}")
 
 
+def publish_page(docs: Path, out: Path, images: dict[str, str], render: Callable[[dict[str, str]], str]) -> None:
+    """A study's results page at DOCS, its pictures (files in OUT) copied beside it as
+    `<docs stem>_<file>`; `render(named)` writes the page given the pictures that exist there."""
+    import shutil
+
+    docs.parent.mkdir(parents=True, exist_ok=True)
+    named = {}
+    for name, file in images.items():
+        target = docs.parent / f"{docs.stem}_{file}"
+        if (out / file).is_file():
+            shutil.copyfile(out / file, target)
+            named[name] = target.name
+    docs.write_text(render(named))
+
+
 def load_results(out: Path, specs: Sequence[dict]) -> list[dict]:
     return [json.loads((out / "results" / f"{s['id']}.json").read_text()) for s in specs]
 

@@ -31,7 +31,6 @@ import argparse
 import json
 import math
 import os
-import shutil
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -43,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/: the shared
 
 from experiment import (  # noqa: E402
     ROOT, Job, bank_seeds, default_launch, eval_cmd, fit_cmd, flat_eval, load_results, log_dir, nested_diff_ci,
-    open_study, pyplot, read_curves, run_jobs, tail_of, write_json_atomic,
+    open_study, publish_page, pyplot, read_curves, run_jobs, tail_of, write_json_atomic,
 )
 
 ARMS = {
@@ -664,14 +663,7 @@ def main(argv: Optional[list[str]] = None) -> Optional[dict]:
     text = page(summary, images, command.strip())
     (out / "samplers_training.md").write_text(text)
     if a.docs is not None:
-        a.docs.parent.mkdir(parents=True, exist_ok=True)
-        named = {}
-        for name, file in images.items():
-            target = a.docs.parent / f"{a.docs.stem}_{file}"
-            if (out / file).is_file():
-                shutil.copyfile(out / file, target)
-                named[name] = target.name
-        a.docs.write_text(page(summary, named, command.strip()))
+        publish_page(a.docs, out, images, lambda named: page(summary, named, command.strip()))
     print(text)
     print("; ".join(x for x in problems if x) or f"plots: {out / 'heldout_curves.png'}, {out / 'family_picks.png'}")
     return summary
