@@ -17,15 +17,19 @@ the banks and evaluation seeds). Every run is evaluated over 3 held-out banks an
 evaluation seeds; CIs are 95% two-level bootstrap intervals (training seeds, then banks x
 evaluation seeds) of (b)-(a) and (b)-(c).
 
-Runs go through scripts/experiment.py (resumable: a finished run is never rerun; the same --out
-continues). Outputs in OUT: runs.csv, summary.json, collapse.md, heatmaps.png, delegation.png
-(per-seed `rollout/delegation_share` curves); --docs PATH also writes the page there (the full map
-writes docs/results/collapse.md).
+Runs go through scripts/experiment.py (resumable: a finished run is never rerun; the same --store
+continues). Each run's result (held-out evaluation, curves, BC report) is one small JSON under
+STORE/results/, beside STORE/study.json (the plan) and the tables (runs.csv, summary.json); the full
+map keeps its store in the repository, docs/results/data/collapse, so it resumes in any checkout
+across sessions. A run's own files (logs, checkpoints) stay in OUT/work and are not needed once its
+result is written. Outputs in OUT: collapse.md, heatmaps.png, delegation.png (per-seed
+`rollout/delegation_share` curves); --docs PATH also writes the page there (the full map writes
+docs/results/collapse.md).
 
     python scripts/collapse_study.py --quick                 # the pipeline in a minute: 2 priors, 2 seeds, tiny budget
-    python scripts/collapse_study.py --jobs 2 --wide-row --docs docs/results/collapse.md   # the full map: hours
+    python scripts/collapse_study.py --jobs 2 --wide-row --store docs/results/data/collapse --docs docs/results/collapse.md  # the full map: hours
     python scripts/collapse_study.py --plan --docs docs/results/collapse.md     # the page before any run (no numbers)
-    python scripts/collapse_study.py --report --out runs/collapse --docs docs/results/collapse.md  # the page from finished runs
+    python scripts/collapse_study.py --report --store docs/results/data/collapse --docs docs/results/collapse.md  # the page from finished runs
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/: the shared
 
 from experiment import (  # noqa: E402
     ROOT, Job, bank_seeds, default_launch, eval_cmd, fit_cmd, flat_eval, load_results, log_dir, nested_diff_ci,
-    open_study, publish_page, pyplot, read_curves, run_jobs, tail_of, write_json_atomic,
+    open_study, publish_page, pyplot, read_curves, result_path, run_jobs, tail_of, write_json_atomic,
 )
 
 ARMS = ("perf_only", "annealed", "constant")
@@ -72,11 +76,20 @@ def make_plan(a: argparse.Namespace) -> dict[str, Any]:
         cells += [{"world": "wide", "prior": "0.998", "lam": 0.1, "budget": 1}]
     for c in cells:
         c["name"] = f"{c['world']}_prior={c['prior']}_lam={c['lam']}_budget={c['budget']}x"
-    return {"config": str(a.config), "seeds": a.seeds, "cells": cells, "epochs": a.epochs,
+    return {"config": portable(a.config), "seeds": a.seeds, "cells": cells, "epochs": a.epochs,
             "num_envs": a.num_envs or int(cfg["data"]["num_envs"]), "num_steps": a.num_steps or int(cfg["data"]["num_steps"]),
             "anneal_frac": a.anneal_frac, "horizons": a.horizons, "banks": bank_seeds(3), "eval_seeds": list(range(a.eval_seeds)),
             "episodes": a.episodes, "bc": {"rounds": a.bc_rounds, "epochs": a.bc_epochs}, "launch": a.launch,
             "quick": a.quick}
+
+
+def portable(path: Path) -> str:
+    """A path as the plan records it: relative to the checkout when inside it, so a study stored in the
+    repository resumes from any clone."""
+    try:
+        return str(path.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path.resolve())
 
 
 def run_id(cell: dict, arm: str, seed: int, horizon: Optional[float] = None) -> str:
@@ -113,7 +126,7 @@ def configs_of(plan: dict, cell: dict, arm: str) -> list[str]:
     overridden per cell)."""
     files = {"perf_only": "perf_only", "annealed": "parl_annealed", "constant": "parl_constant"}
     wide = [str(ROOT / "configs" / "swarm_wide.yaml")] if cell["world"] == "wide" else []
-    return [plan["config"], *wide, str(ROOT / "configs" / "arms" / f"{files[arm]}.yaml")]
+    return [str(ROOT / plan["config"]), *wide, str(ROOT / "configs" / "arms" / f"{files[arm]}.yaml")]
 
 
 def run_overrides(plan: dict, spec: dict) -> dict[str, Any]:
@@ -136,12 +149,12 @@ def run_overrides(plan: dict, spec: dict) -> dict[str, Any]:
     return o
 
 
-def finished(out: Path, specs: list[dict]) -> list[dict]:
+def finished(store: Path, specs: list[dict]) -> list[dict]:
     """The results of the specs that have finished (all of them after a complete run)."""
-    return load_results(out, [s for s in specs if (out / "results" / f"{s['id']}.json").is_file()])
+    return load_results(store, [s for s in specs if result_path(store, s["id"]).is_file()])
 
 
-def make_job(spec: dict, plan: dict, out: Path) -> Job:
+def make_job(spec: dict, plan: dict, out: Path, store: Path) -> Job:
     configs = configs_of(plan, spec["cell"], spec["arm"])
 
     def bc(job: Job) -> Optional[tuple[str, list[str]]]:
@@ -179,7 +192,7 @@ def make_job(spec: dict, plan: dict, out: Path) -> Job:
             record["bc"] = {k: v for k, v in json.loads((job.work / "bc.json").read_text()).items() if k != "loss_per_epoch"}
         return record
 
-    return Job(spec, out, [bc, train, evaluate], finish, plan["launch"])
+    return Job(spec, out, [bc, train, evaluate], finish, plan["launch"], store)
 
 
 # ---------------------------------------------------------------------------------------------- analysis
@@ -441,6 +454,9 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--wide-row", dest="wide_row", action="store_true", help="add the Kimi-scale row (prior 0.998)")
     p.add_argument("--jobs", type=int, default=1)
     p.add_argument("--out", type=Path, default=None, help="output folder (default runs/collapse/<time>); resumes")
+    p.add_argument("--store", type=Path, default=None, help="where study.json and results/<run>.json live (default "
+                   "--out); small enough to commit, so a study resumes in another checkout: the full map uses "
+                   "docs/results/data/collapse")
     p.add_argument("--docs", type=Path, default=None, help="also write the results page here")
     p.add_argument("--plan", action="store_true", help="write the page without running anything (needs --docs)")
     p.add_argument("--report", action="store_true", help="run nothing: summarize the finished runs in --out (partial "
@@ -477,8 +493,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
             raise SystemExit(f"error: --{name.replace('_', '-')}: must be positive, got {getattr(a, name)}")
     if any(b <= 0 for b in a.budgets) or any(not 0 < h <= 1 for h in a.horizons) or not 0 < a.anneal_frac <= 1:
         raise SystemExit("error: --budgets must be positive multiples and --horizons / --anneal-frac lie in (0, 1]")
-    if a.report and a.out is None:
-        raise SystemExit("error: --report: summarizes an existing study; give its --out")
+    if a.report and a.out is None and a.store is None:
+        raise SystemExit("error: --report: summarizes an existing study; give its --store (or --out)")
     if a.plan and a.docs is None:
         raise SystemExit("error: --plan: writes the page only; give --docs PATH")
     a.launch = a.launch or default_launch(q)
@@ -494,31 +510,36 @@ def main(argv: Optional[list[str]] = None) -> Optional[dict]:
         print(f"wrote {a.docs} (the design; no run yet)")
         return None
     out = a.out or ROOT / "runs" / "collapse" / datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    store = a.store or out  # study.json and results/<run>.json; OUT keeps the runs' own files
     if a.report:
-        if not (out / "study.json").is_file():
-            raise SystemExit(f"error: --report: no study in {out} (no study.json); give the --out of a study")
-        open_study(out, plan)  # the same settings as the runs, or one error naming what differs
+        if not (store / "study.json").is_file():
+            raise SystemExit(f"error: --report: no study in {store} (no study.json); give the --store (or --out) of a study")
+        open_study(store, plan)  # the same settings as the runs, or one error naming what differs
         main_specs = specs_of(plan)
-        first = summarize(plan, finished(out, main_specs))
+        first = summarize(plan, finished(store, main_specs))
         specs = specs_of(plan, tuple(c["name"] for c in first["cells"] if c["a_collapses"]))
     else:
         out.mkdir(parents=True, exist_ok=True)
-        open_study(out, plan, grow=("cells",))  # a map run 1x first can gain its 3x cells later
+        store.mkdir(parents=True, exist_ok=True)
+        open_study(store, plan, grow=("cells",))  # a map run 1x first can gain its 3x cells later
         main_specs = specs_of(plan)
-        print(f"collapse study: {len(plan['cells'])} cells, {len(main_specs)} runs in the main grid, out {out}", flush=True)
-        run_jobs(main_specs, out, a.jobs, lambda spec: make_job(spec, plan, out))
-        first = summarize(plan, load_results(out, main_specs))
+        print(f"collapse study: {len(plan['cells'])} cells, {len(main_specs)} runs in the main grid, out {out}, "
+              f"results in {store}", flush=True)
+        run_jobs(main_specs, out, a.jobs, lambda spec: make_job(spec, plan, out, store), store)
+        first = summarize(plan, load_results(store, main_specs))
         region = tuple(c["name"] for c in first["cells"] if c["a_collapses"])
         specs = specs_of(plan, region)
         if len(specs) > len(main_specs):
             print(f"anneal horizons {plan['horizons']} in the collapse region ({len(region)} cells)", flush=True)
-            run_jobs(specs, out, a.jobs, lambda spec: make_job(spec, plan, out))
-    results = finished(out, specs)
+            run_jobs(specs, out, a.jobs, lambda spec: make_job(spec, plan, out, store), store)
+    results = finished(store, specs)
     progress = (len(results), len(specs))
     summary = summarize(plan, results)
     summary["progress"] = {"finished": progress[0], "planned": progress[1]}
-    write_json_atomic(out / "summary.json", summary)
-    write_csv(results, out / "runs.csv")
+    out.mkdir(parents=True, exist_ok=True)
+    for folder in dict.fromkeys((out, store)):  # the tables beside the runs' results, where they are kept
+        write_json_atomic(folder / "summary.json", summary)
+        write_csv(results, folder / "runs.csv")
     problems = [heatmaps(summary, out / "heatmaps.png"), delegation_curves(results, plan, out / "delegation.png")]
     images = {"heatmaps": "heatmaps.png", "delegation_share curves": "delegation.png"}
     text = page(summary, plan, images, progress)

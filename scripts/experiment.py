@@ -222,14 +222,15 @@ Phase = Callable[["Job"], Optional[tuple[str, list[str]]]]
 class Job:
     """One unit of work as a small state machine of processes: each phase (called when the one before
     has exited 0) returns (name, command) or None to skip; `finish(job)` then makes the result that is
-    written atomically to OUT/results/<id>.json. Reads: `job.spec`, `job.work`, `job.start`."""
+    written atomically to STORE/results/<id>.json (STORE: `store`, default OUT; the run's own files stay
+    in OUT/work/<id>). Reads: `job.spec`, `job.work`, `job.start`."""
 
     def __init__(self, spec: dict, out: Path, phases: Sequence[Phase], finish: Callable[["Job"], dict],
-                 launch: str) -> None:
+                 launch: str, store: Optional[Path] = None) -> None:
         self.spec, self.out, self.launch = spec, out, launch
         self.phases, self.finisher = list(phases), finish
         self.work = out / "work" / spec["id"]
-        self.result = out / "results" / f"{spec['id']}.json"
+        self.result = result_path(store or out, spec["id"])
         shutil.rmtree(self.work, ignore_errors=True)  # leftovers of a job killed in progress
         self.work.mkdir(parents=True)
         self.start = time.perf_counter()
@@ -264,10 +265,16 @@ class Job:
         return "done"
 
 
-def run_jobs(specs: Sequence[dict], out: Path, parallel: int, make: Callable[[dict], Job]) -> None:
-    """Run every spec whose result is missing, `parallel` at a time; a failure lets the others finish
-    and then ends the study with one error line."""
-    queue = [s for s in specs if not (out / "results" / f"{s['id']}.json").is_file()]
+def result_path(store: Path, run_id: str) -> Path:
+    """Where one run's result lives: STORE/results/<id>.json."""
+    return store / "results" / f"{run_id}.json"
+
+
+def run_jobs(specs: Sequence[dict], out: Path, parallel: int, make: Callable[[dict], Job],
+             store: Optional[Path] = None) -> None:
+    """Run every spec whose result is missing from STORE (default OUT), `parallel` at a time; a failure
+    lets the others finish and then ends the study with one error line."""
+    queue = [s for s in specs if not result_path(store or out, s["id"]).is_file()]
     done = len(specs) - len(queue)
     print(f"{len(specs)} jobs, {done} already finished (skipped), {len(queue)} to run, {parallel} at a time", flush=True)
     running: list[Job] = []
@@ -306,8 +313,8 @@ def publish_page(docs: Path, out: Path, images: dict[str, str], render: Callable
     docs.write_text(render(named))
 
 
-def load_results(out: Path, specs: Sequence[dict]) -> list[dict]:
-    return [json.loads((out / "results" / f"{s['id']}.json").read_text()) for s in specs]
+def load_results(store: Path, specs: Sequence[dict]) -> list[dict]:
+    return [json.loads(result_path(store, s["id"]).read_text()) for s in specs]
 
 
 # ---------------------------------------------------------------------------------------------- curves

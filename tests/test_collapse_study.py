@@ -21,9 +21,9 @@ def _run(*args, timeout=600):
 
 
 def test_quick_map_runs_every_phase_and_resumes(tmp_path):
-    out = tmp_path / "c"
-    args = ["--quick", "--priors", "0.998,bc", "--seeds", "1", "--jobs", "2", "--out", str(out)]
-    proc = _run(*args)
+    out, store = tmp_path / "c", tmp_path / "store"  # the runs' own files, and what a study keeps (results, plan)
+    args = ["--quick", "--priors", "0.998,bc", "--seeds", "1", "--jobs", "2", "--store", str(store)]
+    proc = _run(*args, "--out", str(out))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     cells = {c["prior"]: c for c in summary["cells"]}
@@ -32,27 +32,29 @@ def test_quick_map_runs_every_phase_and_resumes(tmp_path):
     assert strong["a_collapses"] and strong["arms"]["perf_only"]["collapsed"] == 1
     assert strong["arms"]["perf_only"]["final_delegation_share"] < 0.05
     assert set(strong["horizons"]) == {"0.3", "0.6"}  # the horizon axis ran in the collapse region
-    bc = [json.loads(p.read_text()) for p in (out / "results").rglob("seed0.json") if "prior=bc" in str(p)]
+    assert not (out / "results").exists() and json.loads((store / "summary.json").read_text()) == summary
+    assert json.loads((store / "study.json").read_text())["config"] == "configs/swarm.yaml"  # resumable from any clone
+    bc = [json.loads(p.read_text()) for p in (store / "results").rglob("seed0.json") if "prior=bc" in str(p)]
     assert len(bc) == 3 and all("bc_loss" in r["bc"] for r in bc)  # every bc run cloned the serial policy first
     for r in bc:
         assert r["eval"]["bank_seeds"] == [1234, 2234, 3234] and len(r["eval"]["runs"]) == 3
-    runs = (out / "runs.csv").read_text().splitlines()
+    runs = (store / "runs.csv").read_text().splitlines()
     assert len(runs) == 1 + 6 + 1  # header, 2 cells x 3 arms, one horizon run
     page = (out / "collapse.md").read_text()
     assert "Not yet run at full budget" in page and "quick smoke run" in page and "Collapse" in page
     assert (out / "heatmaps.png").read_bytes()[:4] == b"\x89PNG" and (out / "delegation.png").read_bytes()[:4] == b"\x89PNG"
     assert summary["progress"] == {"finished": 7, "planned": 7}
     # --report summarizes what has finished without running anything: with one result gone, a partial page
-    gone = next(p for p in (out / "results").rglob("seed0.json") if "prior=bc" in str(p) and "constant" in str(p))
+    gone = next(p for p in (store / "results").rglob("seed0.json") if "prior=bc" in str(p) and "constant" in str(p))
     kept = gone.read_bytes()
     gone.unlink()
     report = _run(*args, "--report", "--docs", str(tmp_path / "page.md"))
     assert report.returncode == 0, report.stderr[-2000:]
     assert "**Partial: 6 of 7 planned runs have finished**" in (tmp_path / "page.md").read_text()
-    assert not gone.exists() and json.loads((out / "summary.json").read_text())["progress"]["finished"] == 6
+    assert not gone.exists() and json.loads((store / "summary.json").read_text())["progress"]["finished"] == 6
     gone.write_bytes(kept)
-    mtimes = {p: p.stat().st_mtime_ns for p in (out / "results").rglob("*.json")}
-    again = _run(*args)
+    mtimes = {p: p.stat().st_mtime_ns for p in (store / "results").rglob("*.json")}
+    again = _run(*args, "--out", str(tmp_path / "elsewhere"))  # another checkout: only the store came along
     assert again.returncode == 0 and "7 jobs, 7 already finished (skipped), 0 to run" in again.stdout
     assert all(p.stat().st_mtime_ns == t for p, t in mtimes.items())
 
