@@ -500,6 +500,13 @@ def report(a: argparse.Namespace, runs: dict[tuple[str, int], list[dict[str, Any
                 f"{fmt(phase_cpu['update'], digits=2) if first else ''} | {fmt(c['mem'])} |"
             )
     lines.append("")
+    for n in a.num_envs:  # the paired ratios one by one, with the load each pair ran at where it was recorded
+        la, rb = per_run[("lightning", n)], per_run[("raw", n)]
+        loads = [r.get("load") for r in runs[("lightning", n)]]
+        pairs = [f"{x / y:.2f} / {cx / cy:.2f}" + (f" (load {ld:.1f})" if ld is not None else "")
+                 for x, y, cx, cy, ld in zip(la["iteration"], rb["iteration"], la["cpu_iteration"], rb["cpu_iteration"], loads)]
+        lines.append(f"N={n} a/b per repeat, wall / cpu: " + ", ".join(pairs))
+    lines.append("")
     if len(a.num_envs) > 1:
         mem_kind = "CUDA peak allocated" if a.device.startswith("cuda") else "peak RSS growth"
         for kind, label in (("lightning", "(a) Lightning"), ("raw", "(b) raw torch")):
@@ -582,7 +589,9 @@ def main(argv: Optional[list[str]] = None) -> None:
         for n in a.num_envs:
             order = ("lightning", "raw") if rep % 2 == 0 else ("raw", "lightning")  # alternate who goes first
             for kind in order:
+                load = os.getloadavg()[0]  # the 1-minute load average as the run starts
                 r = run_child(kind, n, a)
+                r["load"] = load
                 runs.setdefault((kind, n), []).append(r)
                 print(f"  [{time.perf_counter() - started:6.0f}s] repeat {rep + 1}/{a.repeats} N={n} {kind}: "
                       f"{n * a.num_steps / statistics.median(r['iteration_s']):,.0f} SPS", file=sys.stderr)
