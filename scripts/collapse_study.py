@@ -9,7 +9,8 @@ Arms: (a) perf_only (r_perf only; it has no λ, so one run serves both λ rows),
 linearly to 0 at --anneal-frac of the run's budget), (c) constant λ. Then the anneal horizon as a
 third axis in the collapse region: for every (prior, λ, budget) cell where (a) collapsed in most
 seeds, arm (b) again with each --horizons fraction. Optional --wide-row: the Kimi-scale world
-(configs/swarm_wide.yaml: 64 slots, 100 subagents, slots policy) at prior 0.998.
+(configs/swarm_wide.yaml: 64 slots, 100 subagents, slots policy) at --wide-prior (default 0.99999, where
+the default world's outcome-only arm stalls) and --wide-lam (default 1.0, the λ that rescued it there).
 
 Collapse, defined before any run: a run collapsed when its held-out success is within 0.05 of the
 serial policy's on the same tasks and it spawns fewer than 10 subagents per episode (means over
@@ -78,7 +79,7 @@ def make_plan(a: argparse.Namespace) -> dict[str, Any]:
     cells = [{"world": "default", "prior": p, "lam": lam, "budget": b} for p in a.priors for lam in a.lams
              for b in a.budgets]
     if a.wide_row:
-        cells += [{"world": "wide", "prior": "0.998", "lam": 0.1, "budget": 1}]
+        cells += [{"world": "wide", "prior": a.wide_prior, "lam": a.wide_lam, "budget": 1}]
     for c in cells:
         c["name"] = f"{c['world']}_prior={c['prior']}_lam={c['lam']}_budget={c['budget']}x"
     return {"config": portable(a.config), "seeds": a.seeds, "cells": cells, "epochs": a.epochs,
@@ -306,7 +307,8 @@ def page(summary: Optional[dict], plan: dict, images: dict[str, str], progress: 
              f"= {steps:,} env steps; 3x = {3 * steps:,}." + budget_note(p),
              "- **Kimi-scale row** (`--wide-row`" + (", in this plan" if any(c["world"] == "wide" for c in p["cells"])
                                                      else ", not in this plan") + "): configs/swarm_wide.yaml (64 slots, "
-             "100 subagents, slots policy) at prior 0.998, λ 0.1, 1x budget, the three arms.",
+             "100 subagents, slots policy) at a collapsing prior, 1x budget, the three arms" + "".join(
+                 f" (here: prior {c['prior']}, λ {c['lam']})" for c in p["cells"] if c["world"] == "wide") + ".",
              f"- **Evaluation**: held out over banks {p['banks']} x evaluation seeds {p['eval_seeds']}, greedy; "
              f"{p['seeds']} training seeds per cell and arm; 95% two-level bootstrap CIs (seeds, then banks x "
              "evaluation seeds).",
@@ -471,7 +473,10 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--episodes", type=int, default=None, help="evaluation episodes per task (default 4; --quick 1)")
     p.add_argument("--bc-rounds", dest="bc_rounds", type=int, default=32)
     p.add_argument("--bc-epochs", dest="bc_epochs", type=int, default=30)
-    p.add_argument("--wide-row", dest="wide_row", action="store_true", help="add the Kimi-scale row (prior 0.998)")
+    p.add_argument("--wide-row", dest="wide_row", action="store_true", help="add the Kimi-scale row")
+    p.add_argument("--wide-prior", dest="wide_prior", default="0.99999", help="the wide row's prior (a per-slot "
+                   "probability: over 64 slots a prior is weaker per round than over 12)")
+    p.add_argument("--wide-lam", dest="wide_lam", type=float, default=1.0, help="the wide row's λ scale")
     p.add_argument("--jobs", type=int, default=1)
     p.add_argument("--out", type=Path, default=None, help="output folder (default runs/collapse/<time>); resumes")
     p.add_argument("--store", type=Path, default=None, help="where study.json and results/<run>.json live (default "
@@ -490,14 +495,14 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     q = a.quick
     try:
         a.priors = [x for x in (a.priors or ",".join(QUICK_PRIORS if q else PRIORS)).split(",") if x]
-        for x in a.priors:
+        for x in [*a.priors, a.wide_prior]:
             if x not in ("none", "bc") and not 0.0 < float(x) < 1.0:
                 raise ValueError(x)
         a.lams = [float(x) for x in (a.lams or ("1.0" if q else "0.1,1.0")).split(",")]
         a.budgets = [int(x) for x in (a.budgets or ("1" if q else "1,3")).split(",")]
         a.horizons = [float(x) for x in (a.horizons if not q or a.horizons != "0.2,0.6,1.0" else "0.3,0.6").split(",")]
     except ValueError as err:
-        raise SystemExit(f"error: --priors / --lams / --budgets / --horizons: bad value ({err}); e.g. --priors none,0.9,bc "
+        raise SystemExit(f"error: --priors / --wide-prior / --lams / --budgets / --horizons: bad value ({err}); e.g. --priors none,0.9,bc "
                          "--lams 0.1,1.0 --budgets 1,3 --horizons 0.2,0.6,1.0") from None
     pick = lambda v, quick, full: v if v is not None else (quick if q else full)  # noqa: E731
     a.seeds = pick(a.seeds, 2, 5)
