@@ -161,9 +161,11 @@ def open_study(out: Path, plan: dict[str, Any], ignore: Sequence[str] = ("launch
         if changed:
             raise SystemExit(f"error: --out {out} holds a study with other settings ({', '.join(changed)}); "
                              "rerun with the same arguments to resume, or pass a fresh --out")
+        grew = [k for k in grow if previous.get(k) != current.get(k)]
         if current != previous:
-            write_json_atomic(saved, plan)
-            print(f"extending the study in {out} ({', '.join(k for k in grow if previous.get(k) != current.get(k))} grew)")
+            write_json_atomic(saved, plan)  # the plan as now run (a grown list, or an ignored key such as launch)
+        if grew:
+            print(f"extending the study in {out} ({', '.join(grew)} grew)")
         else:
             print(f"resuming the study in {out}")
     else:
