@@ -300,3 +300,60 @@ def test_bench_async_quick_prints_every_table(tmp_path):
     assert out["faults"]["drop"]["completed"]
     assert out["faults"]["fail"].startswith("error: external world PoolOrchestrationWorld actor ")
     assert "on task '" in out["faults"]["fail"] and "step raised ConnectionError" in out["faults"]["fail"]
+
+
+def test_per_actor_collection_trains_under_two_rank_ddp(tmp_path):
+    """The user's command on 2 ranks (gloo, the default progress bar on): both ranks train the same
+    number of optimizer steps, the env-step axis counts both ranks' trained segments, each rank's
+    worlds are seeded with seed + rank, what feeds the logs is the union of both ranks' episodes and
+    samples (weighted by episodes / samples, the lag max the larger rank's), and the checkpoint
+    reloads. Values are compared with what each rank recorded of its own rollout."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from parlightning.analysis.logs import read_scalars
+    from parlightning.collection import stream_seed
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    tests = os.path.join(root, "tests")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([tests, root, os.environ.get("PYTHONPATH", "")]))
+    env.pop("PL_DISABLE_FORK", None)
+    B, T, epochs = 8, 4, 2
+    cmd = [sys.executable, "-m", "parlightning.fit", "--config", os.path.join(root, "configs", "external_async.yaml"),
+           "--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.strategy", "ddp",
+           "--trainer.max_epochs", str(epochs), "--trainer.default_root_dir", str(tmp_path),
+           "--data.num_envs", str(B), "--data.num_steps", str(T), "--data.actors_in_flight", "12",
+           "--data.update_epochs", "1", "--data.num_minibatches", "2",
+           "--trainer.callbacks+=reliability_helpers.RecordRanks", "--trainer.callbacks.init_args.directory",
+           str(tmp_path)]
+    done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ranks = [[json.loads(line) for line in (tmp_path / f"rank{r}.jsonl").read_text().splitlines()] for r in (0, 1)]
+    assert [len(r) for r in ranks] == [epochs, epochs]
+    assert [r[-1]["global_step"] for r in ranks] == [epochs * 2, epochs * 2]  # the same optimizer steps on each rank
+    assert [r[0]["env_seed"] for r in ranks] == [stream_seed(0, "env"), stream_seed(1, "env")]  # seed + rank
+    logged = read_scalars(tmp_path / "lightning_logs" / "version_0")
+    steps = [(i + 1) * 2 * B * T for i in range(epochs)]  # both ranks' trained steps
+    assert [s for s, _ in logged["charts/learning_rate"]] == steps and [r["env_steps"] for r in ranks[0]] == steps
+    for i in range(epochs):
+        mine = [r[i] for r in ranks]
+        episodes = sum(m["episodes"] for m in mine)
+        assert episodes > 0
+        assert logged["rollout/episodes"][i] == (steps[i], episodes)  # the union of both ranks' episodes
+        r_perf = sum(m["outcome_sum"] for m in mine) / episodes  # weighted by episodes, not a mean of means
+        lag = sum(m["lag_sum"] for m in mine) / sum(m["kept"] for m in mine)
+        pooled = {"parl/r_perf": r_perf, "perf/policy_lag": lag, "perf/policy_lag_max": max(m["lag_max"] for m in mine)}
+        for key, value in pooled.items():
+            assert abs(logged[key][i][1] - value) < 1e-5, (key, i, logged[key][i], value)
+            assert all(abs(m["logged"][key] - value) < 1e-5 for m in mine), key  # every rank logs the pooled value
+        for key in ("collect/segments", "collect/utilisation", "collect/dropped_trajectories"):
+            assert mine[0]["logged"][key] == mine[1]["logged"][key], key  # pooled: the same on every rank
+    ckpt_path = tmp_path / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    ckpt = torch.load(ckpt_path, weights_only=True)
+    assert ckpt["global_step"] == epochs * 2 and ckpt["RolloutDataModule"]["env_steps"] == steps[-1]
+    assert len(ckpt["RolloutDataModule"]["ranks"]) == 2
+    module = PPOModule.load_from_checkpoint(ckpt_path, weights_only=True)
+    for k, v in ckpt["state_dict"].items():
+        assert torch.equal(module.state_dict()[k], v), k

@@ -174,8 +174,9 @@ class TrajectoryTransport:
             "collect/retries": torch.tensor(float(window["retries"])),
             "collect/segments": torch.tensor(float(window["closed"])),
         }
-        if self.streams:
-            stats["collect/utilisation"] = torch.tensor(window["busy"] / (span * self.env.num_envs))
+        if self.streams:  # the schedule pools them over ranks into collect/utilisation
+            stats["collect/busy_seconds"] = torch.tensor(float(window["busy"]))
+            stats["collect/capacity_seconds"] = torch.tensor(span * self.env.num_envs)
         return RoundResult(context, buf, next_value, truncated_values,
                            [int(versions.min()), int(versions.max())], span, self.loop.current_task, None,
                            waited / span, stats)
