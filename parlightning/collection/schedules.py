@@ -146,7 +146,8 @@ class Trajectories:
 
         Under DDP (`reduce_sum`: the sum over ranks) what is logged is pooled over every rank's
         samples and segments in one collective: the counts (`collect/stale_dropped`,
-        `collect/dropped_trajectories`, `collect/retries`, `collect/segments`) are totals over the
+        `collect/dropped_trajectories`, `collect/retries`, `collect/segments`,
+        `collect/resumed_discarded_steps`) are totals over the
         ranks, `collect/stale_share`, `perf/policy_lag` and `collect/utilisation` the shares and
         means of the pooled samples and calls, `perf/policy_lag_max` the largest lag of any rank.
         Every rank then logs the same values, so Lightning's mean over ranks leaves them as they are."""
@@ -173,7 +174,8 @@ class Trajectories:
         stats["collect/stale_share"] = stale / (kept + stale).clamp(min=1)
         stats["perf/policy_lag"] = (hist * lag_values).sum() / kept.clamp(min=1)
         stats["perf/policy_lag_max"] = torch.where(hist > 0, lag_values, torch.zeros_like(lag_values)).max()
-        for name in ("collect/dropped_trajectories", "collect/retries", "collect/segments"):
+        for name in ("collect/dropped_trajectories", "collect/retries", "collect/segments",
+                     "collect/resumed_discarded_steps"):
             if name in sums:
                 stats[name] = sums[name]
         if "collect/busy_seconds" in sums:  # the share of the worlds' capacity that calls kept busy
@@ -183,5 +185,5 @@ class Trajectories:
             stats.pop(name, None)
 
 
-POOLED = ("collect/dropped_trajectories", "collect/retries", "collect/segments", "collect/busy_seconds",
-          "collect/capacity_seconds")  # per-rank sums of the per-actor transport, pooled over ranks
+POOLED = ("collect/dropped_trajectories", "collect/retries", "collect/segments", "collect/resumed_discarded_steps",
+          "collect/busy_seconds", "collect/capacity_seconds")  # per-rank sums of the per-actor transport, pooled over ranks

@@ -118,6 +118,8 @@ class TrajectoryTransport:
         self._store: dict[str, Optional[Tensor]] = {}
         self._shapes: dict[str, tuple] = {}
         self._action_dtype = torch.long
+        self._fill: Optional[Tensor] = None  # [N] steps in each actor's in-flight column (external worlds)
+        self._resumed_discarded = 0.0  # steps a checkpoint had in flight, logged with the first round after resume
 
     # ------------------------------------------------------------------ transport interface
     @property
@@ -173,7 +175,9 @@ class TrajectoryTransport:
             "collect/dropped_trajectories": torch.tensor(float(window["dropped"])),
             "collect/retries": torch.tensor(float(window["retries"])),
             "collect/segments": torch.tensor(float(window["closed"])),
+            "collect/resumed_discarded_steps": torch.tensor(self._resumed_discarded),
         }
+        self._resumed_discarded = 0.0
         if self.streams:  # the schedule pools them over ranks into collect/utilisation
             stats["collect/busy_seconds"] = torch.tensor(float(window["busy"]))
             stats["collect/capacity_seconds"] = torch.tensor(span * self.env.num_envs)
@@ -182,13 +186,43 @@ class TrajectoryTransport:
                            waited / span, stats)
 
     def consistent(self) -> Any:
-        return contextlib.nullcontext() if self.lock.learner_depth else self.step_lock
+        """Between two writes of the thread (`step_lock`) and outside its picks (the sampler's lock,
+        which the thread takes while an answer's reset picks a task); from a rollout hook (the
+        learner holds the sampler's lock) between two writes only."""
+        if self.lock.learner_depth:
+            return contextlib.nullcontext()
+        stack = contextlib.ExitStack()
+        stack.enter_context(self.step_lock)  # first: the tensor world's step loop takes them in this order
+        stack.enter_context(self.lock)
+        return stack
+
+    def in_flight_steps(self) -> int:
+        """Steps collected but not trained yet: the queued segments' and the actors' open columns'
+        (read under `consistent()`)."""
+        with self._cond:
+            queued = self._queue.count * self.loop.num_steps
+        return int(queued + (int(self._fill.sum()) if self._fill is not None else 0))
 
     def state_dict(self) -> dict[str, Any]:
-        return self.loop.state_dict()
+        """The step loop's state and the steps in flight. Those steps cannot be resumed (the queue
+        and the open columns are not saved): a resumed run discards them and logs their number
+        (`collect/resumed_discarded_steps`) with its first round."""
+        return {**self.loop.state_dict(), "in_flight_steps": torch.tensor(self.in_flight_steps())}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """The step loop's state (a world that cannot restore its episodes restarts every actor on a
+        task its sampler picks from the resumed round's shard, when the actors start)."""
         self.loop.load_state_dict(state)
+        self._resumed_discarded = float(state.get("in_flight_steps", torch.tensor(0)))
+
+    def resume_note(self) -> str:
+        """What resuming this transport loses (the collector warns with it)."""
+        restart = ("every actor starts a new episode on a task its sampler picks from the resumed round's shard "
+                   "(the worlds cannot restore the episodes they were in)"
+                   if not getattr(self.env, "checkpoint_exact", True) else "the world continues its episodes")
+        return (f"data.collect: trajectories: resuming discards the {self._resumed_discarded:.0f} steps that were "
+                f"collected but not yet trained when the checkpoint was written (logged as "
+                f"collect/resumed_discarded_steps); {restart}")
 
     def close(self) -> None:
         if self._closed:
@@ -274,11 +308,11 @@ class TrajectoryTransport:
             if not self._wait_room():
                 return
             context = self._context
-            with self.step_lock:
+            with self.step_lock:  # the round and its queueing at once: a checkpoint counts it queued or not at all
                 result = loop.run(self.behaviour, context, lambda t: self._refresh(), fresh_buffer=True)
-            buf = result.buffer
-            fields = {name: getattr(buf, name) for name in STEP_FIELDS if getattr(buf, name) is not None}
-            self._put(fields, result.next_value)
+                buf = result.buffer
+                fields = {name: getattr(buf, name) for name in STEP_FIELDS if getattr(buf, name) is not None}
+                self._put(fields, result.next_value)
 
     def _run_streams(self) -> None:
         """An external world: each actor acts when its own world answers."""
@@ -291,7 +325,7 @@ class TrajectoryTransport:
                         "parts": (len(PART_FIELDS),)}
         self._action_dtype = torch.long if env.action_spec.is_discrete else torch.float32
         column = self._column
-        fill = torch.zeros(N, dtype=torch.long, device=device)
+        fill = self._fill = torch.zeros(N, dtype=torch.long, device=device)
         ready = torch.arange(N, device=device)  # every actor starts on its reset observation
         ep_return, ep_length = loop.episode_return, loop.episode_length
 
