@@ -364,8 +364,14 @@ class TrajectoryTransport:
             kwargs["key"] = key
         action, logprob, value = self.behaviour.act(obs, loop.action_generator, **kwargs)
         rows = fill[ready]
-        full = rows >= loop.num_steps
-        if bool(full.any()):
+        full = None
+        if ready.device.type == "cpu":  # numpy's test on the same memory: no torch call, no GIL hand-off
+            any_full = bool((fill.numpy()[ready.numpy()] >= loop.num_steps).any())
+        else:
+            full = rows >= loop.num_steps
+            any_full = bool(full.any())
+        if any_full:
+            full = rows >= loop.num_steps if full is None else full
             cols = ready[full]
             fields = {name: t[:, cols] for name, t in self._store.items() if t is not None}
             self._put(fields, value[full].clone())
@@ -407,28 +413,32 @@ class TrajectoryTransport:
             for line in arr.failures:
                 w["failures"][line] += 1
         idx = arr.actors
-        if idx.numel():
-            keep = ~arr.dropped
-            a = idx[keep]
+        if idx.numel():  # (few torch calls: each may hand the GIL to the learner or the event loop)
+            if arr.any_dropped:
+                keep = ~arr.dropped
+                a, reward, term, trunc, final = (idx[keep], arr.reward[keep], arr.terminated[keep],
+                                                 arr.truncated[keep], arr.final_obs[keep])
+            else:
+                keep, a, reward, term, trunc, final = None, idx, arr.reward, arr.terminated, arr.truncated, arr.final_obs
             rows = fill[a]
-            reward = arr.reward[keep]
             ep_return[a] += reward
             ep_length[a] += 1
             column("rewards")[rows, a] = reward
-            column("terminated")[rows, a] = arr.terminated[keep]
-            column("truncated")[rows, a] = arr.truncated[keep]
-            column("final_obs")[rows, a] = arr.final_obs[keep]
+            column("terminated")[rows, a] = term
+            column("truncated")[rows, a] = trunc
+            column("final_obs")[rows, a] = final
             column("episode_return")[rows, a] = ep_return[a]
             column("episode_length")[rows, a] = ep_length[a]
             if arr.parts is not None:
-                parts = torch.stack([p.float() for p in arr.parts], dim=-1)[keep]
-                column("parts")[rows, a] = parts
+                parts = arr.part_rows if arr.part_rows is not None else torch.stack([p.float() for p in arr.parts], -1)
+                column("parts")[rows, a] = parts if keep is None else parts[keep]
             fill[a] += 1
-            done = arr.terminated | arr.truncated | arr.dropped
-            gone = idx[done]
-            ep_return[gone] = 0.0
-            ep_length[gone] = 0.0
-            fill[idx[arr.dropped]] = 0  # the dropped trajectory's steps are overwritten, never queued
+            if arr.any_done or arr.any_dropped:
+                gone = idx[arr.terminated | arr.truncated | arr.dropped]
+                ep_return[gone] = 0.0
+                ep_length[gone] = 0.0
+            if arr.any_dropped:
+                fill[idx[arr.dropped]] = 0  # the dropped trajectory's steps are overwritten, never queued
             loop.obs[idx] = arr.obs
             ready = torch.cat((ready, idx))
         self._check_budget()
