@@ -484,9 +484,9 @@ class ExternalBatchedEnv(BatchedEnv):
         if resets:
             fresh = list(dict.fromkeys(resets))
             if getattr(self, "task_ids", None) is not None and next_task is not None:
-                mask = torch.zeros(self.num_envs, dtype=torch.bool)
+                mask = np.zeros(self.num_envs, dtype=np.bool_)  # numpy: no torch call (each may hand off the GIL)
                 mask[fresh] = True
-                picked = next_task(mask.to(self.device)).tolist()
+                picked = next_task(self._tensor(mask)).tolist()
                 for i in fresh:
                     if i in self._held:
                         self._held_task[i] = self._tasks[i]  # the finished episode's task, for its parts
