@@ -213,3 +213,32 @@ class DeadlockOnRank(MarkStarted):
             lock = threading.Lock()
             lock.acquire()
             lock.acquire()  # never returns
+
+
+class RecordRanks(pl.Callback):
+    """Appends one JSON line per PPO iteration to `<dir>/rank<R>.jsonl`: this rank's optimizer steps,
+    env seed, its own rollout's episodes, outcomes and sample lags (read from the buffer it trained
+    on), and the values its rollout logged (before Lightning's mean over ranks)."""
+
+    def __init__(self, directory: str = ".") -> None:
+        self.directory = directory
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        import json
+
+        dm = trainer.datamodule
+        rollout = dm.last_rollout
+        buf = rollout.buffer
+        lags = rollout.round_index - buf.versions
+        keep = buf.sample_mask if buf.sample_mask is not None else torch.ones_like(lags, dtype=torch.bool)
+        ep = rollout.episodes
+        record = {
+            "rank": trainer.global_rank, "round": rollout.round_index, "global_step": trainer.global_step,
+            "env_seed": dm.collector.loop.env_seed, "env_steps": dm.env_steps,
+            "episodes": int(rollout.episode_return.numel()),
+            "outcome_sum": float(ep.outcome.sum()) if ep is not None else 0.0,
+            "kept": int(keep.sum()), "lag_sum": int(lags[keep].sum()), "lag_max": int(lags[keep].max()),
+            "logged": {k: float(v) for k, v in rollout.stats.items()},
+        }
+        with open(os.path.join(self.directory, f"rank{trainer.global_rank}.jsonl"), "a") as f:
+            f.write(json.dumps(record) + "\n")

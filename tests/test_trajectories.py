@@ -300,3 +300,180 @@ def test_bench_async_quick_prints_every_table(tmp_path):
     assert out["faults"]["drop"]["completed"]
     assert out["faults"]["fail"].startswith("error: external world PoolOrchestrationWorld actor ")
     assert "on task '" in out["faults"]["fail"] and "step raised ConnectionError" in out["faults"]["fail"]
+
+
+def test_per_actor_collection_trains_under_two_rank_ddp(tmp_path):
+    """The user's command on 2 ranks (gloo, the default progress bar on): both ranks train the same
+    number of optimizer steps, the env-step axis counts both ranks' trained segments, each rank's
+    worlds are seeded with seed + rank, what feeds the logs is the union of both ranks' episodes and
+    samples (weighted by episodes / samples, the lag max the larger rank's), and the checkpoint
+    reloads. Values are compared with what each rank recorded of its own rollout."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from parlightning.analysis.logs import read_scalars
+    from parlightning.collection import stream_seed
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    tests = os.path.join(root, "tests")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([tests, root, os.environ.get("PYTHONPATH", "")]))
+    env.pop("PL_DISABLE_FORK", None)
+    B, T, epochs = 8, 4, 2
+    cmd = [sys.executable, "-m", "parlightning.fit", "--config", os.path.join(root, "configs", "external_async.yaml"),
+           "--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.strategy", "ddp",
+           "--trainer.max_epochs", str(epochs), "--trainer.default_root_dir", str(tmp_path),
+           "--data.num_envs", str(B), "--data.num_steps", str(T), "--data.actors_in_flight", "12",
+           "--data.update_epochs", "1", "--data.num_minibatches", "2",
+           "--trainer.callbacks+=reliability_helpers.RecordRanks", "--trainer.callbacks.init_args.directory",
+           str(tmp_path)]
+    done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ranks = [[json.loads(line) for line in (tmp_path / f"rank{r}.jsonl").read_text().splitlines()] for r in (0, 1)]
+    assert [len(r) for r in ranks] == [epochs, epochs]
+    assert [r[-1]["global_step"] for r in ranks] == [epochs * 2, epochs * 2]  # the same optimizer steps on each rank
+    assert [r[0]["env_seed"] for r in ranks] == [stream_seed(0, "env"), stream_seed(1, "env")]  # seed + rank
+    logged = read_scalars(tmp_path / "lightning_logs" / "version_0")
+    steps = [(i + 1) * 2 * B * T for i in range(epochs)]  # both ranks' trained steps
+    assert [s for s, _ in logged["charts/learning_rate"]] == steps and [r["env_steps"] for r in ranks[0]] == steps
+    for i in range(epochs):
+        mine = [r[i] for r in ranks]
+        episodes = sum(m["episodes"] for m in mine)
+        assert episodes > 0
+        assert logged["rollout/episodes"][i] == (steps[i], episodes)  # the union of both ranks' episodes
+        r_perf = sum(m["outcome_sum"] for m in mine) / episodes  # weighted by episodes, not a mean of means
+        lag = sum(m["lag_sum"] for m in mine) / sum(m["kept"] for m in mine)
+        pooled = {"parl/r_perf": r_perf, "perf/policy_lag": lag, "perf/policy_lag_max": max(m["lag_max"] for m in mine)}
+        for key, value in pooled.items():
+            assert abs(logged[key][i][1] - value) < 1e-5, (key, i, logged[key][i], value)
+            assert all(abs(m["logged"][key] - value) < 1e-5 for m in mine), key  # every rank logs the pooled value
+        for key in ("collect/segments", "collect/utilisation", "collect/dropped_trajectories"):
+            assert mine[0]["logged"][key] == mine[1]["logged"][key], key  # pooled: the same on every rank
+    ckpt_path = tmp_path / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    ckpt = torch.load(ckpt_path, weights_only=True)
+    assert ckpt["global_step"] == epochs * 2 and ckpt["RolloutDataModule"]["env_steps"] == steps[-1]
+    assert len(ckpt["RolloutDataModule"]["ranks"]) == 2
+    module = PPOModule.load_from_checkpoint(ckpt_path, weights_only=True)
+    for k, v in ckpt["state_dict"].items():
+        assert torch.equal(module.state_dict()[k], v), k
+
+
+def test_resume_restarts_every_actor_through_the_sampler_and_logs_the_discarded_steps(tmp_cwd):
+    """External worlds cannot restore the episodes they were in (`checkpoint_exact = False`): a
+    resumed per-actor run discards the steps in flight (the checkpoint counts them; the first round
+    after resume logs that number) and restarts every actor on the task its restored sampler picks
+    from the resumed round's shard; nothing of an episode from before the restart is trained on."""
+    from parlightning.distribution.samplers import DifficultyWeighted, as_batched
+
+    def make():
+        return RolloutDataModule(env=external(), num_envs=4, num_steps=4, update_epochs=1, num_minibatches=1,
+                                 collect="trajectories", max_policy_lag=2, actors_in_flight=6,
+                                 sampler=DifficultyWeighted(pass_threshold=1.0, seed=3))
+
+    saved = {}
+
+    class Save(pl.Callback):
+        def on_train_epoch_end(self, trainer, pl_module):
+            saved.update(trainer.datamodule.state_dict())  # what the checkpoint of this iteration holds
+
+    dm = make()
+    pl.Trainer(max_epochs=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+               enable_model_summary=False, callbacks=[Save()]).fit(PPOModule(anneal_lr=False), datamodule=dm)
+    in_flight = int(saved["ranks"][0]["in_flight_steps"])
+    assert saved["round_index"] == 2 and 0 <= in_flight <= (4 * max(2 - 1, 1) + 6) * 4  # queue + open columns
+
+    resumed = make()
+    resumed.build(torch.device("cpu"))
+    with pytest.warns(UserWarning, match=f"discards the {in_flight} steps .* every actor starts a new episode"):
+        resumed.load_state_dict(saved)
+    col = resumed.collector
+    K = len(col.task_ids)
+    generator = torch.Generator().manual_seed(0)
+    generator.set_state(col.task_generator.get_state())
+    restored = as_batched(DifficultyWeighted(pass_threshold=1.0, seed=3), queue_length=6)  # a copy of the sampler
+    restored.bind(col.task_ids, torch.device("cpu"))
+    restored.load_state_dict(col.sampler.state_dict())
+    expected = restored.pick_batch(torch.arange(K), 2, torch.ones(6, dtype=torch.bool), generator)
+    rollouts = fit(resumed, 2)  # rounds 2 and 3 (the trainer's epochs 0 and 1)
+    assert [r.round_index for r in rollouts] == [2, 3] and resumed.env_steps == saved["env_steps"] + 2 * 4 * 4
+    stats = [float(r.stats["collect/resumed_discarded_steps"]) for r in rollouts]
+    assert stats == [in_flight, 0.0]
+    buf = rollouts[0].buffer
+    obs = buf.obs
+    assert bool((obs[..., 1] >= 1).all())  # episode serial 0 (started before the restart) is never trained
+    firsts = 0
+    for c in range(buf.num_envs):  # an actor's first segment after the restart: its first episode's task
+        if float(obs[0, c, 1]) == 1 and float(obs[0, c, 2]) == 0 and bool(buf.done[:, c].any()):
+            t = int(buf.done[:, c].nonzero()[0])
+            actor = int(obs[0, c, 0])
+            assert int(buf.parts[t, c, 0]) == int(expected[actor]), (c, actor)
+            firsts += 1
+    assert firsts >= 1  # the oldest segment is some actor's first
+
+
+def test_a_sigtermed_per_actor_run_resumes_with_its_discarded_steps_logged(tmp_path):
+    """The user's command, stopped by SIGTERM after a checkpoint (exit 143), resumed with --ckpt_path:
+    it goes on from the saved round and env steps, and its first round logs exactly the steps the
+    checkpoint had in flight (collect/resumed_discarded_steps), the next rounds 0."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(root, "tests"), root,
+                                                        os.environ.get("PYTHONPATH", "")]))
+    env.pop("PL_DISABLE_FORK", None)
+    B, T = 8, 4
+
+    def command(out, *extra):
+        os.makedirs(out, exist_ok=True)
+        return [sys.executable, "-m", "parlightning.fit", "--config", os.path.join(root, "configs", "external_async.yaml"),
+                "--trainer.default_root_dir", str(tmp_path), "--trainer.enable_progress_bar", "false",
+                "--data.num_envs", str(B), "--data.num_steps", str(T), "--data.actors_in_flight", "12",
+                "--data.update_epochs", "1", "--data.num_minibatches", "1", "--model.anneal_lr", "false",
+                "--trainer.callbacks+=reliability_helpers.RecordRanks", "--trainer.callbacks.init_args.directory",
+                str(out), *extra]
+
+    last = tmp_path / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+
+    def epoch_of(path):
+        try:
+            return torch.load(path, weights_only=True)["epoch"]
+        except Exception:  # not written yet
+            return -1
+
+    proc = subprocess.Popen(command(tmp_path / "a", "--trainer.max_epochs", "100000"), cwd=tmp_path, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while epoch_of(last) < 1 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert epoch_of(last) >= 1, proc.stderr.read()[-3000:] if proc.poll() is not None else "no checkpoint"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 143, err[-3000:]
+    saved = torch.load(last, weights_only=True)  # the last finished iteration's
+    data = saved["RolloutDataModule"]
+    rounds = data["round_index"]
+    in_flight = int(data["ranks"][0]["in_flight_steps"])
+    assert rounds == saved["epoch"] + 1 and data["env_steps"] == rounds * B * T
+    assert 0 <= in_flight <= (B + 12) * T  # the queue (at most B segments at k = 2) and the open columns
+
+    done = subprocess.run(command(tmp_path / "b", "--trainer.max_epochs", str(rounds + 2), "--ckpt_path", str(last)),
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"discards the {in_flight} steps" in done.stderr and "every actor starts a new episode" in done.stderr
+    records = [json.loads(line) for line in (tmp_path / "b" / "rank0.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in records] == [rounds, rounds + 1]
+    assert [r["env_steps"] for r in records] == [(rounds + 1) * B * T, (rounds + 2) * B * T]
+    assert [r["logged"]["collect/resumed_discarded_steps"] for r in records] == [in_flight, 0.0]
+    assert all(r["logged"]["collect/resumed_discarded_steps"] == 0.0
+               for r in map(json.loads, (tmp_path / "a" / "rank0.jsonl").read_text().splitlines()))

@@ -29,7 +29,8 @@ TERMS = ("r_parallel", "r_finish", "r_perf")
 
 class PARLAnnealing(RolloutCallback):
     """Advance the data module's `PARLReward` to the current position before every rollout and log
-    `parl/lambda1`, `parl/lambda2` and the mean of each reward term over the rollout's episodes.
+    `parl/lambda1`, `parl/lambda2` and the mean of each reward term over the rollout's episodes (every
+    rank's under DDP: weighted by episodes).
 
     Without this callback λ stays at its schedules' initial value (the never-annealed arm).
 
@@ -85,8 +86,14 @@ class PARLAnnealing(RolloutCallback):
         device = rollout.buffer.rewards.device
         rollout.stats["parl/lambda1"] = torch.tensor(lam1, device=device)
         rollout.stats["parl/lambda2"] = torch.tensor(lam2, device=device)
-        # Same keys on every rank whatever finished (DDP reduces them); means over no episodes read 0.
-        means = self._sums / max(self._count, 1) if self._sums is not None else torch.zeros(3, device=device)
+        # Same keys on every rank whatever finished; means over no episodes read 0. Under DDP the means
+        # are over every rank's episodes (sums and counts summed over ranks, one collective on every
+        # rank every rollout), never a mean of per-rank means.
+        sums = self._sums.float().to(device) if self._sums is not None else torch.zeros(3, device=device)
+        packed = torch.cat([sums, torch.tensor([float(self._count)], device=device)])
+        if trainer.world_size > 1:
+            packed = trainer.strategy.reduce(packed.to(trainer.strategy.root_device), reduce_op="sum").to(device)
+        means = packed[:3] / packed[3].clamp(min=1.0)
         for name, value in zip(TERMS, means.unbind()):
             rollout.stats[f"parl/{name}"] = value.float()
         self._sums, self._count = None, 0

@@ -201,7 +201,10 @@ class Collector:
         self.load_sampler_state(state)
         if "rng" in state:
             set_rng_state(state["rng"])
-        if self.schedule.lag:
+        note = getattr(self.transport, "resume_note", None)
+        if callable(note):
+            warnings.warn(note(), stacklevel=2)
+        elif self.schedule.lag:
             warnings.warn(
                 f"data.max_policy_lag={self.schedule.lag}: resuming from a checkpoint loses the rollouts that were in "
                 f"flight when it was written (at most {self.schedule.lag}, collected but not trained on); they are "

@@ -8,7 +8,8 @@ whatever schedule and transport collected it. Always in the learner's thread, in
 3. GAE with the bootstrap values the step loop computed;
 4. the `Rollout` and its stats: SPS, explained variance, episode means all-reduced over ranks
    (weighted by episodes), the sampler's signals (as the transport read them at the round's end,
-   else now), the schedule's own (policy lag, importance weights), the planner's (carried
+   else now), the schedule's own (policy lag, importance weights; per-actor collection pools its
+   counts over ranks), the planner's (carried
    episodes, TP counters) with the round's own shard, plan and unit;
 5. `on_rollout_end` hooks.
 
@@ -86,8 +87,8 @@ def finish_round(result: RoundResult, *, hooks: RoundHooks, sampler: Any, picks:
         signals = result.signals if result.signals is not None else (picks.signals() if picks is not None else None)
         if signals is not None:  # informative share, pass-rate spread, ... (same keys on every rank)
             stats.update({f"sampler/{k}": v.detach().float() for k, v in signals.items()})
-        schedule.finish(result, rollout, policy)
         stats.update(extra_stats or {})
+        schedule.finish(result, rollout, policy, hooks.reduce_sum if hooks.world_size > 1 else None)
         if planner is not None:
             planner.finish(ctx, rollout, hooks.reduce_sum)
         hooks.on_rollout_end(rollout)

@@ -30,9 +30,10 @@ oldest weights that acted in it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, Optional
 
 import torch
+from torch import Tensor
 
 from parlightning.collection.context import RoundResult
 from parlightning.errors import ConfigError
@@ -66,7 +67,8 @@ class LockStep:
     def policy_version(self, result: RoundResult) -> int:
         return result.context.release_version
 
-    def finish(self, result: RoundResult, rollout: Any, policy: Any) -> None:
+    def finish(self, result: RoundResult, rollout: Any, policy: Any,
+               reduce_sum: Optional[Callable[[Tensor], Tensor]] = None) -> None:
         """Nothing to correct: the round was collected by the learner's own weights."""
 
     def check_recurrent(self) -> None:
@@ -101,7 +103,8 @@ class LagBudget:
             raise RuntimeError(f"LagBudget: policy lag {max(lags)} exceeds data.max_policy_lag={self.lag}")
         return lags
 
-    def finish(self, result: RoundResult, rollout: Any, policy: Any) -> None:
+    def finish(self, result: RoundResult, rollout: Any, policy: Any,
+               reduce_sum: Optional[Callable[[Tensor], Tensor]] = None) -> None:
         """Check the budget, score the round with the learner's current policy (pi_prox) and log its lag."""
         score_proximal(rollout.buffer, policy, self.weight_clip)
         lags = self.check(result, rollout.round_index)  # the learner trains round v after v updates
@@ -137,8 +140,17 @@ class Trajectories:
         raise ConfigError("data.collect: trajectories does not support recurrent policies; use model.policy: mlp "
                           "or data.collect: rounds")
 
-    def finish(self, result: RoundResult, rollout: Any, policy: Any) -> None:
-        """Mask the samples older than the budget, score the rest with pi_prox, log the lag and the drops."""
+    def finish(self, result: RoundResult, rollout: Any, policy: Any,
+               reduce_sum: Optional[Callable[[Tensor], Tensor]] = None) -> None:
+        """Mask the samples older than the budget, score the rest with pi_prox, log the lag and the drops.
+
+        Under DDP (`reduce_sum`: the sum over ranks) what is logged is pooled over every rank's
+        samples and segments in one collective: the counts (`collect/stale_dropped`,
+        `collect/dropped_trajectories`, `collect/retries`, `collect/segments`,
+        `collect/resumed_discarded_steps`) are totals over the
+        ranks, `collect/stale_share`, `perf/policy_lag` and `collect/utilisation` the shares and
+        means of the pooled samples and calls, `perf/policy_lag_max` the largest lag of any rank.
+        Every rank then logs the same values, so Lightning's mean over ranks leaves them as they are."""
         buf = rollout.buffer
         lags = rollout.round_index - buf.versions
         keep = lags <= self.lag
@@ -146,9 +158,32 @@ class Trajectories:
             raise RuntimeError("Trajectories: a sample was stamped with a version the learner has not published")
         buf.sample_mask = keep
         score_proximal(buf, policy, self.weight_clip)
-        kept = keep.sum()
         stats = rollout.stats
-        stats["collect/stale_dropped"] = (~keep).sum().float()
-        stats["collect/stale_share"] = 1.0 - kept.float() / keep.numel()
-        stats["perf/policy_lag"] = (lags * keep).sum().float() / kept.clamp(min=1)
-        stats["perf/policy_lag_max"] = torch.where(keep, lags, torch.zeros_like(lags)).max().float()
+        counts = {k: v for k, v in result.stats.items() if k in POOLED}  # the transport's, per rank
+        names = sorted(counts)  # the same order on every rank
+        # kept samples per lag 0..k (their count, mean and max), stale samples, then the transport's sums
+        hist = torch.bincount(lags[keep].reshape(-1).long(), minlength=self.lag + 1).float()
+        local = torch.cat([hist, (~keep).sum().float().reshape(1),
+                           torch.stack([counts[k].float().to(hist.device) for k in names]) if names
+                           else hist.new_zeros(0)])
+        pooled = reduce_sum(local) if reduce_sum is not None else local
+        hist, stale, sums = pooled[:self.lag + 1], pooled[self.lag + 1], dict(zip(names, pooled[self.lag + 2:]))
+        kept = hist.sum()
+        lag_values = torch.arange(self.lag + 1, dtype=hist.dtype, device=hist.device)
+        stats["collect/stale_dropped"] = stale
+        stats["collect/stale_share"] = stale / (kept + stale).clamp(min=1)
+        stats["perf/policy_lag"] = (hist * lag_values).sum() / kept.clamp(min=1)
+        stats["perf/policy_lag_max"] = torch.where(hist > 0, lag_values, torch.zeros_like(lag_values)).max()
+        for name in ("collect/dropped_trajectories", "collect/retries", "collect/segments",
+                     "collect/resumed_discarded_steps"):
+            if name in sums:
+                stats[name] = sums[name]
+        if "collect/busy_seconds" in sums:  # the share of the worlds' capacity that calls kept busy
+            stats["collect/utilisation"] = sums["collect/busy_seconds"] / sums["collect/capacity_seconds"].clamp(
+                min=1e-9)
+        for name in ("collect/busy_seconds", "collect/capacity_seconds"):
+            stats.pop(name, None)
+
+
+POOLED = ("collect/dropped_trajectories", "collect/retries", "collect/segments", "collect/resumed_discarded_steps",
+          "collect/busy_seconds", "collect/capacity_seconds")  # per-rank sums of the per-actor transport, pooled over ranks

@@ -118,6 +118,8 @@ class TrajectoryTransport:
         self._store: dict[str, Optional[Tensor]] = {}
         self._shapes: dict[str, tuple] = {}
         self._action_dtype = torch.long
+        self._fill: Optional[Tensor] = None  # [N] steps in each actor's in-flight column (external worlds)
+        self._resumed_discarded = 0.0  # steps a checkpoint had in flight, logged with the first round after resume
 
     # ------------------------------------------------------------------ transport interface
     @property
@@ -173,21 +175,54 @@ class TrajectoryTransport:
             "collect/dropped_trajectories": torch.tensor(float(window["dropped"])),
             "collect/retries": torch.tensor(float(window["retries"])),
             "collect/segments": torch.tensor(float(window["closed"])),
+            "collect/resumed_discarded_steps": torch.tensor(self._resumed_discarded),
         }
-        if self.streams:
-            stats["collect/utilisation"] = torch.tensor(window["busy"] / (span * self.env.num_envs))
+        self._resumed_discarded = 0.0
+        if self.streams:  # the schedule pools them over ranks into collect/utilisation
+            stats["collect/busy_seconds"] = torch.tensor(float(window["busy"]))
+            stats["collect/capacity_seconds"] = torch.tensor(span * self.env.num_envs)
         return RoundResult(context, buf, next_value, truncated_values,
                            [int(versions.min()), int(versions.max())], span, self.loop.current_task, None,
                            waited / span, stats)
 
     def consistent(self) -> Any:
-        return contextlib.nullcontext() if self.lock.learner_depth else self.step_lock
+        """Between two writes of the thread (`step_lock`) and outside its picks (the sampler's lock,
+        which the thread takes while an answer's reset picks a task); from a rollout hook (the
+        learner holds the sampler's lock) between two writes only."""
+        if self.lock.learner_depth:
+            return contextlib.nullcontext()
+        stack = contextlib.ExitStack()
+        stack.enter_context(self.step_lock)  # first: the tensor world's step loop takes them in this order
+        stack.enter_context(self.lock)
+        return stack
+
+    def in_flight_steps(self) -> int:
+        """Steps collected but not trained yet: the queued segments' and the actors' open columns'
+        (read under `consistent()`)."""
+        with self._cond:
+            queued = self._queue.count * self.loop.num_steps
+        return int(queued + (int(self._fill.sum()) if self._fill is not None else 0))
 
     def state_dict(self) -> dict[str, Any]:
-        return self.loop.state_dict()
+        """The step loop's state and the steps in flight. Those steps cannot be resumed (the queue
+        and the open columns are not saved): a resumed run discards them and logs their number
+        (`collect/resumed_discarded_steps`) with its first round."""
+        return {**self.loop.state_dict(), "in_flight_steps": torch.tensor(self.in_flight_steps())}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """The step loop's state (a world that cannot restore its episodes restarts every actor on a
+        task its sampler picks from the resumed round's shard, when the actors start)."""
         self.loop.load_state_dict(state)
+        self._resumed_discarded = float(state.get("in_flight_steps", torch.tensor(0)))
+
+    def resume_note(self) -> str:
+        """What resuming this transport loses (the collector warns with it)."""
+        restart = ("every actor starts a new episode on a task its sampler picks from the resumed round's shard "
+                   "(the worlds cannot restore the episodes they were in)"
+                   if not getattr(self.env, "checkpoint_exact", True) else "the world continues its episodes")
+        return (f"data.collect: trajectories: resuming discards the {self._resumed_discarded:.0f} steps that were "
+                f"collected but not yet trained when the checkpoint was written (logged as "
+                f"collect/resumed_discarded_steps); {restart}")
 
     def close(self) -> None:
         if self._closed:
@@ -273,11 +308,11 @@ class TrajectoryTransport:
             if not self._wait_room():
                 return
             context = self._context
-            with self.step_lock:
+            with self.step_lock:  # the round and its queueing at once: a checkpoint counts it queued or not at all
                 result = loop.run(self.behaviour, context, lambda t: self._refresh(), fresh_buffer=True)
-            buf = result.buffer
-            fields = {name: getattr(buf, name) for name in STEP_FIELDS if getattr(buf, name) is not None}
-            self._put(fields, result.next_value)
+                buf = result.buffer
+                fields = {name: getattr(buf, name) for name in STEP_FIELDS if getattr(buf, name) is not None}
+                self._put(fields, result.next_value)
 
     def _run_streams(self) -> None:
         """An external world: each actor acts when its own world answers."""
@@ -290,7 +325,7 @@ class TrajectoryTransport:
                         "parts": (len(PART_FIELDS),)}
         self._action_dtype = torch.long if env.action_spec.is_discrete else torch.float32
         column = self._column
-        fill = torch.zeros(N, dtype=torch.long, device=device)
+        fill = self._fill = torch.zeros(N, dtype=torch.long, device=device)
         ready = torch.arange(N, device=device)  # every actor starts on its reset observation
         ep_return, ep_length = loop.episode_return, loop.episode_length
 
@@ -329,8 +364,14 @@ class TrajectoryTransport:
             kwargs["key"] = key
         action, logprob, value = self.behaviour.act(obs, loop.action_generator, **kwargs)
         rows = fill[ready]
-        full = rows >= loop.num_steps
-        if bool(full.any()):
+        full = None
+        if ready.device.type == "cpu":  # numpy's test on the same memory: no torch call, no GIL hand-off
+            any_full = bool((fill.numpy()[ready.numpy()] >= loop.num_steps).any())
+        else:
+            full = rows >= loop.num_steps
+            any_full = bool(full.any())
+        if any_full:
+            full = rows >= loop.num_steps if full is None else full
             cols = ready[full]
             fields = {name: t[:, cols] for name, t in self._store.items() if t is not None}
             self._put(fields, value[full].clone())
@@ -372,28 +413,32 @@ class TrajectoryTransport:
             for line in arr.failures:
                 w["failures"][line] += 1
         idx = arr.actors
-        if idx.numel():
-            keep = ~arr.dropped
-            a = idx[keep]
+        if idx.numel():  # (few torch calls: each may hand the GIL to the learner or the event loop)
+            if arr.any_dropped:
+                keep = ~arr.dropped
+                a, reward, term, trunc, final = (idx[keep], arr.reward[keep], arr.terminated[keep],
+                                                 arr.truncated[keep], arr.final_obs[keep])
+            else:
+                keep, a, reward, term, trunc, final = None, idx, arr.reward, arr.terminated, arr.truncated, arr.final_obs
             rows = fill[a]
-            reward = arr.reward[keep]
             ep_return[a] += reward
             ep_length[a] += 1
             column("rewards")[rows, a] = reward
-            column("terminated")[rows, a] = arr.terminated[keep]
-            column("truncated")[rows, a] = arr.truncated[keep]
-            column("final_obs")[rows, a] = arr.final_obs[keep]
+            column("terminated")[rows, a] = term
+            column("truncated")[rows, a] = trunc
+            column("final_obs")[rows, a] = final
             column("episode_return")[rows, a] = ep_return[a]
             column("episode_length")[rows, a] = ep_length[a]
             if arr.parts is not None:
-                parts = torch.stack([p.float() for p in arr.parts], dim=-1)[keep]
-                column("parts")[rows, a] = parts
+                parts = arr.part_rows if arr.part_rows is not None else torch.stack([p.float() for p in arr.parts], -1)
+                column("parts")[rows, a] = parts if keep is None else parts[keep]
             fill[a] += 1
-            done = arr.terminated | arr.truncated | arr.dropped
-            gone = idx[done]
-            ep_return[gone] = 0.0
-            ep_length[gone] = 0.0
-            fill[idx[arr.dropped]] = 0  # the dropped trajectory's steps are overwritten, never queued
+            if arr.any_done or arr.any_dropped:
+                gone = idx[arr.terminated | arr.truncated | arr.dropped]
+                ep_return[gone] = 0.0
+                ep_length[gone] = 0.0
+            if arr.any_dropped:
+                fill[idx[arr.dropped]] = 0  # the dropped trajectory's steps are overwritten, never queued
             loop.obs[idx] = arr.obs
             ready = torch.cat((ready, idx))
         self._check_budget()

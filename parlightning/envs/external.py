@@ -67,6 +67,9 @@ class Arrivals(NamedTuple):
     terminated | truncated; None for a world without tasks); dropped [M] bool: its trajectory was
     dropped (its world failed: nothing of it is to be trained on; obs is a fresh episode's);
     failures: why, one line per drop; retries: calls repeated; busy: seconds the answered calls took.
+    part_rows [M, len(EpisodeParts._fields)] float: `parts` as one tensor (task first), for a collector
+    that writes them in one go; any_done, any_dropped: whether any actor's episode ended / was dropped
+    (known on the host, so a collector skips work without reading a tensor).
     """
 
     actors: Tensor
@@ -80,6 +83,9 @@ class Arrivals(NamedTuple):
     failures: list[str]
     retries: int
     busy: float
+    part_rows: Optional[Tensor] = None
+    any_done: bool = False
+    any_dropped: bool = False
 
 PART_NAMES = EpisodeParts._fields[1:]  # everything but `task`, which the adapter knows
 
@@ -391,9 +397,7 @@ class ExternalBatchedEnv(BatchedEnv):
 
     def send(self, actors: Sequence[int], action: Tensor) -> None:
         """Start a step of each world in `actors` ([M] ints, none with a call in flight) with its row of `action`."""
-        runner = self._runner
-        for i, a in zip(actors, self._action_args(action)):
-            runner.submit(i, "step", (a,))
+        self._runner.submit_many([(i, "step", (a,)) for i, a in zip(actors, self._action_args(action))])
 
     def in_flight(self) -> int:
         """Calls started by `send` (or the resets they led to) whose answer has not been received."""
@@ -480,15 +484,14 @@ class ExternalBatchedEnv(BatchedEnv):
         if resets:
             fresh = list(dict.fromkeys(resets))
             if getattr(self, "task_ids", None) is not None and next_task is not None:
-                mask = torch.zeros(self.num_envs, dtype=torch.bool)
+                mask = np.zeros(self.num_envs, dtype=np.bool_)  # numpy: no torch call (each may hand off the GIL)
                 mask[fresh] = True
-                picked = next_task(mask.to(self.device)).tolist()
+                picked = next_task(self._tensor(mask)).tolist()
                 for i in fresh:
                     if i in self._held:
                         self._held_task[i] = self._tasks[i]  # the finished episode's task, for its parts
                     self._tasks[i] = int(picked[i])
-            for i in fresh:
-                runner.submit(i, "reset", (self._task_arg(i),))
+            runner.submit_many([(i, "reset", (self._task_arg(i),)) for i in fresh])
         if not ready:
             return None if not failures else Arrivals(*self._empty(), failures, retries, busy)
         return self._arrivals(ready, failures, retries, busy)
@@ -510,17 +513,20 @@ class ExternalBatchedEnv(BatchedEnv):
         final = np.stack([r[5] for r in ready])
         reward = np.array([r[2] for r in ready], dtype=np.float32)
         flags = np.array([[r[3] for r in ready], [r[4] for r in ready], [r[8] for r in ready]], dtype=np.bool_)
-        parts = None
+        parts = part_rows = None
         if getattr(self, "task_ids", None) is not None:
-            rows = np.zeros((len(PART_NAMES), M), dtype=np.float32)
+            rows = np.zeros((1 + len(PART_NAMES), M), dtype=np.float32)  # task, then the parts
+            rows[0] = [r[7] for r in ready]
             for k, r in enumerate(ready):
                 if r[6] is not None:
-                    rows[:, k] = r[6]
-            tasks = self._tensor(np.array([r[7] for r in ready], dtype=np.int64))
-            parts = EpisodeParts(tasks, *self._tensor(rows).unbind(0))
+                    rows[1:, k] = r[6]
+            tasks = self._tensor(rows[0].astype(np.int64))
+            part_rows = self._tensor(np.ascontiguousarray(rows.T))
+            parts = EpisodeParts(tasks, *part_rows[:, 1:].unbind(1))
         term, trunc, dropped = self._tensor(flags).unbind(0)
         return Arrivals(self._tensor(actors), self._tensor(obs), self._tensor(reward), term, trunc, self._tensor(final),
-                        parts, dropped, failures, retries, busy)
+                        parts, dropped, failures, retries, busy, part_rows, bool(flags[0].any() or flags[1].any()),
+                        bool(flags[2].any()))
 
     # ------------------------------------------------------------------ lifecycle
     def state_dict(self) -> dict[str, Any]:
