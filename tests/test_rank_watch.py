@@ -236,3 +236,37 @@ def test_a_declared_wait_that_overruns_its_own_deadline_is_flagged_naming_it():
     finally:
         release.set()
         thread.join()
+
+
+def test_the_collector_threads_of_every_transport_count_as_progress():
+    """The main thread waits on one line for a round while a collector thread steps: the thread
+    transport's `collector-rank*`, the process transport's `collector-link-rank*` and the per-actor
+    asynchronous collector's `trajectories-rank*`. Their moving stacks are progress."""
+    from parlightning.runtime.rank_watch import _stack_signature
+
+    main_parked = threading.Event()
+    main = threading.Thread(target=main_parked.wait, daemon=True)
+    main.start()
+    try:
+        for name in ("collector-rank0", "collector-link-rank0", "trajectories-rank0"):
+            first, second = threading.Event(), threading.Event()
+            at_first, at_second = threading.Event(), threading.Event()
+
+            def collect():
+                at_first.set()
+                first.wait()
+                at_second.set()
+                second.wait()
+
+            worker = threading.Thread(target=collect, name=name, daemon=True)
+            worker.start()
+            assert at_first.wait(30)
+            before = _stack_signature(main.ident)
+            first.set()
+            assert at_second.wait(30)  # its own frame is on another line now, wherever it is
+            assert _stack_signature(main.ident) != before, name
+            second.set()
+            worker.join()
+    finally:
+        main_parked.set()
+        main.join()

@@ -41,7 +41,8 @@ timeout (30 minutes by default):
   (the whole job stopped with Ctrl-Z and resumed) restarts its clocks instead of blaming a peer.
 - **Progress stall** (`--stall_timeout`, default 30 s). A rank is making progress while its
   Lightning and rollout hooks run (every minibatch, every rollout start and end) or while the
-  stack of its main thread or collector threads changes between two samples a second apart. A
+  stack of its main thread or collector threads (`collector-*`, `trajectories-*`) changes between
+  two samples a second apart. A
   rank whose main thread sits on the same line for the timeout while not waiting for its peers (a
   torch.distributed collective, DDP's backward) is stuck: its own watcher names it with the file,
   line and function where it is stuck. When every rank has been without progress for the timeout
@@ -92,7 +93,9 @@ BEAT_S = 1.0  # how often a rank writes its beat and samples its own stacks
 HEARTBEAT_TIMEOUT_S = 20.0  # a peer whose beat has not moved this long is frozen
 STALL_TIMEOUT_S = 30.0  # a main thread on the same line this long, not waiting for peers nor in a declared wait, is stuck
 PAUSED_S = 5.0  # a watch loop that slept this much longer than asked was paused itself (Ctrl-Z, load)
-WATCHED_THREADS = ("collector-",)  # besides the main thread: threads whose stacks count as progress
+# besides the main thread: threads whose stacks count as progress (the thread and process transports'
+# collector and link threads, the per-actor asynchronous collector's thread)
+WATCHED_THREADS = ("collector-", "trajectories-")
 # a main thread inside one of these is waiting for its peers (a collective, DDP's backward all-reduce)
 WAITING = tuple(os.path.join("torch", *p) + os.sep for p in (("distributed",), ("nn", "parallel"), ("autograd",)))
 
