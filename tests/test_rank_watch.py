@@ -270,3 +270,28 @@ def test_the_collector_threads_of_every_transport_count_as_progress():
     finally:
         main_parked.set()
         main.join()
+
+
+def test_a_child_process_that_moves_resets_the_stall_of_a_parent_waiting_for_it():
+    """The learner's main thread waits on one line for a collector process's round; the child's
+    published progress count (see parlightning.runtime.waits) moving is progress."""
+    from parlightning.runtime import waits
+
+    class FakeChild:  # what `Child` registers: two shared doubles [deadline, progress], closed, what
+        def __init__(self):
+            self.wait_slot, self.closed, self.what = [0.0, 0.0], False, "the collector process"
+
+    child = FakeChild()
+    waits.register_child(child)
+    watch, beats = _beats(rank=0, stall=30.0)
+    thread, release, _ = _stuck_thread()
+    try:
+        assert _judge_after(watch, beats, thread, stalled_for=31.0) is not None  # the child idle: stuck
+        child.wait_slot[1] += 1  # the child moved
+        beats.loop_at = __import__("time").monotonic()
+        assert beats.beat() is None  # progress now: the stall starts again
+        assert json.loads(watch.store.get("beat/0").decode())["stalled"] < 2.0
+    finally:
+        release.set()
+        thread.join()
+        child.closed = True

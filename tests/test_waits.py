@@ -57,6 +57,41 @@ def test_a_child_process_publishes_its_declared_waits_to_its_parent():
     assert waits.latest() is None  # a child that has gone holds nothing open
 
 
+def _child_busy_then_parked(conn, owner):
+    from parlightning.runtime.processes import receive, send
+
+    send(conn, ("ready", os.getpid()))
+    while receive(conn) == "work":  # each "work" message: a second of Python that moves between lines
+        end, n = time.monotonic() + 1.5, 0
+        while time.monotonic() < end:
+            n = (n * 31 + 7) % 1000003
+            n = n + 1 if n % 2 else n - 1
+        send(conn, ("done", n))
+
+
+def test_a_child_process_that_works_is_progress_for_its_parent_and_a_parked_one_is_not():
+    from parlightning.runtime.processes import Child
+
+    child = Child(_child_busy_then_parked, (), name="waits-test", what="the test child", method="fork")
+    try:
+        child.wait_ready(120.0)
+        deadline = time.monotonic() + 60
+        while waits.children_progress() < 1:  # its first look at its own stack
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        parked = waits.children_progress()
+        time.sleep(2.5)  # two or more looks, while it is blocked in receive(): its stack does not move
+        assert waits.children_progress() == parked
+        start = waits.children_progress()
+        for _ in range(3):  # 4.5 s of work: a look lands inside it, where the parked child never was
+            child.send("work")
+            assert child.receive()[0] == "done"
+        assert waits.children_progress() > start
+    finally:
+        child.close()
+    assert waits.children_progress() == 0  # a closed child counts no more
+
+
 class RecordWaits(CountWorld):
     """Records the open wait with the latest deadline while it steps (on a world thread)."""
 

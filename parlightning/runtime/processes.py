@@ -161,7 +161,8 @@ class Child:
         ctx = context(start_method(method), preload)
         self.what = what
         self.conn, theirs = ctx.Pipe(duplex=True)
-        self.wait_slot = ctx.RawValue("d", 0.0)  # the latest deadline of the child's declared waits (0: none)
+        # [the latest deadline of the child's declared waits (0: none), its progress count]: see waits
+        self.wait_slot = ctx.RawArray("d", 2)
         self.process = ctx.Process(target=_child_main, name=name, daemon=daemon,
                                    args=(target, self.wait_slot, theirs, os.getpid(), *args))
         self.process.start()

@@ -482,7 +482,8 @@ class _Beats:
         if now - self.loop_at > BEAT_S + PAUSED_S:  # the watchdog (which never blocks) has not run: we were paused
             self.resumed = now
         self.n += 1
-        signature = (watch._events, waits.changes(), _stack_signature(watch._main_ident))
+        # progress: hooks, waits opened or closed, a child process moving, a stack that changed
+        signature = (watch._events, waits.changes(), waits.children_progress(), _stack_signature(watch._main_ident))
         if signature != self.signature:
             self.signature, self.progress_at = signature, now
         stalled = now - max(self.progress_at, self.resumed)

@@ -16,9 +16,12 @@ counted from when the wait opened). A wait that overruns its own deadline by mor
 is a hang like any other and is named with the wait it overran. Declaring costs a lock and a
 clock read (no host sync, no allocation on the device); any thread may declare, and waits nest.
 
-A child process started through `parlightning.runtime.processes.Child` publishes the latest
-deadline of its own open waits to its parent (one shared double), so a parent waiting for a
-collector or world process that is itself inside a declared wait is not flagged either.
+A child process started through `parlightning.runtime.processes.Child` shares two numbers with
+its parent: the latest deadline of its own open waits, and a progress count that a thread of the
+child bumps whenever the stack of the child's main thread has changed since its last look (once a
+second). A parent waiting for a collector or world process that is inside a declared wait, or
+visibly working (a long round of a tensor world in the collector process), is not flagged; a
+child blocked on one line (waiting for its parent, or stuck) adds nothing.
 
 This module imports only the standard library: the worlds (`parlightning.envs`), collection and
 runtime all import it without a cycle.
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import threading
 import time
 import weakref
@@ -53,7 +57,8 @@ class Wait:
 _lock = threading.Lock()
 _open: dict[int, Wait] = {}
 _changes = 0  # waits opened and closed in this process: the stall judge counts them as progress
-_export: Any = None  # in a child process: the shared double its parent reads (see `Child`)
+_export: Any = None  # in a child process: the shared [deadline, progress] its parent reads (see `Child`)
+PROGRESS_S = 1.0  # how often a child looks at its main thread's stack
 _children: "weakref.WeakSet[Any]" = weakref.WeakSet()  # objects with .wait_slot, .what and .closed
 
 
@@ -84,7 +89,7 @@ def expected_wait(seconds: float, what: str) -> Iterator[Wait]:
 def _publish() -> None:
     """(lock held) In a child process: the latest deadline of its open waits, 0 when none."""
     if _export is not None:
-        _export.value = max((w.deadline for w in _open.values()), default=0.0)
+        _export[0] = max((w.deadline for w in _open.values()), default=0.0)
 
 
 def changes() -> int:
@@ -99,12 +104,25 @@ def open_waits() -> list[Wait]:
         waits = list(_open.values())
     for child in list(_children):
         try:  # (no is_alive(): it may reap the child under its owner's feet; a dead child's wait is still bounded)
-            deadline = float(child.wait_slot.value)
+            deadline = float(child.wait_slot[0])
         except (AttributeError, ValueError, OSError):
             continue
         if deadline > 0 and not getattr(child, "closed", False):
             waits.append(Wait(f"{child.what}: its own declared wait", 0.0, deadline))
     return waits
+
+
+def children_progress() -> int:
+    """The sum of the progress counts this process's live children published (see the module
+    docstring): it moves while a child's main thread moves."""
+    total = 0
+    for child in list(_children):
+        try:
+            if not getattr(child, "closed", False):
+                total += int(child.wait_slot[1])
+        except (AttributeError, ValueError, OSError, IndexError):
+            continue
+    return total
 
 
 def latest() -> Optional[Wait]:
@@ -113,7 +131,8 @@ def latest() -> Optional[Wait]:
 
 
 def register_child(child: Any) -> None:
-    """A child whose `wait_slot` (a shared double) carries its open waits' latest deadline."""
+    """A child whose `wait_slot` (two shared doubles) carries its open waits' latest deadline and its
+    progress count."""
     _children.add(child)
 
 
@@ -129,8 +148,28 @@ if hasattr(os, "register_at_fork"):
 
 
 def serve_in_child(slot: Any) -> None:
-    """In a child process: publish this process's waits to `slot` from now on."""
+    """In a child process: publish this process's waits to `slot[0]` and its main thread's progress
+    to `slot[1]` from now on."""
     global _export
     with _lock:
         _export = slot
         _publish()
+    main = threading.main_thread().ident
+    threading.Thread(target=_count_progress, args=(slot, main), name="parlightning-child-progress",
+                     daemon=True).start()
+
+
+def _count_progress(slot: Any, ident: Optional[int]) -> None:
+    last = None
+    while True:
+        time.sleep(PROGRESS_S)
+        frame = sys._current_frames().get(ident)
+        if frame is None:
+            return
+        where = []
+        while frame is not None:
+            where.append((id(frame.f_code), frame.f_lineno))
+            frame = frame.f_back
+        if tuple(where) != last:
+            last = tuple(where)
+            slot[1] += 1
