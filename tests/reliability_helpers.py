@@ -199,17 +199,30 @@ def sync_as_ranks(samplers, timeout=60):
 
 class DeadlockOnRank(MarkStarted):
     """Writes the marker files (as `MarkStarted`), then rank `rank` deadlocks at rollout `round_index`:
-    its main thread waits for a lock it already holds (alive, not stopped, never progressing)."""
+    its main thread waits for a lock it already holds (alive, not stopped, never progressing).
+    With `declared` > 0 it first sits `slow` seconds on one line inside `expected_wait(declared)` (a
+    legitimately slow call), which must not count as stuck."""
 
-    def __init__(self, directory: str = ".", rank: int = 1, round_index: int = 2) -> None:
+    def __init__(self, directory: str = ".", rank: int = 1, round_index: int = 2, declared: float = 0.0,
+                 slow: float = 0.0) -> None:
         super().__init__(directory)
-        self.rank, self.round_index = rank, round_index
+        self.rank, self.round_index, self.declared, self.slow = rank, round_index, declared, slow
+
+    def declared_slow_call(self) -> None:
+        from parlightning.runtime.waits import expected_wait
+
+        with expected_wait(self.declared, "the test's slow call"):
+            time.sleep(self.slow)
 
     def on_rollout_start(self, trainer, pl_module, round_index: int) -> None:
         super().on_rollout_start(trainer, pl_module, round_index)
         if trainer.global_rank == self.rank and round_index == self.round_index:
             import threading
 
+            if self.declared:
+                self.declared_slow_call()
+                with open(os.path.join(self.directory, "slow_call_done"), "w"):
+                    pass
             lock = threading.Lock()
             lock.acquire()
             lock.acquire()  # never returns

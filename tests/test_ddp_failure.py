@@ -158,8 +158,8 @@ def test_a_non_finite_loss_under_ddp_is_one_line_from_rank_0(tmp_path):
 @pytest.mark.parametrize("rank", [1, 0])
 def test_a_frozen_rank_sigstop_ends_every_rank_with_one_line_naming_it(tmp_path, rank):
     """SIGSTOP: the rank is alive but runs nothing (its own watcher is frozen too). The heartbeat
-    (default 20 s) finds it; rank 0 frozen also freezes the store it hosts, which rank 1 sees."""
-    code, stderr, pids, took = _start_and_signal(tmp_path, rank, signal.SIGSTOP)
+    (10 s here, 20 s by default) finds it; rank 0 frozen also freezes the store it hosts, which rank 1 sees."""
+    code, stderr, pids, took = _start_and_signal(tmp_path, rank, signal.SIGSTOP, extra=["--heartbeat_timeout", "10"])
     assert code != 0, stderr[-3000:]
     lines = _error_lines(stderr)
     assert len(lines) == 1, stderr[-3000:]
@@ -171,14 +171,20 @@ def test_a_frozen_rank_sigstop_ends_every_rank_with_one_line_naming_it(tmp_path,
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to find leftover ranks")
 def test_a_deadlocked_main_thread_ends_every_rank_at_the_stall_timeout_naming_where(tmp_path):
-    """Rank 1's main thread waits for a lock it holds: alive (its heartbeat goes on), never progressing."""
-    code, stderr, pids, took = _start_and_signal(tmp_path, 1, None, marker="DeadlockOnRank",
-                                                 extra=["--stall_timeout", "10"])
+    """Rank 1's main thread first sits 8 s in a call declared (`expected_wait`) to take up to 12 s:
+    twice the stall timeout, not a hang. Then it waits for a lock it holds: alive (its heartbeat goes
+    on), never progressing, named at the deadlock's line."""
+    code, stderr, pids, took = _start_and_signal(
+        tmp_path, 1, None, marker="DeadlockOnRank",
+        extra=["--stall_timeout", "4", "--trainer.callbacks.init_args.declared=12",
+               "--trainer.callbacks.init_args.slow=8"])
     assert code == 1, stderr[-3000:]
     lines = _error_lines(stderr)
     assert len(lines) == 1, stderr[-3000:]
-    assert f"rank 1 (pid {pids[1]})" in lines[0] and "made no progress for 10 s" in lines[0], lines[0]
-    assert "reliability_helpers.py" in lines[0] and "on_rollout_start" in lines[0], lines[0]
+    assert (tmp_path / "slow_call_done").exists(), lines  # the declared wait ran to its end
+    assert f"rank 1 (pid {pids[1]})" in lines[0] and "made no progress for 4 s" in lines[0], lines[0]
+    assert "reliability_helpers.py" in lines[0] and "in on_rollout_start" in lines[0], lines[0]
+    assert "declared_slow_call" not in lines[0] and "--stall_timeout" in lines[0], lines[0]
     assert "Traceback" not in stderr, stderr[-3000:]
     assert took < SIGNAL_BOUND_S and not _processes_mentioning(str(tmp_path))
 
@@ -212,14 +218,14 @@ def _launch_ranks(tmp_path, per_rank_args, timeout=240):
     return codes, [f.read_text() for f in files]
 
 
-@pytest.mark.parametrize("rank1, key", [
-    (["--trainer.max_epochs", "5"], "trainer.max_epochs: 3 on rank 0 vs 5 on rank 1"),
-    (["--data.num_envs", "12"], "data.num_envs: 8 on rank 0 vs 12 on rank 1"),
-])
-def test_ranks_launched_with_different_configs_are_refused_before_the_first_rollout(tmp_path, rank1, key):
-    codes, errs = _launch_ranks(tmp_path, [[], rank1])
+def test_ranks_launched_with_different_configs_are_refused_before_the_first_rollout(tmp_path):
+    """One launch, two keys that differ (a step count that would hang, an env size that would skew the
+    env-step axis): both are named with their values per rank (one launch: it is the start-up that costs)."""
+    codes, errs = _launch_ranks(tmp_path, [[], ["--trainer.max_epochs", "5", "--data.num_envs", "12"]])
     assert codes[0] != 0 and codes[1] != 0, errs
     lines = _error_lines(errs[0])
-    assert len(lines) == 1 and "different configs" in lines[0] and key in lines[0], errs[0][-3000:]
+    assert len(lines) == 1 and "different configs" in lines[0], errs[0][-3000:]
+    for key in ("trainer.max_epochs: 3 on rank 0 vs 5 on rank 1", "data.num_envs: 8 on rank 0 vs 12 on rank 1"):
+        assert key in lines[0], lines[0]
     assert len(_error_lines(errs[1])) <= 1 and "Traceback" not in errs[0] + errs[1], errs[1][-3000:]  # own stderr
     assert not list(tmp_path.rglob("*.ckpt")) and not list(tmp_path.rglob("events.out*"))

@@ -1,6 +1,7 @@
 """RankWatch's heartbeat and progress rules on their own (no processes, no clocks that race):
 which rank is declared hung, from the beats every rank publishes."""
 
+import json
 import threading
 
 import pytest
@@ -124,3 +125,173 @@ def test_where_names_the_innermost_frame_outside_the_standard_library():
 
     frame = sys._getframe()
     assert _where(frame).endswith(f"in {test_where_names_the_innermost_frame_outside_the_standard_library.__name__}")
+
+
+# ------------------------------------------------------------------ the default, and waits the code declares
+def _stuck_thread(declare=None):
+    """A thread parked on one line (inside `expected_wait(*declare)` when given); returns (thread,
+    release, the Wait or None). The caller judges it as if it were the main thread."""
+    from parlightning.runtime.waits import expected_wait
+
+    release, entered, box = threading.Event(), threading.Event(), []
+
+    def stuck():
+        if declare is None:
+            entered.set()
+            release.wait()
+            return
+        with expected_wait(*declare) as wait:
+            box.append(wait)
+            entered.set()
+            release.wait()
+
+    thread = threading.Thread(target=stuck, name="collector-test", daemon=True)
+    thread.start()
+    assert entered.wait(30)
+    return thread, release, (box[0] if box else None)
+
+
+def _judge_after(watch, beats, thread, stalled_for, wait=None, opened_ago=0.0):
+    """One real `beat()` once the thread has sat still for `stalled_for` seconds (its wait, if any,
+    opened `opened_ago` seconds ago): the clocks are moved back, nobody sleeps."""
+    import time
+
+    watch._main_ident = thread.ident
+    watch.store.set(f"beat/{1 - watch.rank}", '{"n": 1}')  # the peer's
+    beats.loop_at = time.monotonic()
+    assert beats.beat() is None  # first sight of this stack: progress now
+    beats.progress_at -= stalled_for
+    beats.resumed = 0.0  # (its clocks were not restarted by a pause meanwhile)
+    if wait is not None:
+        wait.started -= opened_ago
+        wait.deadline -= opened_ago
+    beats.loop_at = time.monotonic()
+    return beats.beat()
+
+
+def test_the_default_stall_timeout_is_at_most_30_seconds(tmp_path):
+    from parlightning.cli.fit import build_cli
+    from parlightning.runtime.rank_watch import STALL_TIMEOUT_S
+
+    assert STALL_TIMEOUT_S <= 30 and RankWatch().stall_timeout <= 30
+    cli = build_cli(["--config", "configs/swarm.yaml", "--trainer.default_root_dir", str(tmp_path)])
+    assert cli.config.stall_timeout is not None and cli.config.stall_timeout <= 30  # the CLI's default
+
+
+def test_an_undeclared_stuck_main_thread_is_flagged_at_the_default_stall_timeout():
+    watch = RankWatch({})  # the default timeouts
+    watch.rank, watch.world_size, watch.store = 0, 2, HashStore()
+    beats = _Beats(watch)
+    beats.compared = True
+    thread, release, _ = _stuck_thread()
+    try:
+        found = _judge_after(watch, beats, thread, stalled_for=31.0)
+        assert found is not None and found["rank"] == 0, found
+        cause = found["cause"]
+        assert "made no progress for 30 s" in cause and "test_rank_watch.py:" in cause and "in stuck" in cause, cause
+        assert "--stall_timeout" in cause and "expected_wait" in cause, cause  # how to raise it
+    finally:
+        release.set()
+        thread.join()
+
+
+def test_a_declared_wait_longer_than_the_stall_timeout_is_not_flagged():
+    watch, beats = _beats(rank=0, stall=30.0)
+    thread, release, wait = _stuck_thread(declare=(120.0, "the external worlds' step (step_timeout)"))
+    try:  # 100 s on one line, inside a wait declared for 120 s: not stuck (300 s before the default changed)
+        assert _judge_after(watch, beats, thread, stalled_for=100.0, wait=wait, opened_ago=100.0) is None
+        published = json.loads(watch.store.get("beat/0").decode())
+        assert published["allowed"] == pytest.approx(130.0, abs=1.0) and "external worlds' step" in published["wait"]
+    finally:
+        release.set()
+        thread.join()
+    # once the wait has closed, the same stall is judged by the plain timeout again
+    thread, release, _ = _stuck_thread()
+    try:
+        assert _judge_after(watch, beats, thread, stalled_for=31.0) is not None
+    finally:
+        release.set()
+        thread.join()
+
+
+def test_a_declared_wait_that_overruns_its_own_deadline_is_flagged_naming_it():
+    from parlightning.runtime.waits import GRACE_S
+
+    watch, beats = _beats(rank=1, stall=30.0)
+    thread, release, wait = _stuck_thread(declare=(60.0, "worker process 0 to start"))
+    try:
+        # 65 s into a 60 s wait: within its grace, not yet a hang
+        assert _judge_after(watch, beats, thread, stalled_for=65.0, wait=wait, opened_ago=65.0) is None
+    finally:
+        release.set()
+        thread.join()
+    thread, release, wait = _stuck_thread(declare=(60.0, "worker process 0 to start"))
+    try:  # past its deadline and the grace: named, with the wait it overran
+        found = _judge_after(watch, beats, thread, stalled_for=60.0 + GRACE_S + 2, wait=wait,
+                             opened_ago=60.0 + GRACE_S + 2)
+        assert found is not None and found["rank"] == 1, found
+        cause = found["cause"]
+        assert "past the end of its declared wait for worker process 0 to start (60 s + 10 s grace)" in cause, cause
+        assert "test_rank_watch.py:" in cause and "in stuck" in cause and "--stall_timeout" in cause, cause
+    finally:
+        release.set()
+        thread.join()
+
+
+def test_the_collector_threads_of_every_transport_count_as_progress():
+    """The main thread waits on one line for a round while a collector thread steps: the thread
+    transport's `collector-rank*`, the process transport's `collector-link-rank*` and the per-actor
+    asynchronous collector's `trajectories-rank*`. Their moving stacks are progress."""
+    from parlightning.runtime.rank_watch import _stack_signature
+
+    main_parked = threading.Event()
+    main = threading.Thread(target=main_parked.wait, daemon=True)
+    main.start()
+    try:
+        for name in ("collector-rank0", "collector-link-rank0", "trajectories-rank0"):
+            first, second = threading.Event(), threading.Event()
+            at_first, at_second = threading.Event(), threading.Event()
+
+            def collect():
+                at_first.set()
+                first.wait()
+                at_second.set()
+                second.wait()
+
+            worker = threading.Thread(target=collect, name=name, daemon=True)
+            worker.start()
+            assert at_first.wait(30)
+            before = _stack_signature(main.ident)
+            first.set()
+            assert at_second.wait(30)  # its own frame is on another line now, wherever it is
+            assert _stack_signature(main.ident) != before, name
+            second.set()
+            worker.join()
+    finally:
+        main_parked.set()
+        main.join()
+
+
+def test_a_child_process_that_moves_resets_the_stall_of_a_parent_waiting_for_it():
+    """The learner's main thread waits on one line for a collector process's round; the child's
+    published progress count (see parlightning.runtime.waits) moving is progress."""
+    from parlightning.runtime import waits
+
+    class FakeChild:  # what `Child` registers: two shared doubles [deadline, progress], closed, what
+        def __init__(self):
+            self.wait_slot, self.closed, self.what = [0.0, 0.0], False, "the collector process"
+
+    child = FakeChild()
+    waits.register_child(child)
+    watch, beats = _beats(rank=0, stall=30.0)
+    thread, release, _ = _stuck_thread()
+    try:
+        assert _judge_after(watch, beats, thread, stalled_for=31.0) is not None  # the child idle: stuck
+        child.wait_slot[1] += 1  # the child moved
+        beats.loop_at = __import__("time").monotonic()
+        assert beats.beat() is None  # progress now: the stall starts again
+        assert json.loads(watch.store.get("beat/0").decode())["stalled"] < 2.0
+    finally:
+        release.set()
+        thread.join()
+        child.closed = True

@@ -34,6 +34,7 @@ from parlightning.cli.packaged import moved_hint, resolve_config_args
 from parlightning.cli.defaults import default_callbacks
 from parlightning.runtime.preflight import check_arguments, check_config, check_policy_memory, estimate_iteration
 from parlightning.runtime.rank_watch import BEAT_S, HEARTBEAT_TIMEOUT_S, STALL_TIMEOUT_S, RankWatch, flat_config
+from parlightning.runtime.waits import GRACE_S
 
 
 class ParlCLI(LightningCLI):
@@ -61,7 +62,10 @@ class ParlCLI(LightningCLI):
         parser.add_argument(
             "--stall_timeout", type=Optional[float], default=STALL_TIMEOUT_S,
             help="DDP: seconds a rank's main thread may stay on one line, not waiting for its peers, before it "
-                 "is declared stuck and every rank stops; null turns it off",
+                 "is declared stuck and every rank stops (default 30); a wait the code declares (an external "
+                 "world's step_timeout, a child process, the C++ build, a checkpoint write; "
+                 "parlightning.runtime.waits.expected_wait) is allowed its own bound plus "
+                 f"{GRACE_S:g} s; raised to 3x the longest call the preflight estimate predicts; null turns it off",
         )
 
     def parse_arguments(self, parser, args) -> None:

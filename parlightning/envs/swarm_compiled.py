@@ -44,8 +44,10 @@ from torch import Tensor
 
 from parlightning.envs.base import EpisodeParts, StepResult
 from parlightning.errors import ConfigError
+from parlightning.runtime.waits import expected_wait
 
 BLOCK = 64  # actors per block in the kernels
+BUILD_TIMEOUT_S = 600.0  # the compiler's bound (a declared wait: DDP's stall check allows it)
 FLAGS = ("-O3", "-shared", "-fPIC", "-std=c++14", "-ffp-contract=off", "-fno-fast-math", "-fno-trapping-math")
 
 SOURCE_FILE = Path(__file__).with_name("swarm_step.cpp")  # package data: the kernels' source
@@ -108,7 +110,14 @@ def _library(cxx: str) -> ctypes.CDLL:
         target.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
             out = Path(tmp) / "swarm_step.so"
-            proc = subprocess.run([cxx, *_flags(), str(SOURCE_FILE), "-o", str(out)], capture_output=True, text=True)
+            try:
+                with expected_wait(BUILD_TIMEOUT_S, f"{cxx} building SwarmEnv's C++ kernel"):
+                    proc = subprocess.run([cxx, *_flags(), str(SOURCE_FILE), "-o", str(out)], capture_output=True,
+                                          text=True, timeout=BUILD_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                raise ConfigError(f"SwarmEnv: `compile: true`: {cxx} did not build its C++ kernel within "
+                                  f"{BUILD_TIMEOUT_S:g} s; set `compile: false` (the eager step gives the same "
+                                  "trajectories) or point CXX at a faster C++ compiler") from None
             if proc.returncode != 0:
                 tail = " ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
                 raise ConfigError(f"SwarmEnv: `compile: true` could not build its C++ kernel with {cxx} "

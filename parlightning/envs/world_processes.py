@@ -30,6 +30,7 @@ from parlightning.errors import ConfigError
 from parlightning.runtime.processes import (
     Child, ProcessDied, ProcessStartError, receive, send, start_method, stop, watch_parent,
 )
+from parlightning.runtime.waits import expected_wait
 
 READY_TIMEOUT = 120.0  # seconds a worker may take to import and build its worlds
 
@@ -172,7 +173,8 @@ class WorkerProcesses:
         results: dict[int, Any] = {}
         waiting = {self._connections[w]: w for w in per_worker}
         while waiting:
-            ready = wait(list(waiting), timeout=max(deadline - time.monotonic(), 0.0))
+            with expected_wait(max(deadline - time.monotonic(), 1e-3), f"the world worker processes' {method}"):
+                ready = wait(list(waiting), timeout=max(deadline - time.monotonic(), 0.0))
             if not ready:
                 w = min(waiting.values())
                 raise WorldCallFailed(self.blocks[w][0], method, f"worker process {w} (actors {self._span(w)}) "

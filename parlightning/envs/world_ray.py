@@ -21,6 +21,7 @@ from typing import Any, Mapping, Optional
 
 from parlightning.envs.world_runner import WorldCallFailed, WorldRunner, build_shared, close_all, resolve
 from parlightning.errors import ConfigError
+from parlightning.runtime.waits import expected_wait
 
 _READY_TIMEOUT = 300.0  # seconds an actor may take to be scheduled, import and build its worlds
 
@@ -124,7 +125,8 @@ class RayWorlds:
         """Every answer of `refs` (one per worker in `workers`), or WorldCallFailed naming the block."""
         ray = self._ray
         workers = list(range(len(refs))) if workers is None else workers
-        ready, pending = ray.wait(refs, num_returns=len(refs), timeout=timeout)
+        with expected_wait(timeout, f"the Ray world actors' {method}"):
+            ready, pending = ray.wait(refs, num_returns=len(refs), timeout=timeout)
         if pending:
             w = workers[refs.index(pending[0])]
             raise WorldCallFailed(self.blocks[w][0], method, f"Ray actor {w} (actors {self._span(w)}) stopped "

@@ -18,6 +18,7 @@ import time
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from parlightning.errors import ConfigError
+from parlightning.runtime.waits import expected_wait
 
 TIMEOUT_HINT = "(raise data.env.init_args.step_timeout if it is just slow)"
 
@@ -247,6 +248,12 @@ class WorldRunner:
         for i, a in args.items():
             actors[i].inbox.put((batch, method, a))
         deadline = time.monotonic() + self.step_timeout
+        with expected_wait(self.step_timeout, f"the external worlds' {method} (step_timeout)"):
+            return self._collect(batch, method, args, attempts, first, deadline)
+
+    def _collect(self, batch: "_Batch", method: str, args: Mapping[int, tuple], attempts: dict[int, int],
+                 first: dict[int, BaseException], deadline: float) -> dict[int, Any]:
+        actors = self._actors
         while True:
             woke = batch.wake.acquire(timeout=max(deadline - time.monotonic(), 0.0))
             with batch.lock:
@@ -312,8 +319,10 @@ class WorldRunner:
 
         assert self._loop is not None
         future = asyncio.run_coroutine_threadsafe(gather(), self._loop)
+        bound = self.step_timeout * (self.retries + 1) + 5.0
         try:
-            values = future.result(timeout=self.step_timeout * (self.retries + 1) + 5.0)
+            with expected_wait(bound, f"the external worlds' {method} (step_timeout x attempts)"):
+                values = future.result(timeout=bound)
         except TimeoutError:
             future.cancel()
             raise WorldCallFailed(min(args), method, "and its event loop stopped answering") from None
@@ -372,7 +381,11 @@ class WorldRunner:
         if self._deadlines:
             wait = max(min(timeout, self._deadlines[0][0] - time.perf_counter()), 0.0)
         try:
-            item = self._sink.get(timeout=wait) if wait > 0 else self._sink.get_nowait()
+            if wait > 0:
+                with expected_wait(wait, "the external worlds' answers (step_timeout)"):
+                    item = self._sink.get(timeout=wait)
+            else:
+                item = self._sink.get_nowait()
         except queue.Empty:
             item = None
         while item is not None:

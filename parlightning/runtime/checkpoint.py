@@ -33,7 +33,10 @@ from lightning.fabric.utilities.cloud_io import get_filesystem
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from parlightning.errors import ConfigError, ReportedError
+from parlightning.runtime.waits import expected_wait
 
+WRITE_BASE_S = 60.0  # a checkpoint write's declared bound: this much ...
+WRITE_BYTES_PER_S = 10e6  # ... plus its tensors' bytes at this rate (a slow network disk)
 ARCHITECTURE_HPARAMS = ("hidden_sizes", "activation", "policy", "rnn_hidden")  # a mismatch here cannot load the weights
 
 
@@ -55,6 +58,10 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         path = str(path)
         if not isinstance(get_filesystem(path), LocalFileSystem) or storage_options is not None:
             return super().save_checkpoint(checkpoint, path, storage_options)
+        with expected_wait(write_bound(checkpoint), f"writing the checkpoint {path}"):  # DDP's stall check
+            self._save_local(checkpoint, path)
+
+    def _save_local(self, checkpoint: dict[str, Any], path: str) -> None:
         folder = os.path.dirname(os.path.abspath(path))
         os.makedirs(folder, exist_ok=True)
         clean_stale_partials(folder)
@@ -82,6 +89,13 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         checkpoint = super().load_checkpoint(path, map_location, True if weights_only is None else weights_only)
         verify_checkpoint(checkpoint, str(path))
         return checkpoint
+
+
+def write_bound(checkpoint: dict[str, Any]) -> float:
+    """Seconds a checkpoint's write may take before it is a hang: WRITE_BASE_S plus its tensors'
+    bytes at WRITE_BYTES_PER_S (a slow network disk), for DDP's stall check."""
+    size = sum(t.numel() * t.element_size() for _, t in _tensors(checkpoint, ""))
+    return WRITE_BASE_S + size / WRITE_BYTES_PER_S
 
 
 def _is_write_failure(err: BaseException) -> bool:

@@ -42,6 +42,7 @@ from multiprocessing.connection import Connection
 from typing import Any, Callable, Optional, Sequence
 
 from parlightning.errors import ConfigError
+from parlightning.runtime import waits
 
 
 class ProcessDied(RuntimeError):
@@ -137,6 +138,12 @@ def stop(processes: Sequence[Any], connections: Sequence[Connection], grace: flo
         conn.close()
 
 
+def _child_main(target: Callable[..., None], wait_slot: Any, *args: Any) -> None:
+    """The child's entry: its declared waits are published to its parent, then `target` runs."""
+    waits.serve_in_child(wait_slot)
+    target(*args)
+
+
 class Child:
     """One child process and its duplex pipe (see the module docstring).
 
@@ -154,9 +161,13 @@ class Child:
         ctx = context(start_method(method), preload)
         self.what = what
         self.conn, theirs = ctx.Pipe(duplex=True)
-        self.process = ctx.Process(target=target, name=name, daemon=daemon, args=(theirs, os.getpid(), *args))
+        # [the latest deadline of the child's declared waits (0: none), its progress count]: see waits
+        self.wait_slot = ctx.RawArray("d", 2)
+        self.process = ctx.Process(target=_child_main, name=name, daemon=daemon,
+                                   args=(target, self.wait_slot, theirs, os.getpid(), *args))
         self.process.start()
         theirs.close()
+        waits.register_child(self)  # a parent waiting for it allows for the child's own declared waits
         self.reported: Optional[BaseException] = None  # what the child said before it went, if anything
         self.reader: Optional[threading.Thread] = None  # the thread that reads `conn`, once one does
         self._send_lock = threading.Lock()  # several threads may send; one message at a time
@@ -169,7 +180,9 @@ class Child:
     def wait_ready(self, timeout: float) -> Any:
         """The child's facts once it reports ready; its own error (raised here) or a
         `ProcessStartError` when it exits or stays silent for `timeout` seconds."""
-        if not self.conn.poll(timeout):
+        with waits.expected_wait(timeout, f"{self.what} to start"):
+            ready = self.conn.poll(timeout)
+        if not ready:
             self.close()
             raise ProcessStartError(f"{self.what} did not start within {timeout:g}s")
         try:

@@ -39,13 +39,19 @@ timeout (30 minutes by default):
   so a frozen rank 0 freezes it), a second thread, which never touches the store, ends the rank
   with its own line and kills a frozen rank 0 that launched it. A rank that was paused itself
   (the whole job stopped with Ctrl-Z and resumed) restarts its clocks instead of blaming a peer.
-- **Progress stall** (`--stall_timeout`, default 300 s). A rank is making progress while its
+- **Progress stall** (`--stall_timeout`, default 30 s). A rank is making progress while its
   Lightning and rollout hooks run (every minibatch, every rollout start and end) or while the
-  stack of its main thread or collector threads changes between two samples a second apart. A
+  stack of its main thread or collector threads (`collector-*`, `trajectories-*`) changes between
+  two samples a second apart. A
   rank whose main thread sits on the same line for the timeout while not waiting for its peers (a
   torch.distributed collective, DDP's backward) is stuck: its own watcher names it with the file,
   line and function where it is stuck. When every rank has been without progress for the timeout
   (ranks waiting in different collectives), the lowest rank names where each one waits.
+  A wait the code declared (`parlightning.runtime.waits.expected_wait(seconds, what)`: an external
+  world's step, a child process starting or answering, the compiled step's C++ build, a checkpoint
+  write) is not a stall until its own deadline plus `waits.GRACE_S` has passed: while one is open
+  the rank may go `max(stall_timeout, deadline + grace)` without progress. One that overruns is
+  named with what it waited for.
 
 Either way every rank ends within the timeout plus a few seconds, with one line.
 """
@@ -70,6 +76,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from parlightning.callbacks.base import RolloutCallback
 from parlightning.errors import ConfigError
+from parlightning.runtime import waits
 
 KEY = "stopped"
 CONFIG_KEY = "config/{}"
@@ -84,9 +91,11 @@ LOCAL_KEYS = ("config", "ckpt_path", "trainer.default_root_dir")
 BEAT_KEY = "beat/{}"
 BEAT_S = 1.0  # how often a rank writes its beat and samples its own stacks
 HEARTBEAT_TIMEOUT_S = 20.0  # a peer whose beat has not moved this long is frozen
-STALL_TIMEOUT_S = 300.0  # a main thread on the same line this long, not waiting for peers, is stuck
+STALL_TIMEOUT_S = 30.0  # a main thread on the same line this long, not waiting for peers nor in a declared wait, is stuck
 PAUSED_S = 5.0  # a watch loop that slept this much longer than asked was paused itself (Ctrl-Z, load)
-WATCHED_THREADS = ("collector-",)  # besides the main thread: threads whose stacks count as progress
+# besides the main thread: threads whose stacks count as progress (the thread and process transports'
+# collector and link threads, the per-actor asynchronous collector's thread)
+WATCHED_THREADS = ("collector-", "trajectories-")
 # a main thread inside one of these is waiting for its peers (a collective, DDP's backward all-reduce)
 WAITING = tuple(os.path.join("torch", *p) + os.sep for p in (("distributed",), ("nn", "parallel"), ("autograd",)))
 
@@ -271,7 +280,8 @@ class RankWatch(RolloutCallback):
         try:
             self.store.set(CONFIG_KEY.format(self.rank), json.dumps(self.config))
             keys = [CONFIG_KEY.format(r) for r in range(self.world_size)]
-            self.store.wait(keys, timedelta(seconds=CONFIG_WAIT_S))
+            with waits.expected_wait(CONFIG_WAIT_S, "every rank's config (a peer still setting up)"):
+                self.store.wait(keys, timedelta(seconds=CONFIG_WAIT_S))
             configs = [json.loads(self.store.get(k).decode()) for k in keys]
         except (RuntimeError, ValueError, OSError):
             return  # the store went away: the process group itself will fail next
@@ -472,7 +482,8 @@ class _Beats:
         if now - self.loop_at > BEAT_S + PAUSED_S:  # the watchdog (which never blocks) has not run: we were paused
             self.resumed = now
         self.n += 1
-        signature = (watch._events, _stack_signature(watch._main_ident))
+        # progress: hooks, waits opened or closed, a child process moving, a stack that changed
+        signature = (watch._events, waits.changes(), waits.children_progress(), _stack_signature(watch._main_ident))
         if signature != self.signature:
             self.signature, self.progress_at = signature, now
         stalled = now - max(self.progress_at, self.resumed)
@@ -480,7 +491,7 @@ class _Beats:
         waiting = _waiting(frames)
         where = _where(frames) if stalled > 2 * BEAT_S else ""
         mine = {"n": self.n, "stalled": round(stalled, 1), "waiting": waiting, "where": where, "pid": os.getpid(),
-                "host": socket.gethostname()}
+                "host": socket.gethostname(), **self.allowance(now)}
         try:
             watch.store.set(BEAT_KEY.format(watch.rank), json.dumps(mine))
             beats = {}
@@ -496,6 +507,18 @@ class _Beats:
         self.store_ok = now = time.monotonic()
         beats[watch.rank] = mine
         return self._judge(beats, now)
+
+    def allowance(self, now: float) -> dict:
+        """While a declared wait is open: how long this rank may go without progress (`allowed`:
+        `max(stall_timeout, its deadline + grace)` counted from the last progress) and what it
+        waits for (`wait`); nothing when no wait is open or the stall check is off."""
+        timeout, wait = self.watch.stall_timeout, waits.latest()
+        if timeout is None or wait is None:
+            return {}
+        since = max(self.progress_at, self.resumed)
+        allowed = max(timeout, wait.deadline + waits.GRACE_S - since)
+        bound = f"{wait.seconds:g} s + {waits.GRACE_S:g} s grace" if wait.seconds else f"+ {waits.GRACE_S:g} s grace"
+        return {"allowed": round(allowed, 1), "wait": f"{wait.what} ({bound})"}
 
     def _judge(self, beats: dict[int, dict], now: float) -> Optional[dict]:
         watch = self.watch
@@ -515,13 +538,20 @@ class _Beats:
         if timeout is None:
             return None
         mine = beats[watch.rank]
-        if mine["stalled"] > timeout and mine["waiting"] is None:
+        limit = mine.get("allowed", timeout)
+        if mine["stalled"] > limit and mine["waiting"] is None:
+            if "wait" in mine:  # a declared wait that overran its own deadline
+                return {"rank": watch.rank, "pid": os.getpid(), "cause": (
+                    f"hung: its main thread made no progress for {limit:.0f} s, stuck at {mine['where']}, past the "
+                    f"end of its declared wait for {mine['wait']} (raise --stall_timeout, or the bound its "
+                    "expected_wait declares, if it can legitimately take longer)")}
             return {"rank": watch.rank, "pid": os.getpid(), "cause": (
                 f"hung: its main thread made no progress for {timeout:g} s, stuck at {mine['where']} (raise "
-                "--stall_timeout if one step can take longer)")}
+                "--stall_timeout if one step can take longer, or declare the wait with "
+                "parlightning.runtime.waits.expected_wait)")}
         # every rank waits for the others (a rank stuck elsewhere names itself, above)
         if len(live) == watch.world_size and watch.rank == min(live) and all(
-                b.get("stalled", 0) > timeout and b.get("waiting") for b in live.values()):
+                b.get("stalled", 0) > b.get("allowed", timeout) and b.get("waiting") for b in live.values()):
             each = "; ".join(f"rank {r} at {b.get('where') or '?'}" + (f" ({b['waiting']})" if b.get("waiting") else "")
                              for r, b in sorted(live.items()))
             return {"rank": None, "pid": None, "who": "every rank", "cause": (

@@ -31,6 +31,7 @@ import warnings
 from typing import Any, Optional
 
 from parlightning.runtime.processes import Child, receive, send, sendable_error, watch_parent
+from parlightning.runtime.waits import expected_wait
 from parlightning.subagents.pool import PoolBase, SubagentResult, normalize
 
 
@@ -159,6 +160,10 @@ class ProcessPool(PoolBase):
         self._wait_ready(start_timeout)
 
     def _wait_ready(self, start_timeout: float) -> None:
+        with expected_wait(start_timeout, f"ProcessPool's workers to import {self.fn} (start_timeout)"):
+            self._wait_ready_loop(start_timeout)
+
+    def _wait_ready_loop(self, start_timeout: float) -> None:
         deadline = time.monotonic() + start_timeout
         while True:
             with self._lock:
