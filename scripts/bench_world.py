@@ -20,14 +20,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import torch  # noqa: E402
-
-from parlightning.cli.evaluate import build_env, env_spec  # noqa: E402
-from parlightning.distribution.samplers import RoundRobin  # noqa: E402
-from parlightning.cli.arg_types import positive_int  # noqa: E402
+from parlightning.cli.arg_types import positive_int  # noqa: E402  (torch loads in bench(), after the arguments are checked)
 
 
 def bench(configs: list[str], n: int, device: str, blocks: int, steps: int, compiled: bool = False) -> dict:
+    import torch
+
+    from parlightning.cli.evaluate import build_env, env_spec
+    from parlightning.distribution.samplers import RoundRobin
+
     cls, init_args = env_spec(configs)
     env = build_env(cls, {**init_args, "compile": compiled}, n, 0, "train", device)
     sampler = RoundRobin()
@@ -78,6 +79,8 @@ def main(argv=None) -> None:
     a = p.parse_args(argv)
     if a.quick:
         a.blocks, a.steps = 2, 8
+    import torch
+
     torch.set_num_threads(a.threads)
     cfg = ROOT / "configs"
     print(f"torch {torch.__version__}, device {a.device}, {a.threads} thread(s), {a.blocks} blocks x {a.steps} steps")

@@ -21,8 +21,6 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
-from parlightning.cli.fit import main  # noqa: E402
-from parlightning.analysis.logs import read_scalars  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 # task -> (configs for the MLP, configs for a recurrent policy, the metric per rollout)
@@ -40,6 +38,14 @@ def positive_int(text: str) -> int:
     return value
 
 
+def seed_type(text: str) -> int:
+    """argparse type: a seed in numpy's range 0..2**32 - 1 (checked before torch loads)."""
+    value = int(text)
+    if not 0 <= value < 2**32:
+        raise argparse.ArgumentTypeError(f"a seed lies in 0..4294967295, got {value}")
+    return value
+
+
 def run(task: str, policy: str, seed: int, root: str, extra: list[str]) -> tuple[list[float], float]:
     """One training run through the CLI; returns (the task's metric per rollout, wall seconds)."""
     mlp_configs, recurrent_configs, metric = TASKS[task]
@@ -47,6 +53,9 @@ def run(task: str, policy: str, seed: int, root: str, extra: list[str]) -> tuple
     configs = [arg for name in names for arg in ("--config", str(CONFIGS / name))]
     if policy == "mlp":
         configs += ["--data.bptt_len", "null"]  # the config's BPTT chunk is for the recurrent arms; an MLP trains on steps
+    from parlightning.analysis.logs import read_scalars
+    from parlightning.cli.fit import main  # torch and Lightning load here, after the arguments were checked
+
     start = time.perf_counter()
     main([*configs, "--model.policy", policy, "--seed_everything", str(seed), "--data.seed", str(seed),
           "--trainer.default_root_dir", root, "--trainer.enable_progress_bar", "false",
@@ -64,8 +73,8 @@ def solved_at(returns: list[float], level: float = 0.9) -> str:
 def main_(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", choices=sorted(TASKS), default="memory")
-    parser.add_argument("--policies", nargs="+", default=["mlp", "gru", "lstm"])
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--policies", nargs="+", choices=["mlp", "gru", "lstm"], default=["mlp", "gru", "lstm"])
+    parser.add_argument("--seeds", nargs="+", type=seed_type, default=[0, 1, 2])
     parser.add_argument("--epochs", type=positive_int, default=None, help="trainer.max_epochs (default: the config's)")
     parser.add_argument("--num_envs", type=positive_int, default=None, help="data.num_envs (default: the config's)")
     parser.add_argument("--delay", type=positive_int, default=None, help="memory: steps between cue and query")
