@@ -379,7 +379,8 @@ def heatmaps(summary: dict, path: Path) -> Optional[str]:
     cells = [c for c in summary["cells"] if c["world"] == "default"]
     priors = list(dict.fromkeys(c["prior"] for c in cells))
     cols = list(dict.fromkeys((c["lam"], c["budget"]) for c in cells))
-    panels = [("(a) collapsed seeds", lambda c: c["arms"]["perf_only"]["collapsed"] / max(c["arms"]["perf_only"]["seeds"], 1)),
+    panels = [("(a) collapsed seeds", lambda c: (c["arms"]["perf_only"]["collapsed"] / c["arms"]["perf_only"]["seeds"]
+                                                 if c["arms"]["perf_only"]["seeds"] else None)),  # not run: blank
               ("(a) final delegation share", lambda c: c["arms"]["perf_only"]["final_delegation_share"]),
               ("(b)-(a) held-out success", lambda c: c["diffs"].get("b-a/success_rate", {}).get("diff")),
               ("(b)-(c) held-out success", lambda c: c["diffs"].get("b-c/success_rate", {}).get("diff"))]
@@ -434,7 +435,9 @@ def delegation_curves(results: list[dict], plan: dict, path: Path) -> Optional[s
         ax.tick_params(labelsize=6)
     for ax in list(axes.flat)[len(cells):]:
         ax.axis("off")
-    axes[0][0].legend(fontsize=6)
+    drawn = [ax for ax in axes.flat if ax.lines]  # (a partial map's first panels may be empty)
+    if drawn:
+        drawn[0].legend(fontsize=6)
     axes[0][0].set_ylabel("rollout/delegation_share", fontsize=7)
     fig.suptitle("share of live decisions that delegate, per seed (x: env steps)", fontsize=8)
     fig.tight_layout()
