@@ -72,9 +72,14 @@ class Abstract(BatchedEnv):
 
 
 class ShapeRaises(CartPoleEnv):
-    @property
-    def observation_shape(self):
-        raise RuntimeError("shape not ready")
+    def __init__(self, num_envs, device="cpu", seed=0):
+        super().__init__(num_envs, device, seed)
+        del self.observation_shape
+
+    def __getattr__(self, name):
+        if name == "observation_shape":
+            raise RuntimeError("shape not ready")
+        raise AttributeError(name)
 
 
 class ResetList(CartPoleEnv):
@@ -96,19 +101,27 @@ class InfReset(CartPoleEnv):
 
 
 class ZeroNvec(CartPoleEnv):
-    action_spec = ActionSpec("discrete", nvec=(0,))
+    def __init__(self, num_envs, device="cpu", seed=0):
+        super().__init__(num_envs, device, seed)
+        self.action_spec = ActionSpec("discrete", nvec=(0,))
 
 
 class NegNvec(CartPoleEnv):
-    action_spec = ActionSpec("multi_discrete", nvec=(2, -3))
+    def __init__(self, num_envs, device="cpu", seed=0):
+        super().__init__(num_envs, device, seed)
+        self.action_spec = ActionSpec("multi_discrete", nvec=(2, -3))
 
 
 class ScalarObs(CartPoleEnv):
-    observation_shape = ()
+    def __init__(self, num_envs, device="cpu", seed=0):
+        super().__init__(num_envs, device, seed)
+        self.observation_shape = ()
 
 
 class HugeObs(CartPoleEnv):
-    observation_shape = (10 ** 10,)
+    def __init__(self, num_envs, device="cpu", seed=0):
+        super().__init__(num_envs, device, seed)
+        self.observation_shape = (10 ** 10,)
 
 
 class WrongNumEnvs(CartPoleEnv):
@@ -122,8 +135,10 @@ class CudaDevice(CartPoleEnv):
         self.device = torch.device("cuda", 3)
 
 
-class SilentList(CartPoleEnv):
-    observation_shape = [4]
+class ListShape(CartPoleEnv):
+    def __init__(self, num_envs, device="cpu", seed=0):
+        super().__init__(num_envs, device, seed)
+        self.observation_shape = ["4"]
 
 
 class ExitInInit(CartPoleEnv):
@@ -262,6 +277,13 @@ def deep_set(d: dict, dotted: str, value) -> None:
     d[keys[-1]] = value
 
 
+def merged(a: dict, b: dict) -> dict:
+    out = copy.deepcopy(a)
+    for k, v in b.items():
+        out[k] = merged(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else copy.deepcopy(v)
+    return out
+
+
 def tiny(**dotted) -> dict:
     cfg = copy.deepcopy(TINY)
     for k, v in dotted.items():
@@ -364,12 +386,11 @@ def compose_cases() -> list[Case]:
         two("second-env-typo-class", {"data": {"env": {"class_path": "parlightning.envs.CartPoleEnvv"}}}, ("data.env",)),
         two("second-env-init_args-unknown", {"data": {"env": {"init_args": {"max_episode_stepz": 5}}}},
             ("max_episode_stepz",)),
-        two("swarm-then-reward-max_subagents-disagrees", {"data": {"reward": {"init_args": {"max_subagents": 64}}},
-                                                         **bif.TINY_SWARM}, ("max_subagents",), first=swarm),
+        two("swarm-then-reward-max_subagents-disagrees", merged(bif.TINY_SWARM, {"data": {"reward": {"init_args": {"max_subagents": 64}}}}), ("max_subagents",), first=swarm),
         two("swarm-then-env-max_subagents-disagrees",
-            {"data": {"env": {"init_args": {"max_subagents": 32}}}, **bif.TINY_SWARM}, ("max_subagents",), first=swarm),
+            merged(bif.TINY_SWARM, {"data": {"env": {"init_args": {"max_subagents": 32}}}}), ("max_subagents",), first=swarm),
         two("swarm-then-cartpole-env-keeps-parl-reward",
-            {"data": {"env": {"class_path": "parlightning.envs.CartPoleEnv", "init_args": {}}}, **bif.TINY_SWARM},
+            merged(bif.TINY_SWARM, {"data": {"env": {"class_path": "parlightning.envs.CartPoleEnv", "init_args": {}}}}),
             ("reward", "PARL", "n_subagents", "init_args"), first=swarm),
         two("external-then-pool-typo", {"data": {"env": {"init_args": {"shared": {"pool": {
             "class_path": "parlightning.subagents.SimulatedPol"}}}}}}, ("pool", "SimulatedPol"), first=ext),
@@ -408,6 +429,7 @@ def user_class_cases() -> list[Case]:
         env("observation-10e10-wide", e("HugeObs"), ("memory", "observation", "data.env", "GiB", "GB")),
         env("wrong-num_envs", e("WrongNumEnvs"), ("num_envs",)),
         env("cuda-device-on-cpu", e("CudaDevice"), ("device", "cuda")),
+        env("observation-shape-strings", e("ListShape"), ("observation_shape",)),
         env("exit-0-in-init", e("ExitInInit"), ("data.env", "ExitInInit", "exit")),
         env("keyerror-in-reset", e("KeyErrorReset"), ("reset", "KeyErrorReset")),
         env("not-a-class-int", {"class_path": "myworlds.NOT_A_CLASS"}, ("data.env", "NOT_A_CLASS")),
@@ -480,7 +502,7 @@ def yaml_cases() -> list[Case]:
         raw("stall-zero", "yaml", t + "stall_timeout: 0\n", ("stall_timeout",)),
         raw("only-comments", "yaml", "# nothing here\n", ("c.yaml", "env", "data")),
         raw("latin1-bytes", "yaml", t.encode() + b"# caf\xe9\n", ("c.yaml",)),
-        raw("json-trailing-comma", "yaml", '{"model": {"lr": 0.1,},}', ("c.yaml",)),
+        raw("json-unbalanced", "yaml", '{"model": {"lr": 0.1]}', ("c.yaml",)),
         raw("nul-byte", "yaml", t.encode() + b"\x00\n", ("c.yaml",)),
     ]
 
@@ -566,7 +588,7 @@ def cli_cases() -> list[Case]:
 def ckpt_cases() -> list[Case]:
     def ck(name, setup, argv_extra=(), expect=("ckpt_path",), cfgname="c.yaml", **kw):
         more = () if any("max_" in x for x in argv_extra) else ("--trainer.max_epochs", "2")
-        return Case(name, "checkpoint", "fit", ["--config", cfgname, "--ckpt_path", "in.ckpt", *more, *argv_extra],
+        return Case(name, "checkpoint", "fit", ["--config", cfgname, "--ckpt_path", "in.ckpt", *argv_extra, *more],
                     setup, expect=expect, **kw)
 
     def symlink_loop(d):
@@ -578,13 +600,17 @@ def ckpt_cases() -> list[Case]:
     def as_dir(d):
         (d / "in.ckpt").mkdir()
 
+    def bare_tensor(d):
+        import torch
+        torch.save(torch.zeros(3), d / "in.ckpt")
+
     def gz(data: bytes) -> bytes:
         import gzip
         return gzip.compress(data)
     swarm_ckpt = bif.copy_ckpt("swarm")
     cp = bif.copy_ckpt("cartpole")
     return [
-        ck("swarm-ckpt-cartpole-config", swarm_ckpt, (), ("ckpt_path",)),
+        ck("swarm-ckpt-cartpole-config", swarm_ckpt, (), ("ckpt_path", "observation", "env")),
         ck("cartpole-ckpt-swarm-config", cp, ("--config", str(ROOT / "configs/swarm.yaml"), "--config", "s.yaml"),
            ("ckpt_path",), cfgname="s.yaml"),
         ck("different-width", cp, ("--model.hidden_sizes", "[16]"), ("hidden_sizes", "ckpt_path")),
@@ -599,7 +625,7 @@ def ckpt_cases() -> list[Case]:
         ck("symlink-loop", both(write("c.yaml", dump(TINY)), symlink_loop)),
         ck("dangling-symlink", both(write("c.yaml", dump(TINY)), dangling)),
         ck("plain-torch-dict", bif.copy_ckpt(edit=lambda c: {"weights": [1, 2, 3]})),
-        ck("a-bare-tensor", bif.copy_ckpt(edit=lambda c: __import__("torch").zeros(3))),
+        ck("a-bare-tensor", both(bif.copy_ckpt(), bare_tensor)),
         ck("resume-max_epochs-already-reached", cp, ("--trainer.max_epochs", "1"), ("max_epochs", "ckpt_path")),
         ck("resume-max_epochs-minus-1", cp, ("--trainer.max_epochs", "-1"), ("max_epochs",), timeout=60),
         ck("resume-max_steps-1", cp, ("--trainer.max_steps", "1", "--trainer.max_epochs", "5"),
@@ -922,6 +948,10 @@ def main(argv=None) -> int:
                     case.setup(d)
             except SkipCase as e:
                 results.append((case, "skipped", str(e), 0.0))
+                continue
+            except Exception as e:  # the corpus' own bug: say so, run the rest
+                print(f"[setup-error] {case.category}:{case.name}: {type(e).__name__}: {e}", flush=True)
+                results.append((case, "skipped", f"setup raised {e!r}", 0.0))
                 continue
             if case.script.startswith("@"):
                 case.script = str(d / case.script[1:])
