@@ -21,6 +21,10 @@ few lines of the public API in the forked child, and print `error: <Type>: <mess
 package's own errors (ConfigError and the built-in ValueError/TypeError/OSError): any other
 exception is a traceback.
 
+Cases judged valid after the first run and dropped (they are not bad inputs): 16-mixed precision on the
+CPU (Lightning runs it), accumulate_grad_batches 4 (fewer, larger optimizer steps), TMPDIR naming a
+missing folder and HOME naming a missing folder (Python and matplotlib fall back).
+
 Measured results: docs/guides/reliability.md, "the bad-input corpus".
 """
 from __future__ import annotations
@@ -520,10 +524,8 @@ def trainer_cases() -> list[Case]:
         targs("max_time-garbage", ["--trainer.max_time", "forever"], ("max_time",)),
         targs("max_time-zero", ["--trainer.max_time", "00:00:00:00"], ("max_time",)),
         targs("precision-8", ["--trainer.precision", "8"], ("precision",)),
-        targs("precision-16-mixed-cpu", ["--trainer.precision", "16-mixed"], ("precision",)),
         targs("log_every-0", ["--trainer.log_every_n_steps", "0"], ("log_every_n_steps",)),
         targs("accumulate-0", ["--trainer.accumulate_grad_batches", "0"], ("accumulate_grad_batches",)),
-        targs("accumulate-4", ["--trainer.accumulate_grad_batches", "4"], ("accumulate_grad_batches",)),
         targs("limit_train_batches-0", ["--trainer.limit_train_batches", "0"], ("limit_train_batches",)),
         targs("fast_dev_run-negative", ["--trainer.fast_dev_run", "-1"], ("fast_dev_run",)),
         targs("num_nodes-0", ["--trainer.num_nodes", "0"], ("num_nodes",)),
@@ -682,7 +684,7 @@ def tool_cases() -> list[Case]:
         E("gantt-to-directory", [*swc, "--gantt", "sub"], both(sw, lambda d: (d / "sub").mkdir()), expect=("gantt",)),
         E("trace-to-missing-dir", [*evc, "--trace", "no/such/dir/t.jsonl"], expect=("trace",)),
         E("swarm-ckpt-cartpole-config", evc, sw, expect=("ckpt_path",)),
-        E("neither-config-nor-ckpt", [], expect=("config",)),
+        E("neither-config-nor-ckpt", [], expect=("config", "ckpt_path")),
         E("bank_seeds-string", [*swc, "--bank_seeds", "abc"], sw, expect=("bank_seeds",)),
         E("video-tensor-cartpole", [*evc, "--video", "v.mp4"], expect=("video",)),
         E("ckpt-truncated", evc, bif.copy_ckpt(raw=lambda b: b[:-2000]), expect=("ckpt_path", "in.ckpt")),
@@ -696,7 +698,7 @@ def tool_cases() -> list[Case]:
         X("ckpt-dir", ["--ckpt_path", ".", "--out", "p.pt2"], expect=("ckpt_path",)),
         X("ckpt-symlink-loop", ["--ckpt_path", "loop.ckpt", "--out", "p.pt2"],
           both(cp, lambda d: os.symlink("loop.ckpt", d / "loop.ckpt")), expect=("ckpt_path",)),
-        B("out-equals-config", ["--config", "c.yaml", "--teacher", "random", "--out", "c.yaml"], expect=("out", "c.yaml")),
+        B("out-equals-config", ["--config", sw_cfg, "--config", "s.yaml", "--out", "s.yaml"], sw, expect=("out", "s.yaml")),
         B("teacher-missing-ckpt", ["--config", "c.yaml", "--teacher", "gone.ckpt", "--out", "b.ckpt"], expect=("teacher",)),
         B("teacher-oracle-cartpole", ["--config", "c.yaml", "--teacher", "oracle", "--out", "b.ckpt"],
           expect=("teacher", "oracle")),
@@ -769,7 +771,8 @@ def external_cases() -> list[Case]:
         x("http-reset-server", pool=http(f"http://127.0.0.1:{p.get('reset', 1)}/v1", timeout=2),
           expect=("pool", "base_url", "connection"), runtime=True),
         x("process-fn-missing-module", pool=pp(fn="nosuchmodule:fn"), expect=("fn", "nosuchmodule")),
-        x("process-fn-no-colon", pool=pp(fn="mysub.raises"), expect=("fn",)),
+        x("process-fn-dotted-raises", pool=pp(fn="mysub.raises", workers=1, timeout=20), expect=("mysub.raises",),
+          runtime=True, env={"PYTHONPATH": ""}),
         x("process-fn-wrong-signature", pool=pp(fn="mysub:wrong_sig", workers=1, timeout=20),
           expect=("wrong_sig", "fn"), runtime=True, env={"PYTHONPATH": ""}),
         x("process-fn-returns-none", pool=pp(fn="mysub:returns_none", workers=1, timeout=20),
@@ -832,8 +835,6 @@ def environment_cases() -> list[Case]:
            ("--trainer.devices", "2", "--trainer.strategy", "ddp"), timeout=120),
         py("pl-global-seed-garbage", {"PL_GLOBAL_SEED": "abc"}, ("PL_GLOBAL_SEED", "seed"),
            ("--seed_everything", "true")),
-        py("tmpdir-missing", {"TMPDIR": "/nonexistent/tmp"}, ("TMPDIR",)),
-        py("home-missing", {"HOME": "/nonexistent/home", "MPLCONFIGDIR": ""}, ("HOME",)),
     ]
 
 
@@ -902,10 +903,10 @@ def all_cases() -> list[Case]:
             + tool_cases() + external_cases() + environment_cases() + api_cases())
 
 
-QUICK = ["compose:second-model-null", "user-class:missing-required-kwarg", "yaml:duplicate-nested-key",
-         "yaml:lr-nan", "trainer:devices-string-two", "cli-fit:optimizer-flag", "checkpoint:symlink-loop",
-         "checkpoint:different-width", "export:out-equals-ckpt", "plot:empty-events-file", "api:load_policy-dir",
-         "external:process-workers-0"]
+QUICK = ["compose:second-model-null", "user-class:missing-required-kwarg", "user-class:property-raises",
+         "yaml:duplicate-nested-key", "yaml:num_envs-huge", "trainer:max_steps-0", "trainer:devices-string-two",
+         "checkpoint:symlink-loop", "checkpoint:resume-max_steps-1", "evaluate:json-equals-ckpt",
+         "export:out-equals-ckpt", "api:fit-overrides-string", "external:world-n_skills-0"]
 
 
 def main(argv=None) -> int:
