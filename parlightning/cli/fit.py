@@ -204,7 +204,8 @@ def user_code_error(err: BaseException) -> Optional[str]:
     while tb is not None:
         path = os.path.abspath(tb.tb_frame.f_code.co_filename)
         if not (path.startswith(package + os.sep) or path.startswith("<")
-                or any(path.startswith(lib + os.sep) for lib in library)):
+                or any(path.startswith(lib + os.sep) for lib in library)
+                or f"{os.sep}site-packages{os.sep}" in path or f"{os.sep}dist-packages{os.sep}" in path):
             user = tb
         tb = tb.tb_next
     if user is None:
