@@ -76,7 +76,11 @@ class Policy:
         tuple `(actions, logits, value)` of what was asked (logits: `actor_output`, value: V(obs) [B]).
         """
         as_numpy = isinstance(obs, np.ndarray)
-        x = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+        try:
+            x = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+        except (TypeError, ValueError, RuntimeError) as err:
+            raise ValueError(f"obs: expected a float tensor or array [B, {', '.join(map(str, self.observation_shape or ()))}]"
+                             f", got {type(obs).__name__} that is not one ({' '.join(str(err).split())[:120]})") from None
         single = self.observation_shape is not None and tuple(x.shape) == self.observation_shape
         if single:
             x = x.unsqueeze(0)
@@ -103,6 +107,18 @@ class Policy:
     __call__ = predict
 
 
+def _check_device(device: Any) -> None:
+    """`device` names a torch device this machine has (one ConfigError, not torch's own error later)."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError, TypeError):
+        raise ConfigError(f"device: {device!r} is not a torch device; use 'cpu', 'cuda' or 'cuda:N'") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"device: {device!r} asked for, but this torch has no usable CUDA device; use device='cpu'")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise ConfigError(f"device: {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+
+
 def load_policy(path: Union[str, os.PathLike], device: Union[str, torch.device] = "cpu") -> Policy:
     """The trained policy of a `parlightning.fit` checkpoint, ready to `predict`: rebuilt with
     `PPOModule`'s own loading (`on_load_checkpoint`), with the run's observation normalisation.
@@ -110,7 +126,10 @@ def load_policy(path: Union[str, os.PathLike], device: Union[str, torch.device] 
     from parlightning.runtime.checkpoint import load_checkpoint_file
     from parlightning.ppo.module import PPOModule
 
+    if not isinstance(path, (str, os.PathLike)):
+        raise ConfigError(f"path: expected a checkpoint path (str or PathLike), got {type(path).__name__} {path!r:.60}")
     path = os.fspath(path)
+    _check_device(device)
     checkpoint = load_checkpoint_file(path)
     hp = dict(checkpoint.get("hyper_parameters") or {})
     if hp.get("policy", "mlp") not in ("mlp", "slots"):

@@ -52,7 +52,10 @@ def teacher_for(name: str, env: Any) -> Any:
     """`act(obs, mask) -> action` of the teacher: a scripted policy of the world or a checkpoint."""
     scripted = getattr(env, "scripted_action", None)
     if name.endswith(".ckpt") or os.sep in name:
-        policy = load_policy(name, env)
+        try:
+            policy = load_policy(name, env)
+        except ConfigError as err:  # evaluate's loader names its own flag
+            raise ConfigError(str(err).replace("--ckpt_path", "--teacher", 1)) from None
         return lambda obs, mask: greedy_action(policy, obs, mask)
     if not callable(scripted):
         raise ConfigError(f"--teacher: {type(env).__name__} has no scripted policies; pass a checkpoint (.ckpt)")
@@ -201,8 +204,9 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     p.add_argument("--json", help="also write the report here")
     a = p.parse_args(argv)
     try:
-        check_output_file("--out", a.out)  # before the teacher plays or anything is written
-        check_output_file("--json", a.json)
+        reads = [("--config", c) for c in a.config] + [("--teacher", a.teacher)]
+        check_output_file("--out", a.out, reads)  # before the teacher plays or anything is written
+        check_output_file("--json", a.json, reads + [("--out", a.out)])
         report = clone(a.config, a.teacher, a.out, a.rounds, a.num_envs, a.epochs, a.lr, a.minibatch,
                        a.label_smoothing, a.seed)
     except ConfigError as err:

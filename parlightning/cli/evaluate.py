@@ -337,8 +337,11 @@ def evaluate(a: argparse.Namespace) -> dict[str, Any]:
     if not 0 <= a.seed <= 2**32 - 1:
         raise ConfigError(f"--seed: {a.seed} is outside the seed range 0..{2**32 - 1}; pick a seed in that range")
     check_device("--device", a.device)
-    for flag in ("json", "gantt", "trace", "video"):  # every file it will write, before anything runs
-        check_output_file(f"--{flag}", getattr(a, flag, None))
+    reads = [("--ckpt_path", a.ckpt_path)] + [("--config", c) for c in (getattr(a, "config", None) or [])]
+    outputs = ("json", "gantt", "trace", "video")
+    for i, flag in enumerate(outputs):  # every file it will write, before anything runs; none is an input or another
+        others = [(f"--{o}", getattr(a, o, None)) for o in outputs[:i]]
+        check_output_file(f"--{flag}", getattr(a, flag, None), reads + others)
     banks, seeds = getattr(a, "bank_seeds", None), getattr(a, "seeds", None)
     for flag, values in (("--bank_seeds", banks), ("--seeds", seeds)):
         if values is not None and (not values or any(v < 0 for v in values) or len(set(values)) != len(values)):

@@ -155,7 +155,11 @@ def main(argv: Optional[list[str]] = None) -> None:
         if a.format is None and suffix not in ("", ".pt2", ".onnx", ".pt"):
             raise ConfigError(f"--out: {a.out!r} ends in {suffix}, which names neither format; write policy.pt2 "
                               "(torch.export) or policy.onnx, or pass --format pt2|onnx")
-        check_output_file("--out", a.out)  # before the checkpoint is read or anything is traced
+        implied = {".pt2": "pt2", ".pt": "pt2", ".onnx": "onnx"}.get(suffix)
+        if a.format is not None and implied is not None and implied != a.format:
+            raise ConfigError(f"--format {a.format}: --out {a.out!r} ends in {suffix}, a {implied} file; drop --format "
+                              f"or name the file policy.{'onnx' if a.format == 'onnx' else 'pt2'}")
+        check_output_file("--out", a.out, [("--ckpt_path", a.ckpt_path)])  # before the checkpoint is read or anything is traced
         policy, obs_shape = load_policy(a.ckpt_path)
         normalizer = load_normalizer(a.ckpt_path)
         out = export_policy(policy, obs_shape, a.out, fmt, normalizer)

@@ -122,6 +122,8 @@ def main(args: Optional[list[str]] = None) -> ParlCLI:
         cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=ckpt)
     except BaseException as err:
         message = _start_error(err)
+        if message is None:
+            message = user_code_error(err)
         if message is None and ckpt is not None and cli.datamodule.last_rollout is None and _is_size_mismatch(err):
             text = " ".join(str(err).split())[:200]
             message = (f"--ckpt_path: the state saved in {ckpt!r} does not fit this run ({text}): a tensor of the "
@@ -165,6 +167,10 @@ def build_cli(args: list[str]) -> ParlCLI:
         raise SystemExit(f"error: {moved_hint(parser_error_line(str(err)))}") from None
     except (ValueError, TypeError, MisconfigurationException) as err:  # __init__ checks (ours and the Trainer's)
         raise SystemExit(f"error: {root_error_line(err)}") from None
+    except ImportError as err:  # an accelerator, strategy or logger whose package is not installed (torch_xla, ...)
+        raise SystemExit(f"error: trainer: {_choices(args)}needs a package that is not installed "
+                         f"({root_error_line(err)[:200]}); install it or pick another (e.g. trainer.accelerator: "
+                         "cpu or gpu, trainer.strategy: ddp)") from None
     except RuntimeError as err:  # the Trainer's callback check: two stateful callbacks with one state key
         if "more than one stateful callback" not in str(err):
             raise
@@ -173,6 +179,54 @@ def build_cli(args: list[str]) -> ParlCLI:
         raise SystemExit(f"error: trainer.callbacks: two {name} callbacks with the same settings (state key); "
                          "Lightning cannot save both in a checkpoint: drop one (the config may list one already) or "
                          "give it another monitor / every_n_epochs") from None
+
+
+def _choices(args: list[str]) -> str:
+    """The trainer.accelerator / strategy / logger values given on the command line, as a prefix."""
+    shown = []
+    for i, arg in enumerate(args):
+        key, _, value = arg.partition("=")
+        if key in ("--trainer.accelerator", "--trainer.strategy", "--trainer.logger", "--trainer.precision"):
+            value = value or (args[i + 1] if i + 1 < len(args) else "")
+            shown.append(f"{key[2:]}={value[:60]}")
+    return (", ".join(shown) + " ") if shown else ""
+
+
+def user_code_error(err: BaseException) -> Optional[str]:
+    """One line for an exception raised in the user's own code (a callback, world, sampler or reward
+    class from their module) during fit: the innermost frame outside parlightning, the installed
+    packages and the standard library, with the object's config field where it is one."""
+    import sysconfig
+
+    import lightning
+    if isinstance(err, (KeyboardInterrupt, SystemExit, SIGTERMException, MemoryError)) or os.environ.get(
+            "PARLIGHTNING_TRACEBACK"):
+        return None
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    library = {os.path.abspath(sysconfig.get_paths()[k]) for k in ("stdlib", "purelib", "platlib")}
+    tb, user = err.__traceback__, None
+    while tb is not None:
+        path = os.path.abspath(tb.tb_frame.f_code.co_filename)
+        if not (path.startswith(package + os.sep) or path.startswith("<")
+                or any(path.startswith(lib + os.sep) for lib in library)
+                or f"{os.sep}site-packages{os.sep}" in path or f"{os.sep}dist-packages{os.sep}" in path):
+            user = tb
+        tb = tb.tb_next
+    if user is None:
+        return None
+    frame = user.tb_frame
+    owner = frame.f_locals.get("self")
+    where = f"{type(owner).__qualname__}.{frame.f_code.co_name}" if owner is not None else frame.f_code.co_name
+    field = ""
+    if isinstance(owner, lightning.Callback):
+        field = "trainer.callbacks: "
+    else:
+        from parlightning.envs.base import BatchedEnv
+        field = "data.env: " if isinstance(owner, BatchedEnv) else ""
+    text = " ".join(str(err).split())[:300]
+    return (f"{field}{where} ({os.path.basename(frame.f_code.co_filename)}:{user.tb_lineno}) raised "
+            f"{type(err).__name__}{': ' + text if text else ''}; the error is in that code, not in parlightning: "
+            "fix it there (PARLIGHTNING_TRACEBACK=1 shows the traceback)")
 
 
 def preflight(cli: ParlCLI, ckpt: Optional[str]) -> dict:
@@ -191,7 +245,7 @@ def preflight(cli: ParlCLI, ckpt: Optional[str]) -> dict:
         print(estimate["line"], file=sys.stderr)
     probe["iteration_estimate"] = estimate
     if ckpt is not None:
-        check_resume(ckpt, cli.model, cli.datamodule, probe, trainer.max_epochs)  # corrupt, foreign, mismatched, done
+        check_resume(ckpt, cli.model, cli.datamodule, probe, trainer.max_epochs, trainer.max_steps)  # corrupt, foreign, mismatched, done
         clean_stale_partials(os.path.dirname(os.path.abspath(ckpt)))  # saves of the run being resumed that were killed
     return probe
 
@@ -230,11 +284,22 @@ Config = Union[str, os.PathLike, Sequence[Union[str, os.PathLike]], None]
 def cli_args(config: Config = None, overrides: Sequence[str] = ()) -> list[str]:
     """`--config` for each file, then the overrides: CLI tokens (`"--model.lr", "1e-3"`) or
     `key=value` items (`"model.lr=1e-3"`, `"trainer.max_epochs=2"`)."""
+    if config is not None and not isinstance(config, (str, os.PathLike, list, tuple)):
+        raise ConfigError(f"config: expected a YAML path (or a list of them), got {type(config).__name__} "
+                          f"{config!r:.60}; e.g. fit(config='configs/swarm.yaml')")
     files = [] if config is None else [config] if isinstance(config, (str, os.PathLike)) else list(config)
+    for f in files:
+        if not isinstance(f, (str, os.PathLike)):
+            raise ConfigError(f"config: every item must be a YAML path, got {type(f).__name__} {f!r:.60}")
     args = [token for f in files for token in ("--config", os.fspath(f))]
+    if isinstance(overrides, (str, bytes)) or not isinstance(overrides, (list, tuple)):
+        raise ConfigError(f"overrides: expected a list of strings like ['model.lr=1e-3'], got {type(overrides).__name__} "
+                          f"{overrides!r:.60}; wrap a single override in a list")
     for item in overrides:
         if not isinstance(item, str):
             raise ConfigError(f"overrides: expected strings like 'model.lr=1e-3' or '--model.lr', got {item!r}")
+        if not item.startswith("-") and "=" in item and not item.split("=", 1)[0].strip():
+            raise ConfigError(f"overrides: {item!r} names no key; write 'section.key=value' (e.g. 'model.lr=1e-3')")
         args.append(item if item.startswith("-") or "=" not in item else f"--{item}")
     return args
 

@@ -175,8 +175,10 @@ def plot(a: argparse.Namespace) -> list[Curve]:
                               f"{why}; pass run folders such as lightning_logs/version_0 (or a folder above them)")
     if a.smooth < 1 or a.points < 2:
         raise ConfigError("--smooth / --points: need --smooth >= 1 and --points >= 2")
-    check_output_file("--out", a.out)
-    check_output_file("--csv", a.csv)
+    run_files = [("a file of run " + run, os.path.join(run, f)) for _name, runs in groups for run in runs
+                 for f in (os.listdir(run) if os.path.isdir(run) else ())]
+    check_output_file("--out", a.out, run_files)
+    check_output_file("--csv", a.csv, run_files + [("--out", a.out)])
     curves = [group_curve(name, runs, a.tag, a.points, a.smooth, a.band) for name, runs in groups]
     draw(curves, a.out, a.tag, a.title, a.band)
     if a.csv:

@@ -225,10 +225,18 @@ class WorldRunner:
         for attr in ("observation_shape", "action_spec"):
             if not hasattr(first, attr):
                 raise ConfigError(f"data.env.world: {self.world_name} has no `{attr}`; an external world declares it")
-        out = {"world_name": self.world_name, "observation_shape": tuple(int(d) for d in first.observation_shape),
+        shape = first.observation_shape
+        if not isinstance(shape, (tuple, list)) or not all(
+                isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape):
+            raise ConfigError(f"data.env.world: {self.world_name}.observation_shape is {shape!r:.80}; it must be a "
+                              "tuple of positive ints (one observation's shape, e.g. (8,))")
+        out = {"world_name": self.world_name, "observation_shape": tuple(int(d) for d in shape),
                "action_spec": first.action_spec, "tasks": getattr(first, "tasks", None), "extras": {}}
         if out["tasks"] is not None:
             out["tasks"] = list(out["tasks"])
+            if not out["tasks"]:
+                raise ConfigError(f"data.env.world: {self.world_name}.tasks is empty; list at least one task id, or "
+                                  "drop `tasks` (a world without a task bank)")
         for attr in ("solved_threshold", "max_subagents"):  # optional facts the data module checks
             if hasattr(first, attr):
                 out["extras"][attr] = getattr(first, attr)

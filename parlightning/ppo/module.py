@@ -202,6 +202,18 @@ class PPOModule(pl.LightningModule):
         if getattr(self.policy, "is_recurrent", False):  # the data module carries every actor's hidden state
             self.trainer.datamodule.bind_memory(self.policy)
 
+    @classmethod
+    def load_from_checkpoint(cls, checkpoint_path: Any, *args: Any, **kwargs: Any) -> Any:
+        """Lightning's `load_from_checkpoint`, after the file itself is checked: a missing, truncated,
+        damaged or foreign file is one `ConfigError` naming it (not an OSError or unpickling error)."""
+        if isinstance(checkpoint_path, (str, os.PathLike)) and "://" not in os.fspath(checkpoint_path):
+            from parlightning.runtime.checkpoint import load_checkpoint_file
+            try:
+                load_checkpoint_file(os.fspath(checkpoint_path))
+            except ConfigError as err:
+                raise ConfigError(str(err).replace("--ckpt_path", "checkpoint_path", 1)) from None
+        return super().load_from_checkpoint(checkpoint_path, *args, **kwargs)
+
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """`PPOModule.load_from_checkpoint(path)` (no trainer, no env): build the policy from the
         checkpoint's `policy_spaces` before Lightning loads the weights. A resumed fit has built it in

@@ -307,7 +307,7 @@ def _damaged_entry(path: str) -> Optional[str]:
 
 
 def check_resume(path: str, module: Any, datamodule: Any, probe: Optional[dict[str, Any]] = None,
-                 max_epochs: Optional[int] = None) -> dict[str, Any]:
+                 max_epochs: Optional[int] = None, max_steps: Optional[int] = None) -> dict[str, Any]:
     """Read `path` and check it can resume this module and data module (before anything is
     written); returns the checkpoint. Errors name the config field that differs. `probe` (from
     `RolloutDataModule.preflight`) adds the world and weight-shape checks; `max_epochs` the
@@ -319,12 +319,19 @@ def check_resume(path: str, module: Any, datamodule: Any, probe: Optional[dict[s
             raise ConfigError(f"trainer.max_epochs: the run in {path!r} already finished {done} of "
                               f"trainer.max_epochs={max_epochs} epochs, so nothing is left to train; pass "
                               f"--trainer.max_epochs N with N > {done} to extend it")
+    steps = checkpoint.get("global_step")
+    if max_steps is not None and max_steps >= 0 and isinstance(steps, int) and steps >= max_steps:
+        raise ConfigError(f"trainer.max_steps: the run in {path!r} already took {steps} optimizer steps, so "
+                          f"trainer.max_steps={max_steps} leaves nothing to train; raise it above {steps} or drop it "
+                          "(-1: trainer.max_epochs decides)")
     key = type(datamodule).__qualname__
     if key not in checkpoint:
         raise ConfigError(
             f"--ckpt_path: {path!r} has no {key} state (env, sampler, RNG streams), so the run cannot resume exactly; "
             "resume from a checkpoint of the same kind of run, or start fresh without --ckpt_path"
         )
+    if probe is not None:  # another world first: the model settings that differ follow from it
+        check_env_signature(path, checkpoint[key].get("env_signature"), probe["env_signature"])
     saved = checkpoint.get("hyper_parameters") or {}
     ours = getattr(module, "hparams", {})
     fits = False  # the checkpoint's tensors have exactly this config's shapes
@@ -349,7 +356,6 @@ def check_resume(path: str, module: Any, datamodule: Any, probe: Optional[dict[s
     if callable(check):
         check(checkpoint[key])
     if probe is not None:
-        check_env_signature(path, checkpoint[key].get("env_signature"), probe["env_signature"])
         check_weight_shapes(path, checkpoint["state_dict"], module, probe)
     return checkpoint
 

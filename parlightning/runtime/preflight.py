@@ -166,8 +166,10 @@ def check_config(config: Any) -> None:
     if data.get("bptt_len") is not None and model.get("policy", "mlp") == "mlp":
         raise ConfigError(f"data.bptt_len: {data.get('bptt_len')} is the chunk length of a recurrent policy, but "
                           "model.policy is mlp (trained on single steps); drop data.bptt_len or set model.policy: gru")
+    _check_env_class_path(data.get("env"))
     trainer = config.get("trainer") or {}
     _check_trainer(trainer)
+    check_environment(trainer)
     _check_finite(config)
     clip = trainer.get("gradient_clip_val")
     if isinstance(clip, (int, float)) and not isinstance(clip, bool) and not clip >= 0:
@@ -177,6 +179,57 @@ def check_config(config: Any) -> None:
     if data.get("collect_in") == "process" and accelerator in ("gpu", "cuda", "mps"):
         raise ConfigError(f"data.collect_in: process collects on the CPU, but trainer.accelerator is {accelerator}; "
                           "use data.collect_in: thread with a GPU")
+
+
+def _check_env_class_path(env: Any) -> None:
+    """`data.env: {class_path: pkg.mod.make_env}` naming a function: the parser would call it with
+    None for num_envs, device and seed; a factory is named as the value instead."""
+    path = env.get("class_path") if hasattr(env, "get") else None
+    if not isinstance(path, str) or "." not in path:
+        return
+    import importlib
+
+    module, _, name = path.rpartition(".")
+    try:
+        obj = getattr(importlib.import_module(module), name)
+    except Exception:  # the parser names an unimportable path
+        return
+    if inspect.isfunction(obj):
+        raise ConfigError(f"data.env: {path} is a function: name it as the value (data.env: {path}), not as "
+                          "class_path (class_path builds a class from init_args), and annotate it "
+                          f"`def {name}(num_envs: int, device: str, seed: int) -> BatchedEnv:`")
+
+
+POSITIVE_INT_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
+NON_NEGATIVE_INT_VARIABLES = ("RANK", "LOCAL_RANK", "NODE_RANK", "PL_GLOBAL_SEED")
+
+
+def check_environment(trainer: Any, environ: Optional[dict] = None) -> None:
+    """Environment variables that torch, OpenMP or Lightning read and misread: thread counts and
+    ranks that are not numbers, a MASTER_PORT out of range, and a torchrun's WORLD_SIZE left in the
+    environment of a one-process run (that process would take itself for rank RANK of several and
+    could skip its logs and checkpoints)."""
+    env = os.environ if environ is None else environ
+    for name in POSITIVE_INT_VARIABLES + NON_NEGATIVE_INT_VARIABLES:
+        value = env.get(name)
+        if value is None:
+            continue
+        low = 1 if name in POSITIVE_INT_VARIABLES else 0
+        if not value.strip().isdigit() or int(value) < low:
+            raise ConfigError(f"{name}={value!r} in the environment: must be an integer >= {low}; unset it "
+                              f"(`unset {name}`) or give a number")
+    port = env.get("MASTER_PORT")
+    if port is not None and (not port.strip().isdigit() or not 1 <= int(port) <= 65535):
+        raise ConfigError(f"MASTER_PORT={port!r} in the environment: must be a port number 1..65535; unset it or give "
+                          "a free port (e.g. 29500)")
+    world = int(env.get("WORLD_SIZE", "1") or 1)
+    devices, nodes = trainer.get("devices"), _int(trainer.get("num_nodes")) or 1
+    count = devices if _int(devices) is not None else len(devices) if isinstance(devices, (list, tuple)) else (
+        int(devices) if isinstance(devices, str) and devices.strip().isdigit() else None)
+    if world > 1 and count is not None and count * nodes == 1:
+        raise ConfigError(f"WORLD_SIZE={world} in the environment (left by torchrun or a parent job), but this run "
+                          "is one process (trainer.devices 1, trainer.num_nodes 1); unset WORLD_SIZE, RANK and "
+                          "LOCAL_RANK, or launch it with matching trainer.devices / num_nodes")
 
 
 TRAINER_AT_LEAST_ONE = ("log_every_n_steps", "accumulate_grad_batches", "check_val_every_n_epoch",
@@ -196,12 +249,65 @@ def _check_trainer(trainer: Any) -> None:
         if len(parts) != 4 or not all(p.strip().isdigit() for p in parts):
             raise ConfigError(f"trainer.max_time: {max_time!r} is not a duration; write DD:HH:MM:SS (e.g. "
                               "00:12:00:00 for 12 hours) or a mapping such as {hours: 12}")
+    if (isinstance(max_time, str) and not any(int(p) for p in max_time.split(":"))) or (
+            isinstance(max_time, dict) and max_time and not any(_int(v) for v in max_time.values())):
+        raise ConfigError(f"trainer.max_time: {max_time!r} is no time at all: the run would stop before its first "
+                          "iteration; give a positive duration (e.g. 00:12:00:00) or drop trainer.max_time")
+    _check_trainer_bounds(trainer)
+
+
+def _int(value: Any) -> Optional[int]:
+    """`value` as an int when it is one (not a bool)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+# Processes per node are named by these (torchrun, SLURM, LSF, MPI, Lightning's own NODE_RANK); without any,
+# a trainer.num_nodes > 1 run waits in its first collective for nodes that never come
+CLUSTER_VARIABLES = ("NODE_RANK", "GROUP_RANK", "TORCHELASTIC_RUN_ID", "SLURM_NTASKS", "LSB_JOBID",
+                     "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "JSM_NAMESPACE_SIZE")
+
+
+def _check_trainer_bounds(trainer: Any) -> None:
+    """Trainer values that would train nothing, contradict each other, or wait forever."""
+    max_epochs, min_epochs = _int(trainer.get("max_epochs")), _int(trainer.get("min_epochs"))
+    if max_epochs is not None and max_epochs != -1 and max_epochs < 1:
+        raise ConfigError(f"trainer.max_epochs: must be >= 1 (PPO iterations; -1: no limit), got {max_epochs}")
+    if min_epochs is not None and max_epochs is not None and max_epochs != -1 and min_epochs > max_epochs:
+        raise ConfigError(f"trainer.min_epochs: {min_epochs} is more than trainer.max_epochs={max_epochs}; the two "
+                          "contradict each other: lower min_epochs or raise max_epochs")
+    max_steps = _int(trainer.get("max_steps"))
+    if max_steps is not None and max_steps != -1 and max_steps < 1:
+        raise ConfigError(f"trainer.max_steps: {max_steps} optimizer steps trains nothing; give a positive number "
+                          "or -1 (no limit: trainer.max_epochs decides)")
+    limit = trainer.get("limit_train_batches")
+    if isinstance(limit, (int, float)) and not isinstance(limit, bool) and limit <= 0:
+        raise ConfigError(f"trainer.limit_train_batches: {limit} trains on no minibatch; drop it (PPO trains on every "
+                          "minibatch of the rollout) or give a positive value")
+    nodes = _int(trainer.get("num_nodes"))
+    if nodes is not None and nodes < 1:
+        raise ConfigError(f"trainer.num_nodes: must be >= 1, got {nodes}")
+    if nodes is not None and nodes > 1 and not any(os.environ.get(v) for v in CLUSTER_VARIABLES):
+        raise ConfigError(f"trainer.num_nodes: {nodes} nodes, but nothing launched this process as one node of "
+                          "several (no torchrun, SLURM or NODE_RANK in the environment), so it would wait for the "
+                          "other nodes for good; launch it on every node with torchrun or srun (docs/guides/"
+                          "scale-out.md) or set trainer.num_nodes: 1")
+    strategy = trainer.get("strategy")
+    if isinstance(strategy, str) and "spawn" in strategy:
+        raise ConfigError(f"trainer.strategy: {strategy} starts each rank by pickling the module and the data module, "
+                          "whose env and collector hold threads and locks that cannot be pickled; use "
+                          "trainer.strategy: ddp (it launches the ranks as new processes)")
+
+
+INT64_MAX = 2**63 - 1
 
 
 def _check_finite(node: Any, key: str = "") -> None:
     """A NaN anywhere in the config is a mistake (it passes every range check: nan < x is False)."""
     if isinstance(node, float) and node != node:
         raise ConfigError(f"{key}: is nan; give a number")
+    if isinstance(node, int) and not isinstance(node, bool) and not -INT64_MAX - 1 <= node <= INT64_MAX:
+        raise ConfigError(f"{key}: {node} does not fit a 64-bit integer (at most {INT64_MAX:,}); give a "
+                          "realistic value")
     items = node.items() if isinstance(node, dict) else (
         vars(node).items() if type(node).__name__ == "Namespace" else enumerate(node) if isinstance(node, list) else ())
     for k, v in items:
@@ -218,6 +324,7 @@ def _check_seed(field: str, seed: int) -> None:
 def build_env(factory: Callable[..., Any], num_envs: int, device: str, seed: int) -> Any:
     """`factory(num_envs, device, seed)`; a ValueError/TypeError it raises becomes a ConfigError on
     `data.env.init_args.<name>` when its message starts with one of the factory's parameters."""
+    _check_required(factory)
     try:
         return factory(num_envs, device, seed)
     except ConfigError as err:
@@ -238,6 +345,27 @@ def build_env(factory: Callable[..., Any], num_envs: int, device: str, seed: int
     except (Exception, SystemExit) as err:  # the user's own constructor failing: name it, without a traceback
         raise ConfigError(f"data.env: {_factory_name(factory)}(num_envs={num_envs}) raised {_raised(err)}; fix the "
                           "world's constructor or its data.env.init_args") from None
+
+
+def _check_required(factory: Callable[..., Any]) -> None:
+    """A required constructor argument (no default) that the config does not give: the parser fills
+    an un-annotated one with None instead of refusing it, and the world then runs with None."""
+    if not isinstance(factory, functools.partial):
+        return
+    cls = next((a for a in reversed(factory.args) if isinstance(a, type)), None)
+    if cls is None:
+        return
+    try:
+        params = inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        return
+    given = factory.keywords or {}
+    for name, param in params.items():
+        if name in ("num_envs", "device", "seed") or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        if param.default is inspect.Parameter.empty and given.get(name) is None:
+            raise ConfigError(f"data.env.init_args.{name}: {cls.__qualname__} requires it (no default) and the config "
+                              f"does not give it; add `{name}: ...` under data.env.init_args")
 
 
 def _factory_name(factory: Callable[..., Any]) -> str:
@@ -315,8 +443,13 @@ def check_env(env: Any, num_envs: int, seed: int) -> None:
     the CPU): attributes, tensor types, shapes and dtypes of everything it returns."""
     name = type(env).__name__
     for attr in ("observation_shape", "action_spec"):
-        if not hasattr(env, attr):
-            raise ConfigError(f"data.env: {name} has no `{attr}`; a BatchedEnv needs it")
+        try:
+            getattr(env, attr)
+        except AttributeError:
+            raise ConfigError(f"data.env: {name} has no `{attr}`; a BatchedEnv needs it") from None
+        except Exception as err:  # a property of the user's world raising
+            raise ConfigError(f"data.env: reading {name}.{attr} raised {_raised(err)}; fix the world's "
+                              f"{attr}") from None
     _check_spaces(name, env)
     if getattr(env, "num_envs", num_envs) != num_envs:
         raise ConfigError(f"data.env: asked for {num_envs} actors, {name} built {env.num_envs}; the env must "

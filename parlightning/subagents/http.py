@@ -38,6 +38,10 @@ def _probe(base_url: str, timeout: float) -> None:
                          "the endpoint or fix base_url (probe: false skips this check)") from None
 
 
+class EndpointFailing(RuntimeError):
+    """`max_endpoint_failures` requests in a row got no usable answer from the endpoint."""
+
+
 class HTTPPool(PoolBase):
     """Subagents as chat completions; see the module docstring.
 
@@ -54,14 +58,32 @@ class HTTPPool(PoolBase):
         probe: open (and close) one TCP connection to the endpoint at construction, so a closed
             port or a wrong host is one error before any rollout rather than every subagent
             failing quietly; false skips it (an endpoint that starts later).
+        max_endpoint_failures: requests in a row that got no usable answer (no connection, a
+            timeout, an HTTP error status, a body that is not a chat completion) after which the
+            pool raises `EndpointFailing` naming the URL and the last error, instead of training on
+            with every subagent failing (a wrong path, a server that hangs or answers garbage);
+            null tolerates any number.
     A result's `steps` are the reply's `usage.completion_tokens` (1 when absent); `output` its text.
     """
 
     def __init__(self, base_url: str, model: str = "default", workers: int = 4, timeout: float = 30.0,
                  api_key: Optional[str] = None, system: Optional[str] = None,
-                 success_marker: Optional[str] = None, max_tokens: int = 256, probe: bool = True) -> None:
+                 success_marker: Optional[str] = None, max_tokens: int = 256, probe: bool = True,
+                 max_endpoint_failures: Optional[int] = 8) -> None:
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
             raise ValueError(f"HTTPPool: base_url must start with http:// or https://, got {base_url!r}")
+        import urllib.parse
+        try:
+            urllib.parse.urlsplit(base_url).port
+        except ValueError as err:
+            raise ValueError(f"HTTPPool: base_url {base_url!r}: {err}; give a port in 1..65535") from None
+        for name, value, low in (("workers", workers, 1), ("max_tokens", max_tokens, 1),
+                                 ("max_endpoint_failures", 1 if max_endpoint_failures is None else max_endpoint_failures,
+                                  1)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"HTTPPool: {name} must be an integer >= {low}, got {value!r}")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < float("inf"):
+            raise ValueError(f"HTTPPool: timeout must be a number of seconds > 0, got {timeout!r}")
         if probe:
             _probe(base_url, min(float(timeout), 10.0))
         self.url = base_url.rstrip("/") + "/chat/completions"
@@ -71,6 +93,7 @@ class HTTPPool(PoolBase):
         self._futures: dict[int, concurrent.futures.Future] = {}
         self._ids = itertools.count()
         self._lock = threading.Lock()
+        self.max_endpoint_failures, self._failures_in_a_row = max_endpoint_failures, 0
 
     def _request(self, instruction: Any) -> SubagentResult:
         start = time.perf_counter()
@@ -87,7 +110,17 @@ class HTTPPool(PoolBase):
             text = reply["choices"][0]["message"]["content"] or ""
             steps = int((reply.get("usage") or {}).get("completion_tokens", 1))
         except (urllib.error.URLError, TimeoutError, OSError, ValueError, KeyError, IndexError, TypeError) as err:
+            with self._lock:
+                self._failures_in_a_row += 1
+                failing = self.max_endpoint_failures is not None and self._failures_in_a_row >= self.max_endpoint_failures
+            if failing:
+                shown = " ".join(f"{type(err).__name__}: {err}".split())[:200]
+                raise EndpointFailing(f"HTTPPool: {self.url}: {self._failures_in_a_row} requests in a row got no usable "
+                                      f"answer (last: {shown}); fix base_url / model or the server "
+                                      "(max_endpoint_failures: null tolerates this)") from None
             return SubagentResult(False, 0, time.perf_counter() - start, error=f"{type(err).__name__}: {err}")
+        with self._lock:
+            self._failures_in_a_row = 0
         success = self.success_marker is None or self.success_marker in text
         return SubagentResult(success, steps, time.perf_counter() - start, text)
 

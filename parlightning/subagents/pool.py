@@ -48,11 +48,19 @@ class SubagentPool(Protocol):
 
 def normalize(value: Any, seconds: float) -> SubagentResult:
     """A user's return value as a result: a `SubagentResult`, a mapping with `success` (and
-    optional `steps`, `output`), a bool, a `(success, steps)` pair, or anything else (success)."""
+    optional `steps`, `output`), a bool, a `(success, steps)` pair, or anything else but None
+    (success, with that output). None (a function that forgot to `return`) and a `success` that is
+    not a bool or 0/1 (`"no"` would read as True) are refused."""
     if isinstance(value, SubagentResult):
         return value
+    if value is None:
+        raise TypeError("returned None (a missing `return`?); return a mapping {'success': bool, 'steps': int} or a "
+                        "bool")
     if isinstance(value, dict) and "success" in value:
-        return SubagentResult(bool(value["success"]), _steps(value.get("steps", 1)), seconds, value.get("output"))
+        flag = value["success"]
+        if not (isinstance(flag, bool) or (isinstance(flag, int) and flag in (0, 1))):
+            raise TypeError(f"returned success={flag!r}; success must be a bool (True / False)")
+        return SubagentResult(bool(flag), _steps(value.get("steps", 1)), seconds, value.get("output"))
     if isinstance(value, bool):
         return SubagentResult(value, 1, seconds)
     if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], bool):

@@ -138,8 +138,9 @@ class ProcessPool(PoolBase):
         if workers > MAX_WORKERS:
             raise ValueError(f"ProcessPool: workers={workers} is above the cap of {MAX_WORKERS} worker processes per "
                              "pool (each one loads torch and the function); use at most that many (more spawns queue)")
-        if timeout is not None and timeout <= 0:
-            raise ValueError(f"ProcessPool: timeout must be positive or None, got {timeout!r}")
+        for name, value in (("timeout", timeout), ("start_timeout", start_timeout)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
+                raise ValueError(f"ProcessPool: {name} must be a number of seconds > 0 (or null), got {value!r}")
         if on_error not in ON_ERROR:
             raise ValueError(f"ProcessPool: on_error must be one of {list(ON_ERROR)}, got {on_error!r}")
         try:

@@ -77,6 +77,13 @@ class PoolOrchestrationWorld:
                  call_latency: Optional[Sequence[float]] = None, fail_rate: float = 0.0, hang_rate: float = 0.0,
                  hang_seconds: float = 3600.0) -> None:
         self.pool, self.seed = pool, seed
+        for name, value in (("tasks_per_family", tasks_per_family), ("max_levels", max_levels),
+                            ("max_width", max_width), ("n_skills", n_skills), ("max_cost", max_cost),
+                            ("max_episode_steps", max_episode_steps)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"PoolOrchestrationWorld: {name} must be an integer >= 1, got {value!r}")
+        if isinstance(families, str) or not families:
+            raise ValueError(f"PoolOrchestrationWorld: families must be a non-empty list of families, got {families!r}")
         if call_latency is not None and (len(call_latency) != 2 or not call_latency[0] > 0 or call_latency[1] < 0):
             raise ValueError(f"PoolOrchestrationWorld: call_latency must be [median > 0, sigma >= 0], got {call_latency!r}")
         if not (0 <= fail_rate <= 1 and 0 <= hang_rate <= 1):
