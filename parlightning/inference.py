@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from parlightning.envs.base import ActionSpec
 from parlightning.envs.normalize import ObsNormalizer, normalizer_from_checkpoint
 from parlightning.errors import ConfigError
-from parlightning.cli.evaluate import greedy_action
+from parlightning.cli.evaluate import check_device, greedy_action
 
 Observation = Union[Tensor, np.ndarray]
 
@@ -107,18 +107,6 @@ class Policy:
     __call__ = predict
 
 
-def _check_device(device: Any) -> None:
-    """`device` names a torch device this machine has (one ConfigError, not torch's own error later)."""
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, ValueError, TypeError):
-        raise ConfigError(f"device: {device!r} is not a torch device; use 'cpu', 'cuda' or 'cuda:N'") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"device: {device!r} asked for, but this torch has no usable CUDA device; use device='cpu'")
-    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
-        raise ConfigError(f"device: {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
-
-
 def load_policy(path: Union[str, os.PathLike], device: Union[str, torch.device] = "cpu") -> Policy:
     """The trained policy of a `parlightning.fit` checkpoint, ready to `predict`: rebuilt with
     `PPOModule`'s own loading (`on_load_checkpoint`), with the run's observation normalisation.
@@ -129,7 +117,7 @@ def load_policy(path: Union[str, os.PathLike], device: Union[str, torch.device] 
     if not isinstance(path, (str, os.PathLike)):
         raise ConfigError(f"path: expected a checkpoint path (str or PathLike), got {type(path).__name__} {path!r:.60}")
     path = os.fspath(path)
-    _check_device(device)
+    check_device("device", device, types=None)
     checkpoint = load_checkpoint_file(path)
     hp = dict(checkpoint.get("hyper_parameters") or {})
     if hp.get("policy", "mlp") not in ("mlp", "slots"):

@@ -315,17 +315,19 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def check_device(flag: str, device: str) -> None:
-    """`--device` names a device torch knows and this machine has."""
+def check_device(flag: str, device: Any, types: Optional[tuple[str, ...]] = ("cpu", "cuda", "mps")) -> None:
+    """`flag` (`--device` on a command line, `device` in the Python API) names a device torch knows and
+    this machine has (and, with `types`, one of those kinds)."""
+    use = (lambda d: f"{flag} {d}") if flag.startswith("--") else (lambda d: f"{flag}={d!r}")  # noqa: E731
     try:
         dev = torch.device(device)
     except (RuntimeError, ValueError, TypeError):
         raise ConfigError(f"{flag}: {device!r} is not a torch device; use cpu, cuda or cuda:N") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"{flag}: {device!r} asked for, but this torch has no usable CUDA device; use --device cpu")
+        raise ConfigError(f"{flag}: {device!r} asked for, but this torch has no usable CUDA device; use {use('cpu')}")
     if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
         raise ConfigError(f"{flag}: {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
-    if dev.type not in ("cpu", "cuda", "mps"):
+    if types is not None and dev.type not in types:
         raise ConfigError(f"{flag}: {device!r}: evaluate runs on cpu or cuda")
 
 
