@@ -105,8 +105,10 @@ def _baseline() -> int:
     return _rss_bytes()
 
 
-class _Enough(Exception):
-    """Raised when the trailing rollout starts: its start stamp closes the last measured iteration."""
+class _Enough(SystemExit):
+    """Raised when the trailing rollout starts: its start stamp closes the last measured iteration. A
+    SystemExit, so that `parlightning.fit` lets it through like an exit (it turns any other exception
+    raised in code outside the package, such as this benchmark's wrappers, into one error line)."""
 
 
 def child_lightning(a: argparse.Namespace) -> dict[str, Any]:
