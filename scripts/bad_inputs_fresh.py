@@ -1524,24 +1524,9 @@ def main(argv=None) -> int:
                     except OSError:
                         pass
             shutil.rmtree(base, ignore_errors=True)
-    counted = [r for r in results if not r[0].control and r[1] != "skipped"]
-    controls = [r for r in results if r[0].control]
-    cats: dict[str, dict[str, int]] = {}
-    for case, outcome, _line, _s in counted:
-        cats.setdefault(case.category, {}).setdefault(outcome, 0)
-        cats[case.category][outcome] += 1
-    kinds = ["clean", "traceback", "misleading", "messy", "accepted", "hang", "crash"]
-    print(f"\n{'category':>16} " + " ".join(f"{k:>10}" for k in kinds) + f" {'total':>6}")
-    for cat, counts in cats.items():
-        print(f"{cat:>16} " + " ".join(f"{counts.get(k, 0):>10}" for k in kinds) + f" {sum(counts.values()):>6}")
-    totals = {k: sum(c.get(k, 0) for c in cats.values()) for k in kinds}
-    n = len(counted)
-    print(f"{'all':>16} " + " ".join(f"{totals[k]:>10}" for k in kinds) + f" {n:>6}")
-    skipped = [r for r in results if r[1] == "skipped"]
-    clean = totals["clean"]
-    print(f"\nclean {clean} of {n} ({100.0 * clean / max(n, 1):.1f}%) in {time.monotonic() - t0:.0f} s"
-          + (f"; {len(skipped)} skipped" if skipped else "")
-          + (f"; controls {sum(r[1] == 'ok' for r in controls)}/{len(controls)} ran" if controls else ""))
+    counted = [r for r in results if not getattr(r[0], "control", False) and r[1] != "skipped"]
+    controls = [r for r in results if getattr(r[0], "control", False)]
+    clean, n = summarize(results, counted, t0, width=16, controls=controls)
     bad_controls = [r for r in controls if r[1] != "ok"]
     for case, outcome, line, _ in bad_controls:
         print(f"CONTROL FAILED {case.name}: {line}")
@@ -1550,6 +1535,28 @@ def main(argv=None) -> int:
             {"name": c.name, "category": c.category, "outcome": o, "line": ln, "seconds": round(s, 2)}
             for c, o, ln, s in results], indent=1))
     return 0 if clean == n and not bad_controls else 1
+
+
+def summarize(results: list, counted: list, t0: float, width: int, controls: list = ()) -> tuple[int, int]:
+    """Print the outcome table per category and the clean share; returns (clean, counted). Shared by
+    the round-4 corpus (scripts/bad_inputs_round4.py)."""
+    cats: dict[str, dict[str, int]] = {}
+    for case, outcome, _line, _s in counted:
+        cats.setdefault(case.category, {}).setdefault(outcome, 0)
+        cats[case.category][outcome] += 1
+    kinds = ["clean", "traceback", "misleading", "messy", "accepted", "hang", "crash"]
+    print(f"\n{'category':>{width}} " + " ".join(f"{k:>10}" for k in kinds) + f" {'total':>6}")
+    for cat, counts in cats.items():
+        print(f"{cat:>{width}} " + " ".join(f"{counts.get(k, 0):>10}" for k in kinds) + f" {sum(counts.values()):>6}")
+    totals = {k: sum(c.get(k, 0) for c in cats.values()) for k in kinds}
+    n = len(counted)
+    print(f"{'all':>{width}} " + " ".join(f"{totals[k]:>10}" for k in kinds) + f" {n:>6}")
+    skipped = [r for r in results if r[1] == "skipped"]
+    clean = totals["clean"]
+    print(f"\nclean {clean} of {n} ({100.0 * clean / max(n, 1):.1f}%) in {time.monotonic() - t0:.0f} s"
+          + (f"; {len(skipped)} skipped" if skipped else "")
+          + (f"; controls {sum(r[1] == 'ok' for r in controls)}/{len(controls)} ran" if controls else ""))
+    return clean, n
 
 
 if __name__ == "__main__":

@@ -975,21 +975,7 @@ def main(argv=None) -> int:
                         pass
             shutil.rmtree(base, ignore_errors=True)
     counted = [r for r in results if r[1] != "skipped"]
-    cats: dict[str, dict[str, int]] = {}
-    for case, outcome, _line, _s in counted:
-        cats.setdefault(case.category, {}).setdefault(outcome, 0)
-        cats[case.category][outcome] += 1
-    kinds = ["clean", "traceback", "misleading", "messy", "accepted", "hang", "crash"]
-    print(f"\n{'category':>14} " + " ".join(f"{k:>10}" for k in kinds) + f" {'total':>6}")
-    for cat, counts in cats.items():
-        print(f"{cat:>14} " + " ".join(f"{counts.get(k, 0):>10}" for k in kinds) + f" {sum(counts.values()):>6}")
-    totals = {k: sum(c.get(k, 0) for c in cats.values()) for k in kinds}
-    n = len(counted)
-    print(f"{'all':>14} " + " ".join(f"{totals[k]:>10}" for k in kinds) + f" {n:>6}")
-    skipped = [r for r in results if r[1] == "skipped"]
-    clean = totals["clean"]
-    print(f"\nclean {clean} of {n} ({100.0 * clean / max(n, 1):.1f}%) in {time.monotonic() - t0:.0f} s"
-          + (f"; {len(skipped)} skipped" if skipped else ""))
+    clean, n = bif.summarize(results, counted, t0, width=14)
     if a.json:
         Path(a.json).write_text(json.dumps([
             {"name": c.name, "category": c.category, "outcome": o, "line": ln, "seconds": round(s, 2)}
