@@ -279,12 +279,28 @@ def fmt(s: Optional[dict], d: int = 3) -> str:
 
 
 def budget_note(plan: dict) -> str:
-    """Which budgets this plan holds so far (a map run 1x first gains its 3x cells later)."""
-    budgets = sorted({c["budget"] for c in plan["cells"] if c["world"] == "default"})
-    if budgets == [1, 3] or not budgets:
+    """Which budgets (and, where a budget covers only some priors, which priors) this plan holds so far:
+    a map run 1x first gains its 3x cells later, prior by prior."""
+    default = [c for c in plan["cells"] if c["world"] == "default"]
+    priors = list(dict.fromkeys(c["prior"] for c in default))
+    partial = {b: [p for p in priors if any(c["prior"] == p and c["budget"] == b for c in default)]
+               for b in sorted({c["budget"] for c in default})}
+    if sorted(partial) == [1, 3] and all(len(v) == len(priors) for v in partial.values()) or not default:
         return ""
-    return (f" This plan holds the {', '.join(f'{b}x' for b in budgets)} cells only so far; the others are not run yet "
-            "(the same --out grows: `--budgets 1,3`).")
+    held = "; ".join(f"{b}x: " + ("every prior" if len(v) == len(priors) else "priors " + ", ".join(map(str, v)))
+                     for b, v in partial.items())
+    return (f" This plan holds, so far, {held}; the other cells are not run yet (the same --store grows: "
+            "`--priors ... --budgets 3` adds cells).")
+
+
+def merged_cells(store: Path, plan: dict) -> None:
+    """A study's cells are the union of every invocation's (so `--priors 0.99999 --budgets 3` adds the
+    3x cells of one prior to a map that holds every prior at 1x): the saved cells first, in their
+    order, then the new ones."""
+    saved = store / "study.json"
+    if saved.is_file():
+        old = json.loads(saved.read_text()).get("cells", [])
+        plan["cells"] = old + [c for c in plan["cells"] if c not in old]
 
 
 def page(summary: Optional[dict], plan: dict, images: dict[str, str], progress: Optional[tuple[int, int]] = None) -> str:
@@ -542,6 +558,7 @@ def main(argv: Optional[list[str]] = None) -> Optional[dict]:
     if a.report:
         if not (store / "study.json").is_file():
             raise SystemExit(f"error: --report: no study in {store} (no study.json); give the --store (or --out) of a study")
+        merged_cells(store, plan)  # the page covers the whole study, whichever cells these arguments name
         open_study(store, plan)  # the same settings as the runs, or one error naming what differs
         main_specs = specs_of(plan)
         first = summarize(plan, finished(store, main_specs))
@@ -549,6 +566,7 @@ def main(argv: Optional[list[str]] = None) -> Optional[dict]:
     else:
         out.mkdir(parents=True, exist_ok=True)
         store.mkdir(parents=True, exist_ok=True)
+        merged_cells(store, plan)
         open_study(store, plan, grow=("cells",))  # a map run 1x first can gain its 3x cells later
         main_specs = specs_of(plan)
         print(f"collapse study: {len(plan['cells'])} cells, {len(main_specs)} runs in the main grid, out {out}, "

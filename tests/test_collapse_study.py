@@ -137,3 +137,18 @@ def test_the_horizon_region_takes_cells_where_outcome_only_stalls_near_serial_wh
     specs = cs.specs_of({**plan, "seeds": 1}, tuple(c["name"] for c in cells.values() if cs.in_region(c)))
     horizon = [s for s in specs if s.get("horizon_axis")]
     assert [(s["cell"]["prior"], s["horizon"]) for s in horizon] == [("stall", 0.2)]  # 0.6 is the main grid's (b)
+
+
+def test_a_study_gains_one_priors_3x_cells_and_the_page_names_which(tmp_path):
+    import collapse_study as cs
+
+    cell = lambda p, b: {"world": "default", "prior": p, "lam": 1.0, "budget": b, "name": f"{p}_{b}x"}  # noqa: E731
+    first = {"cells": [cell("none", 1), cell("0.99999", 1)]}
+    (tmp_path / "study.json").write_text(json.dumps(first))
+    later = {"cells": [cell("0.99999", 3)]}  # e.g. `--priors 0.99999 --budgets 3` on the same --store
+    cs.merged_cells(tmp_path, later)
+    assert later["cells"] == [cell("none", 1), cell("0.99999", 1), cell("0.99999", 3)]  # saved first, then new
+    assert "3x: priors 0.99999" in cs.budget_note(later) and "1x: every prior" in cs.budget_note(later)
+    assert cs.budget_note({"cells": [cell("none", 1), cell("none", 3)]}) == ""  # the whole map: nothing to say
+    cs.merged_cells(tmp_path / "nowhere", later)  # no saved study: the arguments' cells as they are
+    assert len(later["cells"]) == 3
