@@ -49,6 +49,16 @@ SCHEDULES = {  # name -> data module keys
     "round lag 1": {"max_policy_lag": 1},
     "per-actor": {"collect": "trajectories", "max_policy_lag": 2},
 }
+WORKERS = 1  # the per-actor workers row's world processes (--workers)
+
+
+def schedules(workers: int) -> dict:
+    """name -> (data module keys, env keys): the schedules above (worlds on threads / one event loop
+    in the trainer's process), and per-actor collection with the worlds in `workers` processes."""
+    rows = {name: (keys, {}) for name, keys in SCHEDULES.items()}
+    if workers:
+        rows[f"per-actor, {workers} worker{'s' if workers > 1 else ''}"] = (SCHEDULES["per-actor"], {"workers": workers})
+    return rows
 
 
 class WorldEnv:
@@ -84,17 +94,27 @@ def fit(dm: RolloutDataModule, epochs: int, seed: int, module: PPOModule | None 
     return module, time.perf_counter() - start
 
 
-def throughput_row(n: int, steps: int, epochs: int, latency: tuple[float, float], name: str, world: type) -> dict:
+def throughput_row(n: int, steps: int, epochs: int, latency: tuple[float, float], name: str, world: type,
+                   rows: dict | None = None) -> dict:
     pl.seed_everything(0, verbose=False)
-    env = WorldEnv({"call_latency": list(latency)}, world=world, step_timeout=60.0)
-    dm = RolloutDataModule(env=env, num_envs=n, num_steps=steps, update_epochs=1, num_minibatches=1,
-                           **SCHEDULES[name])
+    keys, env_keys = (rows or schedules(0))[name]
+    env = WorldEnv({"call_latency": list(latency)}, world=world, step_timeout=60.0, **env_keys)
+    dm = RolloutDataModule(env=env, num_envs=n, num_steps=steps, update_epochs=1, num_minibatches=1, **keys)
     marks = []  # (time, busy seconds, env steps, stale share) at each iteration's end: the steady state
+
+    def busy() -> float:
+        """The seconds of calls the worlds waited for, as drawn (`busy_seconds`): read from the worlds
+        here, or (per-actor collection, wherever the worlds run) summed by the collector from what
+        each answered call added to its world's count: the same numbers."""
+        transport = dm.collector.transport
+        if hasattr(transport, "busy_total"):
+            return transport.busy_total
+        return sum(w.busy_seconds for w in env.worlds)
 
     class Mark(pl.Callback):
         def on_train_epoch_end(self, trainer, pl_module):
             stale = float(dm.last_rollout.stats.get("collect/stale_share", torch.tensor(0.0)))
-            marks.append((time.perf_counter(), sum(w.busy_seconds for w in env.worlds), dm.env_steps, stale))
+            marks.append((time.perf_counter(), busy(), dm.env_steps, stale))
 
     try:
         trainer = pl.Trainer(max_epochs=epochs, logger=False, enable_checkpointing=False, enable_progress_bar=False,
@@ -191,6 +211,10 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--learn_epochs", type=int, default=None, help="PPO iterations per learning run")
     p.add_argument("--world", choices=("async", "thread"), default="async",
                    help="the utilisation table's worlds: async def on one event loop (default) or a thread each")
+    p.add_argument("--workers", type=int, default=WORKERS,
+                   help="world processes of the 'per-actor, P workers' row (0: no such row)")
+    p.add_argument("--epochs", type=int, default=None,
+                   help="PPO iterations per utilisation row (default 5, 4 at N >= 1000; the first is start-up)")
     p.add_argument("--parts", type=int, nargs="+", default=[1, 2, 3], help="which sections to run (1 2 3)")
     p.add_argument("--write", default=None, help="results page to write (default docs/results/async.md, "
                                                  "not with --quick)")
@@ -207,18 +231,24 @@ def main(argv: list[str] | None = None) -> dict:
              f"command: python scripts/bench_async.py {' '.join(argv if argv is not None else sys.argv[1:])}".rstrip()]
     rows: list[dict] = []
     world = AsyncPoolOrchestrationWorld if a.world == "async" else PoolOrchestrationWorld
+    table = schedules(a.workers)
     for n in sizes if 1 in a.parts else []:
         steps, epochs = (4, 4) if n >= 1000 else (8, 5)
-        for name in SCHEDULES:
-            rows.append(throughput_row(n, steps, epochs, latency, name, world))
+        for name in table:
+            row = throughput_row(n, steps, a.epochs or epochs, latency, name, world, table)
+            row["load"] = os.getloadavg()[0]  # the 1-minute load as the row ended (the machine is shared)
+            rows.append(row)
     lines += [] if not rows else ["", f"## 1. Utilisation and throughput (lognormal call latency: median {latency[0] * 1000:g} ms, "
-                  f"sigma {latency[1]:g}; {world.__name__}; B = N segments, T = 8 (4 at N >= 1000), 1 PPO epoch)", "",
-              "| N | schedule | subagent utilisation | trained samples/s | vs round lag | stale share |",
-              "|---|---|---|---|---|---|"]
+                  f"sigma {latency[1]:g}; {world.__name__}; B = N segments, T = 8 (4 at N >= 1000), 1 PPO epoch; "
+                  "the per-actor rows' worlds on one event loop in the trainer's process, or in P worker processes)",
+                  "",
+              "| N | schedule | subagent utilisation | trained samples/s | vs round lag | stale share | timed | load (1 min) |",
+              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lag = next(x for x in rows if x["N"] == r["N"] and x["schedule"] == "round lag 1")
         lines.append(f"| {r['N']} | {r['schedule']} | {r['utilisation']:.0%} | {r['samples_per_s']:,.0f} | "
-                     f"{r['samples_per_s'] / lag['samples_per_s']:.2f}x | {r['stale_share']:.1%} |")
+                     f"{r['samples_per_s'] / lag['samples_per_s']:.2f}x | {r['stale_share']:.1%} | "
+                     f"{r['env_steps']:,} steps, {r['wall_s']:.1f} s | {r['load']:.2f} |")
     learn = [learning_run(name, seed, learn_epochs, 1 if a.quick else 4)
              for name in ("lock-step", "per-actor") for seed in range(seeds)] if 2 in a.parts else []
     summary: dict = {}
