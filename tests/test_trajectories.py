@@ -461,7 +461,7 @@ def test_bench_async_quick_prints_every_table(tmp_path):
         assert heading in text
     assert {r["schedule"] for r in out["rows"]} == {"lock-step", "round lag 1", "per-actor", "per-actor, 1 worker"}
     assert all(0 < r["utilisation"] < 1.5 for r in out["rows"])  # (a call straddling the window may count whole)
-    assert out["faults"]["drop"]["completed"]
+    assert out["faults"]["drop"]["completed"] and out["faults"]["drop_workers"]["completed"]
     assert out["faults"]["fail"].startswith("error: external world PoolOrchestrationWorld actor ")
     assert "on task '" in out["faults"]["fail"] and "step raised ConnectionError" in out["faults"]["fail"]
 
