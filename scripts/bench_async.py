@@ -6,7 +6,10 @@ lag budget, on `PoolOrchestrationWorld` with a lognormal model-call latency (med
    waited for (as drawn: `PoolOrchestrationWorld.busy_seconds`), summed over worlds, / (N x wall
    seconds); learner throughput = trained env steps / wall seconds; both from the end of the
    first PPO iteration to the end of the last (start-up excluded). Same N, T, model and PPO
-   epochs per schedule.
+   epochs per schedule. Per-actor collection runs twice or more: the worlds on one event loop in
+   the trainer's process, and in P worker processes (`workers: P`, `--workers`). Where the time
+   goes: CPU microseconds per trained step in the trainer's process (all its threads) and in the
+   worker processes, over the same window; and the machine's 1-minute load average.
 2. learning: configs/external.yaml's world and PPO settings (no latency: seconds_per_step as
    shipped) at equal trained env steps, lock-step vs per-actor, over seeds; held-out success on
    a task bank the run never trained on (bank_seed 2234), greedy, mean +- std and a 95% t CI of
@@ -49,6 +52,18 @@ SCHEDULES = {  # name -> data module keys
     "round lag 1": {"max_policy_lag": 1},
     "per-actor": {"collect": "trajectories", "max_policy_lag": 2},
 }
+WORKERS = (1,)  # the per-actor workers rows' world processes (--workers): 1 on a 2-core machine shared with other jobs
+
+
+def schedules(workers: int | tuple = ()) -> dict:
+    """name -> (data module keys, env keys): the schedules above (worlds on threads / one event loop
+    in the trainer's process), and per-actor collection with the worlds in P worker processes, one
+    row per P in `workers`."""
+    rows = {name: (keys, {}) for name, keys in SCHEDULES.items()}
+    for p in (workers,) if isinstance(workers, int) else workers:
+        if p:
+            rows[f"per-actor, {p} worker{'s' if p > 1 else ''}"] = (SCHEDULES["per-actor"], {"workers": p})
+    return rows
 
 
 class WorldEnv:
@@ -84,17 +99,39 @@ def fit(dm: RolloutDataModule, epochs: int, seed: int, module: PPOModule | None 
     return module, time.perf_counter() - start
 
 
-def throughput_row(n: int, steps: int, epochs: int, latency: tuple[float, float], name: str, world: type) -> dict:
+def throughput_row(n: int, steps: int, epochs: int, latency: tuple[float, float], name: str, world: type,
+                   rows: dict | None = None) -> dict:
     pl.seed_everything(0, verbose=False)
-    env = WorldEnv({"call_latency": list(latency)}, world=world, step_timeout=60.0)
-    dm = RolloutDataModule(env=env, num_envs=n, num_steps=steps, update_epochs=1, num_minibatches=1,
-                           **SCHEDULES[name])
+    keys, env_keys = (rows or schedules(0))[name]
+    env = WorldEnv({"call_latency": list(latency)}, world=world, step_timeout=60.0, **env_keys)
+    dm = RolloutDataModule(env=env, num_envs=n, num_steps=steps, update_epochs=1, num_minibatches=1, **keys)
     marks = []  # (time, busy seconds, env steps, stale share) at each iteration's end: the steady state
+
+    def busy() -> float:
+        """The seconds of calls the worlds waited for, as drawn (`busy_seconds`): read from the worlds
+        here, or (per-actor collection, wherever the worlds run) summed by the collector from what
+        each answered call added to its world's count: the same numbers."""
+        transport = dm.collector.transport
+        if hasattr(transport, "busy_total"):
+            return transport.busy_total
+        return sum(w.busy_seconds for w in env.worlds)
+
+    def worker_cpu() -> float:
+        """CPU seconds the world worker processes have used (Linux /proc; 0 without workers)."""
+        total = 0.0
+        for pid in dm.collector.env.worker_pids:
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            except (OSError, ValueError, IndexError):
+                pass
+        return total
 
     class Mark(pl.Callback):
         def on_train_epoch_end(self, trainer, pl_module):
             stale = float(dm.last_rollout.stats.get("collect/stale_share", torch.tensor(0.0)))
-            marks.append((time.perf_counter(), sum(w.busy_seconds for w in env.worlds), dm.env_steps, stale))
+            marks.append((time.perf_counter(), busy(), dm.env_steps, stale, time.process_time(), worker_cpu()))
 
     try:
         trainer = pl.Trainer(max_epochs=epochs, logger=False, enable_checkpointing=False, enable_progress_bar=False,
@@ -102,10 +139,11 @@ def throughput_row(n: int, steps: int, epochs: int, latency: tuple[float, float]
         trainer.fit(PPOModule(lr=0.001, hidden_sizes=[64, 64], activation="relu", anneal_lr=False), datamodule=dm)
     finally:
         dm.teardown("fit")
-    (t0, b0, s0, _), (t1, b1, s1, _) = marks[0], marks[-1]  # from the first iteration's end (start-up excluded)
-    wall = t1 - t0
-    return {"schedule": name, "N": n, "utilisation": (b1 - b0) / (n * wall), "samples_per_s": (s1 - s0) / wall,
-            "stale_share": statistics.mean(m[3] for m in marks[1:]), "wall_s": wall, "env_steps": s1 - s0}
+    (t0, b0, s0, _, c0, w0), (t1, b1, s1, _, c1, w1) = marks[0], marks[-1]  # start-up excluded
+    wall, steps = t1 - t0, s1 - s0
+    return {"schedule": name, "N": n, "utilisation": (b1 - b0) / (n * wall), "samples_per_s": steps / wall,
+            "stale_share": statistics.mean(m[3] for m in marks[1:]), "wall_s": wall, "env_steps": steps,
+            "trainer_cpu_us": 1e6 * (c1 - c0) / steps, "worker_cpu_us": 1e6 * (w1 - w0) / steps}
 
 
 def held_out_success(policy: torch.nn.Module, seed: int, episodes: int) -> float:
@@ -142,11 +180,12 @@ def learning_run(name: str, seed: int, epochs: int, episodes: int) -> dict:
             "stale_share": statistics.mean(stale) if stale else 0.0}
 
 
-def fault_runs(n: int, epochs: int) -> dict:
+def fault_runs(n: int, epochs: int, workers: int = 0) -> dict:
+    """on_error: drop (the worlds here, and in `workers` worker processes) and on_error: fail."""
     out = {}
     faults = {"call_latency": [0.002, 0.8], "fail_rate": 0.05, "hang_rate": 0.01, "hang_seconds": 30.0}
-    pl.seed_everything(0, verbose=False)
-    dropped, segments = [], []
+    dropped: list = []
+    segments: list = []
 
     class Count(pl.Callback):
         def on_train_epoch_end(self, trainer, pl_module):
@@ -154,17 +193,24 @@ def fault_runs(n: int, epochs: int) -> dict:
             dropped.append(float(s["collect/dropped_trajectories"]))
             segments.append(float(s["collect/segments"]))
 
-    dm = RolloutDataModule(env=WorldEnv(faults, on_error="drop", drop_budget=0.75, step_timeout=0.5), num_envs=n,
-                           num_steps=4, update_epochs=1, num_minibatches=1, collect="trajectories", max_policy_lag=2)
-    try:
-        trainer = pl.Trainer(max_epochs=epochs, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                             enable_model_summary=False, accelerator="cpu", devices=1, callbacks=[Count()])
-        trainer.fit(PPOModule(anneal_lr=False), datamodule=dm)
-        out["drop"] = {"completed": trainer.current_epoch == epochs, "epochs": trainer.current_epoch,
-                       "dropped": sum(dropped), "segments": sum(segments),
-                       "dropped_share": sum(dropped) / max(sum(dropped) + sum(segments), 1.0)}
-    finally:
-        dm.teardown("fit")
+    for key, extra in (("drop", {}), ("drop_workers", {"workers": workers} if workers else None)):
+        if extra is None:
+            continue
+        pl.seed_everything(0, verbose=False)
+        dropped, segments = [], []
+        dm = RolloutDataModule(env=WorldEnv(faults, on_error="drop", drop_budget=0.75, step_timeout=0.5, **extra),
+                               num_envs=n, num_steps=4, update_epochs=1, num_minibatches=1, collect="trajectories",
+                               max_policy_lag=2)
+        try:
+            trainer = pl.Trainer(max_epochs=epochs, logger=False, enable_checkpointing=False,
+                                 enable_progress_bar=False, enable_model_summary=False, accelerator="cpu", devices=1,
+                                 callbacks=[Count()])
+            trainer.fit(PPOModule(anneal_lr=False), datamodule=dm)
+            out[key] = {"completed": trainer.current_epoch == epochs, "epochs": trainer.current_epoch,
+                        "dropped": sum(dropped), "segments": sum(segments),
+                        "dropped_share": sum(dropped) / max(sum(dropped) + sum(segments), 1.0)}
+        finally:
+            dm.teardown("fit")
     pl.seed_everything(0, verbose=False)
     dm = RolloutDataModule(env=WorldEnv({**faults, "hang_rate": 0.0}, on_error="fail", step_timeout=0.5),
                            num_envs=n, num_steps=8, update_epochs=1, num_minibatches=1, collect="trajectories",
@@ -191,6 +237,10 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--learn_epochs", type=int, default=None, help="PPO iterations per learning run")
     p.add_argument("--world", choices=("async", "thread"), default="async",
                    help="the utilisation table's worlds: async def on one event loop (default) or a thread each")
+    p.add_argument("--workers", type=int, nargs="+", default=list(WORKERS),
+                   help="world processes of the 'per-actor, P workers' rows, one row per P (0: none)")
+    p.add_argument("--epochs", type=int, default=None,
+                   help="PPO iterations per utilisation row (default 20, 8 at N >= 1000; the first is start-up)")
     p.add_argument("--parts", type=int, nargs="+", default=[1, 2, 3], help="which sections to run (1 2 3)")
     p.add_argument("--write", default=None, help="results page to write (default docs/results/async.md, "
                                                  "not with --quick)")
@@ -207,18 +257,28 @@ def main(argv: list[str] | None = None) -> dict:
              f"command: python scripts/bench_async.py {' '.join(argv if argv is not None else sys.argv[1:])}".rstrip()]
     rows: list[dict] = []
     world = AsyncPoolOrchestrationWorld if a.world == "async" else PoolOrchestrationWorld
+    table = schedules(tuple(a.workers))
     for n in sizes if 1 in a.parts else []:
-        steps, epochs = (4, 4) if n >= 1000 else (8, 5)
-        for name in SCHEDULES:
-            rows.append(throughput_row(n, steps, epochs, latency, name, world))
+        steps, epochs = (4, 8) if n >= 1000 else (8, 20)
+        if a.quick:
+            epochs = 5
+        for name in table:
+            row = throughput_row(n, steps, a.epochs or epochs, latency, name, world, table)
+            row["load"] = os.getloadavg()[0]  # the 1-minute load as the row ended (the machine is shared)
+            rows.append(row)
     lines += [] if not rows else ["", f"## 1. Utilisation and throughput (lognormal call latency: median {latency[0] * 1000:g} ms, "
-                  f"sigma {latency[1]:g}; {world.__name__}; B = N segments, T = 8 (4 at N >= 1000), 1 PPO epoch)", "",
-              "| N | schedule | subagent utilisation | trained samples/s | vs round lag | stale share |",
-              "|---|---|---|---|---|---|"]
+                  f"sigma {latency[1]:g}; {world.__name__}; B = N segments, T = 8 (4 at N >= 1000), 1 PPO epoch; "
+                  "the per-actor rows' worlds on one event loop in the trainer's process, or in P worker processes)",
+                  "",
+              "| N | schedule | subagent utilisation | trained samples/s | vs round lag | stale share | "
+              "CPU µs per trained step: trainer / workers | timed | load (1 min) |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lag = next(x for x in rows if x["N"] == r["N"] and x["schedule"] == "round lag 1")
         lines.append(f"| {r['N']} | {r['schedule']} | {r['utilisation']:.0%} | {r['samples_per_s']:,.0f} | "
-                     f"{r['samples_per_s'] / lag['samples_per_s']:.2f}x | {r['stale_share']:.1%} |")
+                     f"{r['samples_per_s'] / lag['samples_per_s']:.2f}x | {r['stale_share']:.1%} | "
+                     f"{r['trainer_cpu_us']:.0f} / {r['worker_cpu_us']:.0f} | "
+                     f"{r['env_steps']:,} steps, {r['wall_s']:.1f} s | {r['load']:.2f} |")
     learn = [learning_run(name, seed, learn_epochs, 1 if a.quick else 4)
              for name in ("lock-step", "per-actor") for seed in range(seeds)] if 2 in a.parts else []
     summary: dict = {}
@@ -238,13 +298,17 @@ def main(argv: list[str] | None = None) -> dict:
         lo, hi = summary["lock-step"][2], summary["lock-step"][3]
         inside = lo <= summary["per-actor"][0] <= hi
         lines.append(f"\nper-actor mean {'inside' if inside else 'OUTSIDE'} lock-step's 95% CI")
-    faults = fault_runs(sizes[0] if a.quick else 64, 3 if a.quick else 6) if 3 in a.parts else {}
+    faults = fault_runs(sizes[0] if a.quick else 64, 3 if a.quick else 6,
+                        max(a.workers)) if 3 in a.parts else {}
     if faults:
-        d = faults["drop"]
-        lines += ["", "## 3. Faults (5% of calls raise ConnectionError, 1% hang; step_timeout 0.5 s)", "",
-                  f"on_error: drop: completed {d['epochs']} iterations: {d['completed']}; dropped trajectories "
-                  f"{d['dropped']:.0f} of {d['dropped'] + d['segments']:.0f} ({d['dropped_share']:.1%})",
-                  f"on_error: fail: {faults['fail']}"]
+        lines += ["", "## 3. Faults (5% of calls raise ConnectionError, 1% hang; step_timeout 0.5 s)", ""]
+        for key, where in (("drop", ""), ("drop_workers", f" (worlds in {max(a.workers)} worker processes)")):
+            if key in faults:
+                d = faults[key]
+                lines.append(f"on_error: drop{where}: completed {d['epochs']} iterations: {d['completed']}; dropped "
+                             f"trajectories {d['dropped']:.0f} of {d['dropped'] + d['segments']:.0f} "
+                             f"({d['dropped_share']:.1%})")
+        lines.append(f"on_error: fail: {faults['fail']}")
     text = "\n".join(lines)
     print(text)
     target = a.write or (None if a.quick else str(ROOT / "docs" / "results" / "async.md"))

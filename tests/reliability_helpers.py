@@ -43,6 +43,21 @@ class StopAfter(pl.Callback):
             trainer.should_stop = True
 
 
+class SigtermAfter(pl.Callback):
+    """Sends this process a real SIGTERM at the end of PPO iteration `iterations` (before that
+    iteration's checkpoint: ModelCheckpoint runs after this hook, and Lightning defers the stop to
+    the iteration's end): a preemption at a known moment, so a test never races a clock."""
+
+    def __init__(self, iterations: int = 2) -> None:
+        self.iterations = iterations
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        if trainer.current_epoch + 1 == self.iterations:
+            import signal
+
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
 class SlowRollouts(RolloutCallback):
     """Sleeps `seconds` at every rollout start, so a test can kill a run mid-way."""
 

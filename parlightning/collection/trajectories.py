@@ -14,8 +14,9 @@ episode (and the task) that produced it, whenever it was trained on.
 - N (the worlds, `data.actors_in_flight`, default data.num_envs) is the capacity: how many calls
   are in flight; B is the batch. The queue holds at most B x max(k - 1, 1) segments: beyond that
   the actors wait for the learner (their samples would be too stale to train on anyway).
-- A world with the stream interface (`ExternalBatchedEnv` with its worlds on threads here: `send`,
-  `receive`) is stepped per actor; a tensor world (SwarmEnv) steps every actor at once through the
+- A world with the stream interface (`ExternalBatchedEnv`: `send`, `receive`) is stepped per actor,
+  whether its worlds run on threads here or in worker processes (`workers: P`, each streaming its
+  answers back as they come): this transport never asks which; a tensor world (SwarmEnv) steps every actor at once through the
   step loop (`StepLoop.run`: the one copy of the batched step, no host sync), and its round is
   queued as N segments.
 - A world call that fails under `on_error: drop` drops the actor's in-flight segment (it never
@@ -97,8 +98,9 @@ class TrajectoryTransport:
         self.loop, self.env, self.lock, self.lag, self.batch, self.rank = loop, loop.env, lock, lag, batch, rank
         self.streams = bool(getattr(self.env, "streams", False))
         if hasattr(self.env, "send") and not self.streams:
-            raise ConfigError("data.collect: trajectories steps each external world on its own, which needs its worlds "
-                              "on threads here: set data.env.init_args.workers: 0 and runner: local")
+            raise ConfigError("data.collect: trajectories steps each external world on its own, which Ray actors do "
+                              "not stream yet: set data.env.init_args.runner: local (the worlds on threads here with "
+                              "workers: 0, or in P worker processes with workers: P)")
         self.capacity = batch * max(lag - 1, 1)  # queued segments beyond this would only be dropped as stale
         self.behaviour: Optional[torch.nn.Module] = None
         self._weights_lock = threading.Lock()
@@ -120,6 +122,7 @@ class TrajectoryTransport:
         self._action_dtype = torch.long
         self._fill: Optional[Tensor] = None  # [N] steps in each actor's in-flight column (external worlds)
         self._resumed_discarded = 0.0  # steps a checkpoint had in flight, logged with the first round after resume
+        self.busy_total = 0.0  # seconds the answered calls kept their worlds busy, since the start (benchmarks read it)
 
     # ------------------------------------------------------------------ transport interface
     @property
@@ -408,6 +411,7 @@ class TrajectoryTransport:
         loop, w = self.loop, self._window
         w["retries"] += arr.retries
         w["busy"] += arr.busy
+        self.busy_total += arr.busy
         if arr.failures:
             w["dropped"] += len(arr.failures)
             for line in arr.failures:

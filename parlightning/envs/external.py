@@ -20,9 +20,12 @@ processes: sync worlds get one daemon thread each (a world is only ever touched 
 thread, so it need not be thread-safe) and `async def` worlds share one event loop in one daemon
 thread, which is how thousands of concurrent HTTP worlds stay cheap (`WorldRunner`). But the
 worlds' own Python and their wake-ups still take turns on this process's GIL with the learner:
-under `data.max_policy_lag` that slows the update. `workers: P` moves the worlds into P worker
-processes (`WorkerProcesses`, each a `WorldRunner`), leaving this process one message per worker
-per call. Work that burns CPU in Python or may hang for good belongs in a `ProcessPool`
+under `data.max_policy_lag` that slows the update, and under per-actor collection
+(`data.collect: trajectories`) one event loop serving thousands of worlds saturates this process.
+`workers: P` moves the worlds into P worker processes (`WorkerProcesses`, each a `WorldRunner`),
+leaving this process one message per worker per call (lock-step) or per worker wake-up (per-actor
+collection: `send` / `receive` stream each answer back as soon as it is ready, the same interface
+as threads here). Work that burns CPU in Python or may hang for good belongs in a `ProcessPool`
 (parlightning.subagents) or in worker processes, which can be killed: a hung thread cannot. So a
 world that hangs ends the run with `ExternalWorldError` after `step_timeout` seconds naming the
 actor and its task (its thread is abandoned: daemon, it never blocks interpreter exit; a worker
@@ -49,7 +52,7 @@ import torch
 from torch import Tensor
 
 from parlightning.envs.base import ActionSpec, BatchedEnv, EpisodeParts, StepResult
-from parlightning.envs.world_processes import WorkerProcesses
+from parlightning.envs.world_processes import WorkerLost, WorkerProcesses
 from parlightning.envs.world_runner import WorldCallFailed, WorldRunner, build_shared, close_all, resolve
 from parlightning.errors import ConfigError, ReportedError
 
@@ -66,7 +69,8 @@ class Arrivals(NamedTuple):
     final_obs [M, *obs]: the observation its step ended on; parts: `EpisodeParts` [M] (read where
     terminated | truncated; None for a world without tasks); dropped [M] bool: its trajectory was
     dropped (its world failed: nothing of it is to be trained on; obs is a fresh episode's);
-    failures: why, one line per drop; retries: calls repeated; busy: seconds the answered calls took.
+    failures: why, one line per drop; retries: calls repeated; busy: seconds the answered calls kept
+    their worlds waiting (`StreamAnswer.busy`: the world's own `busy_seconds` where it keeps one).
     part_rows [M, len(EpisodeParts._fields)] float: `parts` as one tensor (task first), for a collector
     that writes them in one go; any_done, any_dropped: whether any actor's episode ended / was dropped
     (known on the host, so a collector skips work without reading a tensor).
@@ -136,7 +140,10 @@ class ExternalBatchedEnv(BatchedEnv):
             exception (not only `retryable`; the world's calls must be safe to repeat) `retries`
             times, then fails; `drop` (per-actor collection, `data.collect: trajectories`) drops
             the actor's trajectory (never trained on, counted in `collect/dropped_trajectories`),
-            rebuilds a hung world, and starts a new episode.
+            rebuilds a hung world, and starts a new episode. The same with `workers: P` (the
+            timeouts and retries run in the workers). A worker process that dies or stops
+            answering ends the run with one error naming it, its actors and pid, whatever
+            `on_error` says: its worlds are gone.
         drop_budget: under `on_error: drop`, the share of a round's trajectories that may be dropped;
             more ends the run with one error naming the worlds that failed and why.
         switch_interval: the interpreter's GIL switch interval while the env is open (seconds;
@@ -147,13 +154,16 @@ class ExternalBatchedEnv(BatchedEnv):
         workers: 0 (default) runs the worlds on threads in this process; P >= 1 spreads them over
             min(P, num_envs) worker processes (contiguous blocks of actors, threads within each), so that the worlds'
             Python and wake-ups do not take this process's GIL from the learner
-            (`data.max_policy_lag`). Then `world` must be an import path or a module-level class,
-            `world_kwargs` must pickle, and `shared` resources are specs built in each worker.
+            (`data.max_policy_lag`, `data.collect: trajectories`). Then `world` must be an import
+            path or a module-level class, `world_kwargs` and the worlds' answers must pickle, and
+            `shared` resources are specs built in each worker.
         start_method: the workers' multiprocessing start method (default `forkserver` where
             available, else `spawn`).
         runner: `local` (default: threads here, or `workers` processes) or `ray`: the worlds run in
             max(workers, 1) Ray actors, on a Ray cluster (`RAY_ADDRESS`) or a local one
             (`parlightning.envs.world_ray`; `pip install .[ray]`); pickling rules as for `workers`.
+            Lock-step and the round lag budget only: Ray actors do not stream answers per world
+            (`data.collect: trajectories` refuses them).
     """
 
     checkpoint_exact = False  # an external world's internals cannot be saved: episodes restart on resume
@@ -212,7 +222,8 @@ class ExternalBatchedEnv(BatchedEnv):
                                               self.step_timeout, retries)
             elif workers:  # worker processes build their own worlds and shared resources
                 self._runner = WorkerProcesses(world, world_kwargs or {}, shared, num_envs, workers, seed,
-                                               self.step_timeout, retries, switch_interval, start_method)
+                                               self.step_timeout, retries, switch_interval, start_method,
+                                               retry_any=on_error == "retry")
             else:
                 self.shared = build_shared(shared)
                 self._owned = [self.shared[k] for k, spec in (shared or {}).items()
@@ -222,10 +233,12 @@ class ExternalBatchedEnv(BatchedEnv):
                                            seed, self.step_timeout, retries)
             facts = self._runner.facts()
             if on_error == "retry":
-                if not isinstance(self._runner, WorldRunner):
-                    raise ConfigError("data.env.init_args.on_error: retry needs the worlds on threads here "
-                                      "(workers: 0, runner: local); use fail with `retries` and `retryable`")
-                self._runner.retry_any = True
+                if isinstance(self._runner, WorldRunner):
+                    self._runner.retry_any = True
+                elif not isinstance(self._runner, WorkerProcesses):  # (worker processes were told when started)
+                    raise ConfigError("data.env.init_args.on_error: retry needs runner: local (threads here, or "
+                                      "worker processes with workers: P); with runner: ray use fail with "
+                                      "`retries` and `retryable`")
         except ConfigError:
             self.close()
             raise
@@ -392,12 +405,20 @@ class ExternalBatchedEnv(BatchedEnv):
     # ------------------------------------------------------------------ per-actor collection
     @property
     def streams(self) -> bool:
-        """Whether `send` / `receive` work: the worlds run on threads (or an event loop) here."""
-        return isinstance(getattr(self, "_runner", None), WorldRunner)
+        """Whether `send` / `receive` work: the worlds run on threads (or an event loop) here, or in
+        worker processes (`workers: P`) that stream each answer back; not with `runner: ray`."""
+        return bool(getattr(getattr(self, "_runner", None), "streams", False))
+
+    def _lost(self, failed: WorldCallFailed) -> ExternalWorldError:
+        """A worker process that died or went silent: one error naming it (its worlds are gone)."""
+        return ExternalWorldError(f"external world {self.world_name}: {failed.why}")
 
     def send(self, actors: Sequence[int], action: Tensor) -> None:
         """Start a step of each world in `actors` ([M] ints, none with a call in flight) with its row of `action`."""
-        self._runner.submit_many([(i, "step", (a,)) for i, a in zip(actors, self._action_args(action))])
+        try:
+            self._runner.submit_many([(i, "step", (a,)) for i, a in zip(actors, self._action_args(action))])
+        except WorkerLost as failed:
+            raise self._lost(failed) from None
 
     def in_flight(self) -> int:
         """Calls started by `send` (or the resets they led to) whose answer has not been received."""
@@ -446,10 +467,14 @@ class ExternalBatchedEnv(BatchedEnv):
         resets: list[int] = []
         failures: list[str] = []
         retries, busy = 0, 0.0
-        for ans in runner.answers(timeout):
+        try:
+            answers = runner.answers(timeout)
+        except WorkerLost as failed:  # not one world's failure: `on_error` does not apply
+            raise self._lost(failed) from None
+        for ans in answers:
             i = ans.i
             retries += ans.attempts
-            busy += ans.seconds
+            busy += ans.busy
             try:
                 if not ans.ok:
                     why = ans.value.why if isinstance(ans.value, WorldCallFailed) else runner.raised(
@@ -476,7 +501,10 @@ class ExternalBatchedEnv(BatchedEnv):
                     raise
                 failures.append(str(err))
                 if isinstance(ans.value, WorldCallFailed) and not ans.ok:
-                    runner.replace(i)  # hung: its thread is abandoned, a fresh world takes its place
+                    try:  # hung: its thread is abandoned, a fresh world takes its place
+                        runner.replace(i)
+                    except WorkerLost as failed:
+                        raise self._lost(failed) from None
                 self._held.pop(i, None)
                 self._held_task.pop(i, None)
                 self._dropping[i] = str(err)
@@ -491,7 +519,10 @@ class ExternalBatchedEnv(BatchedEnv):
                     if i in self._held:
                         self._held_task[i] = self._tasks[i]  # the finished episode's task, for its parts
                     self._tasks[i] = int(picked[i])
-            runner.submit_many([(i, "reset", (self._task_arg(i),)) for i in fresh])
+            try:
+                runner.submit_many([(i, "reset", (self._task_arg(i),)) for i in fresh])
+            except WorkerLost as failed:
+                raise self._lost(failed) from None
         if not ready:
             return None if not failures else Arrivals(*self._empty(), failures, retries, busy)
         return self._arrivals(ready, failures, retries, busy)

@@ -158,14 +158,34 @@ class _StreamCall:
 
 
 class StreamAnswer:
-    """What `WorldRunner.answers` returns per finished call: actor `i`, `method`, `ok`, `value`
-    (the world's answer, or the exception / a `WorldCallFailed` for a timeout), `seconds` it took,
-    `attempts` (retries used)."""
+    """What `answers` returns per finished call (`WorldRunner`'s, or `WorkerProcesses'` from its
+    workers' runners): actor `i`, `method`, `ok`, `value` (the world's answer, or the exception / a
+    `WorldCallFailed` for a timeout), `seconds` it took, `attempts` (retries used), `busy`: the
+    seconds the world says the call kept it waiting (the growth of its `busy_seconds`, where it
+    keeps one: the calls it waited for as drawn, not when the host noticed), else `seconds`."""
 
-    __slots__ = ("i", "method", "ok", "value", "seconds", "attempts")
+    __slots__ = ("i", "method", "ok", "value", "seconds", "attempts", "busy")
 
-    def __init__(self, i: int, method: str, ok: bool, value: Any, seconds: float, attempts: int) -> None:
+    def __init__(self, i: int, method: str, ok: bool, value: Any, seconds: float, attempts: int,
+                 busy: Optional[float] = None) -> None:
         self.i, self.method, self.ok, self.value, self.seconds, self.attempts = i, method, ok, value, seconds, attempts
+        self.busy = seconds if busy is None else busy
+
+
+def describe_raised(first: BaseException, attempts: int = 0, last: Optional[BaseException] = None,
+                    retries: int = 0) -> str:
+    """What a failed call's message says of its exception(s) (`retries`: the calls' retry budget)."""
+    text = f"raised {type(first).__name__}: {' '.join(str(first).split())[:300]}"
+    if attempts:
+        again = "" if last is None or last is first else f"; the last raised {type(last).__name__}: {last}"
+        text += f" (the first error; retried {attempts} times{again})"
+    elif retries and last is not None:
+        text += (f" (not retried: {type(first).__name__} is not in the world's `retryable`, default "
+                 "(ConnectionError, TimeoutError))")
+    return text
+
+
+_POSTED = object()  # marks a message posted into a runner's answer queue (`WorldRunner.post`)
 
 
 class WorldRunner:
@@ -173,12 +193,16 @@ class WorldRunner:
     where its factory takes them), called concurrently by `run_all` (a batch: every answer or the
     first failure) or one actor at a time by `submit` / `answers` (the stream interface of
     per-actor asynchronous collection: each call has its own deadline, `replace` builds a fresh
-    world for an actor whose call hung).
+    world for an actor whose call hung). `WorkerProcesses` offers the same two interfaces over
+    worker processes, each running one of these (`streams = True` on both: a collector that steps
+    each world on its own works with either and never asks which).
 
     Args:
         factory: the world class or factory; kwargs: its keyword arguments (shared resources included).
         step_timeout: seconds one call may take; retries: repeats of a call that raised.
     """
+
+    streams = True  # submit_many / answers / in_flight / replace / raised
 
     def __init__(self, factory: Callable[..., Any], kwargs: Mapping[str, Any], actors: Sequence[int], seed: int,
                  step_timeout: float, retries: int) -> None:
@@ -189,8 +213,11 @@ class WorldRunner:
         self._calls: dict[int, tuple[int, str, tuple, float, int]] = {}  # actor -> (ticket, method, args, t0, tries)
         self._deadlines: list[tuple[float, int, int]] = []  # heap of (deadline, actor, ticket)
         self._tickets = 0
+        self._busy_seen: dict[int, float] = {}  # actor -> its world's `busy_seconds` at its last answer
+        self._posted: list[Any] = []  # messages `post`ed into the answer queue, for `take_posted`
         self.replaced = 0  # worlds rebuilt after a hung call
         self.retry_any = False  # on_error: retry repeats every exception, not only the world's `retryable`
+        self.on_answer: Optional[Callable[[], None]] = None  # called in the event loop after each async answer
         self.worlds: dict[int, Any] = {}
         self._actors: dict[int, _ThreadActor] = {}
         self._loop: Optional[asyncio.AbstractEventLoop] = None
@@ -299,14 +326,7 @@ class WorldRunner:
         return self._raised(first, attempts, last)
 
     def _raised(self, first: BaseException, attempts: int = 0, last: Optional[BaseException] = None) -> str:
-        text = f"raised {type(first).__name__}: {' '.join(str(first).split())[:300]}"
-        if attempts:
-            again = "" if last is None or last is first else f"; the last raised {type(last).__name__}: {last}"
-            text += f" (the first error; retried {attempts} times{again})"
-        elif self.retries and last is not None:
-            text += (f" (not retried: {type(first).__name__} is not in the world's `retryable`, default "
-                     "(ConnectionError, TimeoutError))")
-        return text
+        return describe_raised(first, attempts, last, self.retries)
 
     def _run_async(self, method: str, args: Mapping[int, tuple]) -> dict[int, Any]:
         async def one(i: int) -> Any:
@@ -359,7 +379,10 @@ class WorldRunner:
                 self._actors[i].inbox.put((call, method, args))
         if coros:
             assert self._loop is not None
-            self._loop.call_soon_threadsafe(self._start_tasks, coros)
+            if threading.get_ident() == self._loop_thread.ident:  # a worker process streaming on the loop
+                self._start_tasks(coros)
+            else:
+                self._loop.call_soon_threadsafe(self._start_tasks, coros)
 
     def _start_tasks(self, coros: list) -> None:
         """(In the event loop) a task for each started call."""
@@ -367,14 +390,20 @@ class WorldRunner:
         for coro in coros:
             create(coro)
 
-    @staticmethod
-    async def _answer_async(world: Any, i: int, method: str, args: tuple, call: _StreamCall) -> None:
+    async def _answer_async(self, world: Any, i: int, method: str, args: tuple, call: _StreamCall) -> None:
         try:
             value = await getattr(world, method)(*args)
         except BaseException as err:
             call.answer(i, False, err)
         else:
             call.answer(i, True, value)
+        if self.on_answer is not None:
+            self.on_answer()
+
+    @property
+    def loop(self) -> Optional[asyncio.AbstractEventLoop]:
+        """The event loop of `async def` worlds (None for sync worlds, each on its own thread)."""
+        return self._loop
 
     def in_flight(self) -> int:
         return len(self._calls)
@@ -416,6 +445,9 @@ class WorldRunner:
 
     def _settle(self, item: tuple, out: list[StreamAnswer]) -> None:
         i, ticket, ok, value, done_at = item
+        if ticket is _POSTED:
+            self._posted.append(value)
+            return
         call = self._calls.get(i)
         if call is None or call[0] != ticket:
             return  # the late answer of a call given up on
@@ -424,7 +456,22 @@ class WorldRunner:
             self.submit(i, method, args, attempts + 1)
             return
         del self._calls[i]
-        out.append(StreamAnswer(i, method, ok, value, done_at - t0, attempts))
+        busy = None
+        declared = getattr(self.worlds.get(i), "busy_seconds", None)
+        if isinstance(declared, (int, float)):  # the world's own count of the seconds its calls waited for
+            busy = float(declared) - self._busy_seen.get(i, 0.0)
+            self._busy_seen[i] = declared
+        out.append(StreamAnswer(i, method, ok, value, done_at - t0, attempts, busy))
+
+    def post(self, message: Any) -> None:
+        """(Any thread) wake `answers` with `message`, which `take_posted` returns: a worker process
+        waits for its worlds' answers and its parent's messages on this one queue."""
+        self._sink.put((-1, _POSTED, True, message, 0.0))
+
+    def take_posted(self) -> list[Any]:
+        """The messages `post`ed since the last call, oldest first."""
+        posted, self._posted = self._posted, []
+        return posted
 
     def replace(self, i: int) -> None:
         """A fresh world for actor i (its call hung: a thread world's thread is abandoned, daemon)."""
@@ -432,6 +479,7 @@ class WorldRunner:
         self.replaced += 1
         world = self._build(i, self._seed + i + 7919 * self.replaced)
         self.worlds[i] = world
+        self._busy_seen.pop(i, None)
         if not self.is_async:
             old = self._actors.get(i)
             if old is not None:
