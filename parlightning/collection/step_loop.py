@@ -27,7 +27,7 @@ from torch import Tensor
 
 from parlightning.buffer import RolloutBuffer
 from parlightning.collection.context import RoundContext, RoundResult, StepHook
-from parlightning.envs.base import action_mask_of, check_action_mask, task_ids_of
+from parlightning.envs.base import EpisodeParts, action_mask_of, check_action_mask, task_ids_of
 from parlightning.errors import ConfigError, ReportedError
 from parlightning.policies.recurrent import RecurrentRollout
 
@@ -210,6 +210,7 @@ class StepLoop:
         rollout_time = self._elapsed(start)
         self.check_finite(buf, context.round_index)
         self.check_masks(buf, context.round_index)
+        self.check_parts(buf, context.round_index)
         current = self.current_task.clone() if self.current_task is not None else None
         return RoundResult(context, buf, next_value, truncated_values, versions, rollout_time, current)
 
@@ -303,6 +304,14 @@ class StepLoop:
         for field in ("terminated", "truncated"):
             self._check_tensor("step", field, getattr(res, field), (n,), lambda d: d == torch.bool,
                                "a bool [num_envs] tensor", t)
+        parts = getattr(res, "parts", None)
+        if parts is not None:
+            for field in EpisodeParts._fields:
+                value = getattr(parts, field, None)
+                ok = (lambda d: not d.is_floating_point and d != torch.bool) if field == "task" else (
+                    lambda d: d.is_floating_point or d in (torch.int32, torch.int64))
+                self._check_tensor("step", f"parts.{field}", value, (n,), ok, "an [num_envs] tensor (EpisodeParts: "
+                                   "task indices as long, the rest as numbers)", t)
 
     def _check_mask(self, mask: Any, t: int) -> None:
         """Every step's action mask keeps the first one's layout (bool, [N, width]); metadata only."""
@@ -316,6 +325,32 @@ class StepLoop:
             width = self.mask_width = int(mask.shape[1]) if isinstance(mask, Tensor) and mask.dim() == 2 else -1
         self._check_tensor("action_masks", "a mask", mask, (self.num_envs, width), lambda d: d == torch.bool,
                            f"a bool [num_envs, {width}] tensor (the layout of the first mask)", t)
+
+    def check_parts(self, buf: RolloutBuffer, round_index: int) -> None:
+        """The episode parts the world reported where episodes ended: a task index into its bank,
+        an outcome in [0, 1], counts and step totals finite and >= 0 (what the samplers, the PARL
+        reward and critical steps assume). Once per rollout (one host sync), before any of them reads them."""
+        if not getattr(buf, "has_parts", False) or buf.parts is None:
+            return
+        rows = buf.parts[buf.done]  # [E, fields]
+        if not rows.numel():
+            return
+        bank = len(self.task_ids) if self.task_ids is not None else None
+        task, outcome, rest = rows[:, 0], rows[:, 1], rows[:, 2:]
+        bad = [("task", (task < 0) | (task != task.round()) | ((task >= bank) if bank is not None else False),
+                f"an index into its {bank}-task bank" if bank is not None else "an index >= 0"),
+               ("outcome", ~((outcome >= 0) & (outcome <= 1)), "in [0, 1]"),
+               ("counts and steps", ~(torch.isfinite(rest) & (rest >= 0)).any(-1), "finite and >= 0")]
+        flags = torch.stack([torch.as_tensor(b, device=rows.device).expand(len(rows)).any() for _, b, _ in bad])
+        if not bool(flags.any()):
+            return
+        field, where, need = bad[int(flags.nonzero()[0])]
+        row = int(torch.as_tensor(where).expand(len(rows)).nonzero()[0])
+        names = EpisodeParts._fields
+        shown = ", ".join(f"{k}={float(v):g}" for k, v in zip(names, rows[row].tolist()))
+        raise ReportedError(f"data.env: {type(self.env).__name__}.step returned episode parts with {field} not "
+                            f"{need} in rollout {round_index} ({shown}); fix the parts the world reports where an "
+                            "episode ends")
 
     def check_masks(self, buf: RolloutBuffer, round_index: int) -> None:
         """Every stored mask in the per-category layout leaves each action dimension a live category

@@ -369,7 +369,7 @@ def build_env(factory: Callable[..., Any], num_envs: int, device: str, seed: int
     `data.env.init_args.<name>` when its message starts with one of the factory's parameters."""
     _check_required(factory)
     try:
-        return factory(num_envs, device, seed)
+        env = factory(num_envs, device, seed)
     except ConfigError as err:
         raise ConfigError(_env_field(factory, str(err))) from None
     except (ValueError, TypeError) as err:
@@ -388,6 +388,13 @@ def build_env(factory: Callable[..., Any], num_envs: int, device: str, seed: int
     except (Exception, SystemExit) as err:  # the user's own constructor failing: name it, without a traceback
         raise ConfigError(f"data.env: {_factory_name(factory)}(num_envs={num_envs}) raised {_raised(err)}; fix the "
                           "world's constructor or its data.env.init_args") from None
+    if isinstance(env, type) or not all(callable(getattr(env, m, None)) for m in ("reset", "step")):
+        what = f"the class {env.__qualname__}" if isinstance(env, type) else f"{type(env).__name__} {env!r:.40}"
+        fix = (f"return {env.__qualname__}(num_envs, device, seed)" if isinstance(env, type)
+               else "return a BatchedEnv (reset and step)")
+        raise ConfigError(f"data.env: {_factory_name(factory)}(num_envs, device, seed) returned {what}, not a world; "
+                          f"{fix}")
+    return env
 
 
 def _check_required(factory: Callable[..., Any]) -> None:
@@ -520,6 +527,8 @@ def check_env(env: Any, num_envs: int, seed: int) -> None:
                           "build num_envs actors (data.num_envs)")
     shape = (num_envs, *tuple(env.observation_shape))
     tasks = getattr(env, "task_ids", None)
+    if tasks is not None:
+        _check_task_ids(name, tasks)
     first = torch.zeros(num_envs, dtype=torch.long)
     reset_kwargs = {"seed": seed, "task_index": first} if tasks is not None else {"seed": seed}
     obs = _call_world(name, "reset", env.reset, **reset_kwargs)
@@ -567,6 +576,26 @@ def check_state(field: str, name: str, obj: Any) -> None:
         why = "" if found else f" ({plain})"
         raise ConfigError(f"{field}: {name}.state_dict holds {what}, which a checkpoint cannot load back with "
                           f"torch.load(weights_only=True){why}; {fix}") from None
+
+
+def _check_task_ids(name: str, tasks: Any) -> None:
+    """A world's task bank: a non-empty list of distinct, non-empty strings (samplers, strategies and
+    checkpoints key their statistics by these ids; the default artifact key reads `family-index`)."""
+    if isinstance(tasks, (str, bytes)) or not isinstance(tasks, (list, tuple)):
+        raise ConfigError(f"data.env: {name}.task_ids is {type(tasks).__name__} {tasks!r:.60}; it must be a list of "
+                          "task id strings (e.g. ['easy-0', 'hard-0']), or absent for a world without tasks")
+    if not tasks:
+        raise ConfigError(f"data.env: {name}.task_ids is empty; a world with tasks needs at least one (or drop "
+                          "task_ids for a world without tasks)")
+    bad = next((t for t in tasks if not isinstance(t, str) or not t), None)
+    if bad is not None or any(not isinstance(t, str) for t in tasks):
+        raise ConfigError(f"data.env: {name}.task_ids holds {bad!r} ({type(bad).__name__}); every task id is a "
+                          "non-empty string (e.g. 'easy-0')")
+    seen: set[str] = set()
+    twice = next((t for t in tasks if t in seen or seen.add(t)), None)
+    if twice is not None:
+        raise ConfigError(f"data.env: {name}.task_ids lists {twice!r} twice; task ids must be distinct (samplers and "
+                          "checkpoints key their statistics by them)")
 
 
 def _check_obs(env: str, method: str, what: str, value: Any, shape: tuple[int, ...]) -> None:

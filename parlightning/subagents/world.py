@@ -76,6 +76,11 @@ class PoolOrchestrationWorld:
                  subagent_timeout: Optional[float] = 60.0, bank_seed: int = 1234,
                  call_latency: Optional[Sequence[float]] = None, fail_rate: float = 0.0, hang_rate: float = 0.0,
                  hang_seconds: float = 3600.0) -> None:
+        missing = [m for m in ("spawn", "poll") if not callable(getattr(pool, m, None))]
+        if missing:  # a wrong class under shared.pool would otherwise fail at the first delegation, mid-rollout
+            raise ValueError(f"PoolOrchestrationWorld: pool is a {type(pool).__name__}, not a subagent pool (it has no "
+                             f"{', '.join(missing)}); name a pool under shared.pool, e.g. "
+                             "parlightning.subagents.SimulatedPool, or one with spawn / poll / wait / cancel / close")
         self.pool, self.seed = pool, seed
         for name, value in (("tasks_per_family", tasks_per_family), ("max_levels", max_levels),
                             ("max_width", max_width), ("n_skills", n_skills), ("max_cost", max_cost),
