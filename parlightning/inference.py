@@ -75,6 +75,12 @@ class Policy:
         0-based as the policy sees them), as the input's type; with `return_logits` / `return_value` a
         tuple `(actions, logits, value)` of what was asked (logits: `actor_output`, value: V(obs) [B]).
         """
+        if not isinstance(deterministic, (bool, np.bool_)):  # "no" or "false" would read as True
+            raise ValueError(f"deterministic: expected True or False, got {type(deterministic).__name__} "
+                             f"{deterministic!r:.40}")
+        if generator is not None and not isinstance(generator, torch.Generator):
+            raise ValueError(f"generator: expected a torch.Generator (e.g. torch.Generator().manual_seed(0)) or None, "
+                             f"got {type(generator).__name__} {generator!r:.40}")
         as_numpy = isinstance(obs, np.ndarray)
         try:
             x = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
@@ -87,6 +93,10 @@ class Policy:
         if self.observation_shape is not None and tuple(x.shape[1:]) != self.observation_shape:
             raise ValueError(f"obs: expected [B, {', '.join(map(str, self.observation_shape))}] (or one observation), "
                              f"got {list(x.shape)}")
+        if x.numel() and not bool(torch.isfinite(x).all()):  # the greedy action of NaN is an arbitrary index
+            row = int((~torch.isfinite(x.reshape(len(x), -1))).any(1).nonzero()[0])
+            raise ValueError(f"obs: row {row} holds NaN or inf; the policy needs finite observations (the world's raw "
+                             "observations, as in training)")
         m = None if mask is None else torch.as_tensor(mask, dtype=torch.bool, device=self.device)
         if m is not None and single:
             m = m.unsqueeze(0)

@@ -25,6 +25,8 @@ from pathlib import Path
 if not os.environ.get("PYTHONPATH"):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
+from parlightning.cli.arg_types import non_negative_int, output_file, positive_int  # noqa: E402  (light: no torch)
+
 MODES = {"sync": {}, "thread": {"max_policy_lag": 1}, "process": {"max_policy_lag": 1, "collect_in": "process"}}
 
 
@@ -64,17 +66,20 @@ def run(mode: str, a: argparse.Namespace) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
-    p.add_argument("--num-envs", type=int, default=256)
-    p.add_argument("--num-steps", type=int, default=32)
-    p.add_argument("--update-epochs", type=int, default=1)
-    p.add_argument("--num-minibatches", type=int, default=2)
-    p.add_argument("--epochs", type=int, default=30, help="PPO iterations per mode")
-    p.add_argument("--warmup", type=int, default=3, help="iterations not counted")
-    p.add_argument("--json", default=None, help="also write the results here")
+    p.add_argument("--num-envs", type=positive_int, default=256)
+    p.add_argument("--num-steps", type=positive_int, default=32)
+    p.add_argument("--update-epochs", type=positive_int, default=1)
+    p.add_argument("--num-minibatches", type=positive_int, default=2)
+    p.add_argument("--epochs", type=positive_int, default=30, help="PPO iterations per mode")
+    p.add_argument("--warmup", type=non_negative_int, default=3, help="iterations not counted")
+    p.add_argument("--json", type=output_file, default=None, help="also write the results here")
     p.add_argument("--quick", action="store_true", help="smoke run: N=64, 6 iterations per mode")
     a = p.parse_args(argv)
     if a.quick:
         a.num_envs, a.epochs, a.warmup = 64, 6, 2
+    if a.warmup >= a.epochs:
+        p.error(f"argument --warmup: {a.warmup} iterations not counted of --epochs {a.epochs} leaves none to measure; "
+                "give --warmup below --epochs")
     import parlightning
 
     print(f"parlightning from {Path(parlightning.__file__).parent}; load average {os.getloadavg()}", flush=True)

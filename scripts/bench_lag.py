@@ -65,6 +65,8 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 import lightning.pytorch as pl  # noqa: E402
 import torch  # noqa: E402
 
+from parlightning.cli.arg_types import non_negative_int, positive_float, positive_int  # noqa: E402
+
 from parlightning.ppo.data import RolloutDataModule  # noqa: E402
 from parlightning.envs.external import ExternalBatchedEnv  # noqa: E402
 from parlightning.envs.swarm import SwarmEnv  # noqa: E402
@@ -280,30 +282,30 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="smoke test: 2 latencies, 1 seed, few epochs")
     parser.add_argument("--parts", nargs="+", default=["overhead", "balanced", "fixed", "learn", "swarm"],
                         choices=["overhead", "balanced", "fixed", "learn", "swarm"])
-    parser.add_argument("--latencies", type=float, nargs="+", default=[0.001, 0.005, 0.01, 0.02, 0.05],
+    parser.add_argument("--latencies", type=positive_float, nargs="+", default=[0.001, 0.005, 0.01, 0.02, 0.05],
                         help="seconds each env step waits")
-    parser.add_argument("--lags", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--repeats", type=int, default=3, help="interleaved repeats of each lag (balanced table)")
-    parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--learn-latency", type=float, default=0.01, help="latency of the learning comparison")
-    parser.add_argument("--epochs", type=int, default=10, help="PPO iterations per throughput run")
-    parser.add_argument("--learn-epochs", type=int, default=40, help="PPO iterations per learning run")
-    parser.add_argument("--workers", type=int, nargs="+", default=[0, 2],
+    parser.add_argument("--lags", type=non_negative_int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--repeats", type=positive_int, default=3, help="interleaved repeats of each lag (balanced table)")
+    parser.add_argument("--seeds", type=positive_int, default=3)
+    parser.add_argument("--learn-latency", type=positive_float, default=0.01, help="latency of the learning comparison")
+    parser.add_argument("--epochs", type=positive_int, default=10, help="PPO iterations per throughput run")
+    parser.add_argument("--learn-epochs", type=positive_int, default=40, help="PPO iterations per learning run")
+    parser.add_argument("--workers", type=non_negative_int, nargs="+", default=[0, 2],
                         help="worlds modes of the overhead table: 0 threads, P worker processes")
     parser.add_argument("--modes", nargs="+", default=["thread:0", "thread:2", "process:0"],
                         help="balanced table: collector:workers, the collector in a thread or a process (data.collect_in) "
                              "and the worlds on threads (0) or in P worker processes")
     parser.add_argument("--learn-collect-in", nargs="+", default=["thread", "process"], choices=["thread", "process"],
                         help="where the lagged runs of the learning comparisons collect")
-    parser.add_argument("--num-envs", type=int, default=16)
-    parser.add_argument("--num-steps", type=int, default=16)
-    parser.add_argument("--update-epochs", type=int, default=4, help="the fixed table's update epochs")
-    parser.add_argument("--minibatches", type=int, default=4)
-    parser.add_argument("--probe-epochs", type=int, default=4, help="update epochs of the first calibration probe")
-    parser.add_argument("--probe-iters", type=int, default=5, help="PPO iterations per calibration probe")
-    parser.add_argument("--max-update-epochs", type=int, default=200)
-    parser.add_argument("--swarm-envs", type=int, default=256)
-    parser.add_argument("--swarm-epochs", type=int, default=20)
+    parser.add_argument("--num-envs", type=positive_int, default=16)
+    parser.add_argument("--num-steps", type=positive_int, default=16)
+    parser.add_argument("--update-epochs", type=positive_int, default=4, help="the fixed table's update epochs")
+    parser.add_argument("--minibatches", type=positive_int, default=4)
+    parser.add_argument("--probe-epochs", type=positive_int, default=4, help="update epochs of the first calibration probe")
+    parser.add_argument("--probe-iters", type=positive_int, default=5, help="PPO iterations per calibration probe")
+    parser.add_argument("--max-update-epochs", type=positive_int, default=200)
+    parser.add_argument("--swarm-envs", type=positive_int, default=256)
+    parser.add_argument("--swarm-epochs", type=positive_int, default=20)
     parser.add_argument("--out", type=Path, default=None, help="output folder (default runs/bench_lag-<time>)")
     args = parser.parse_args()
     if args.quick:

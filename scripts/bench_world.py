@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from parlightning.cli.arg_types import positive_int  # noqa: E402  (torch loads in bench(), after the arguments are checked)
+from parlightning.cli.arg_types import device_name, positive_int  # noqa: E402  (torch loads in bench(), after the arguments are checked)
 
 
 def bench(configs: list[str], n: int, device: str, blocks: int, steps: int, compiled: bool = False) -> dict:
@@ -66,7 +66,7 @@ def line(name: str, r: dict) -> str:
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", type=device_name, default="cpu")
     p.add_argument("--threads", type=positive_int, default=1)
     p.add_argument("--n", type=positive_int, default=4096, help="actors on the default config")
     p.add_argument("--wide-n", type=positive_int, default=1024, help="actors on the wide config")

@@ -33,6 +33,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 from parlightning.callbacks.base import RolloutCallback  # noqa: E402
+from parlightning.cli.arg_types import non_negative_int, output_file, positive_int  # noqa: E402
 
 CONFIGS = {"gym": ROOT / "configs" / "cartpole.yaml", "tensor": ROOT / "configs" / "cartpole_tensor.yaml"}
 LABELS = {"gym": "parlightning, GymVectorEnv", "tensor": "parlightning, CartPoleEnv (tensor)", "sb3": "Stable-Baselines3 PPO"}
@@ -183,13 +184,16 @@ def markdown(results: dict[str, dict[int, dict[str, Any]]], total: int) -> str:
 
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--steps", type=int, default=500_000, help="env steps per run (a multiple of 512)")
+    parser.add_argument("--seeds", type=non_negative_int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--steps", type=positive_int, default=500_000, help="env steps per run (a multiple of 512)")
     parser.add_argument("--paths", nargs="+", choices=["gym", "tensor", "sb3"], default=["gym", "tensor", "sb3"])
     parser.add_argument("--quick", action="store_true", help="1 seed x 25,600 steps: checks the script runs")
     parser.add_argument("--logdir", type=Path, default=Path("runs") / "cartpole_check", help="untracked scratch folder")
-    parser.add_argument("--json", type=Path, default=None, help="also write the raw results here")
+    parser.add_argument("--json", type=output_file, default=None, help="also write the raw results here")
     a = parser.parse_args(argv)
+    if a.steps % 512:
+        parser.error(f"argument --steps: {a.steps} is not a multiple of 512 (each iteration is 4 envs x 128 steps): "
+                     f"use {max(512, a.steps // 512 * 512)}")
     if a.quick:
         a.seeds, a.steps = a.seeds[:1], 25_600
     paths = list(a.paths)
@@ -209,7 +213,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     print()
     print(markdown(results, a.steps))
     if a.json is not None:
-        a.json.write_text(json.dumps(results, indent=1))
+        Path(a.json).write_text(json.dumps(results, indent=1))
     if "gym" in results and a.steps >= 500_000:  # the published budget; shorter runs only measure
         ok = all(r["last100"] >= TARGET for r in results["gym"].values())
         print(f"\n{'PASS' if ok else 'FAIL'}: every GymVectorEnv seed {'at or above' if ok else 'NOT all at or above'} {TARGET:g}")

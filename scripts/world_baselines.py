@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from parlightning.cli.evaluate import build_env, by_family, env_spec, run_episodes, summarise  # noqa: E402
-from parlightning.cli.arg_types import non_negative_int, positive_int  # noqa: E402
+from parlightning.cli.arg_types import non_negative_int, output_file, positive_int  # noqa: E402
 
 T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26}
 
@@ -45,9 +45,9 @@ def main(argv=None) -> dict:
     p.add_argument("--wide", action="store_true", help="configs/swarm_wide.yaml instead of configs/swarm.yaml")
     p.add_argument("--seeds", type=positive_int, default=5)
     p.add_argument("--episodes", type=positive_int, default=4, help="episodes per task per seed")
-    p.add_argument("--split", default="heldout")
+    p.add_argument("--split", default="heldout", choices=("heldout", "train"))
     p.add_argument("--quick", action="store_true", help="2 seeds x 1 episode per task")
-    p.add_argument("--json", help="also write the results here")
+    p.add_argument("--json", type=output_file, help="also write the results here")
     p.add_argument("--banks", type=non_negative_int, default=0, help="also compare optimal with oracle on this many banks")
     a = p.parse_args(argv)
     if a.quick:

@@ -26,3 +26,35 @@ def non_negative_int(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {value}")
     return value
+
+
+def positive_float(text: str) -> float:
+    """A finite number > 0 (seconds, latencies)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return value
+
+
+def device_name(text: str) -> str:
+    """A torch device this program can run on: cpu, cuda, cuda:N or mps (checked without importing torch)."""
+    import re
+
+    if not re.fullmatch(r"cpu|cuda(:\d+)?|mps", text):
+        raise argparse.ArgumentTypeError(f"must be cpu, cuda, cuda:N or mps, got {text!r}")
+    return text
+
+
+def output_file(text: str) -> str:
+    """A file the program will write: not a folder, in an existing writable folder (checked before it runs)."""
+    from parlightning.cli.outputs import check_output_file
+    from parlightning.errors import ConfigError
+
+    try:
+        check_output_file("", text)
+    except ConfigError as err:
+        raise argparse.ArgumentTypeError(str(err).lstrip(": ")) from None
+    return text

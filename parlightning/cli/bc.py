@@ -29,7 +29,7 @@ from torch import Tensor
 
 from parlightning.envs.base import action_mask_of
 from parlightning.errors import ConfigError
-from parlightning.cli.outputs import check_output_file
+from parlightning.cli.outputs import check_output_file, write_error
 from parlightning.cli.evaluate import build_env, env_spec, greedy_action, load_policy
 from parlightning.policies.actor_critic import padding_logit
 
@@ -211,6 +211,11 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
                        a.label_smoothing, a.seed)
     except ConfigError as err:
         raise SystemExit(f"error: {err}") from None
+    except (OSError, RuntimeError) as err:  # the write failing after the checks (a full disk)
+        line = write_error(err, [("--out", a.out)])
+        if line is None:
+            raise
+        raise SystemExit(f"error: {line}") from None
     dist = ", ".join(f"{p:.4f}" for p in report["mean_action_probability"])
     print(f"behaviour cloning on {a.teacher}: {report['samples']} observations x {report['epochs']} epochs; "
           f"BC loss {report['bc_loss_first_epoch']:.4f} -> {report['bc_loss']:.4f}; greedy agreement "

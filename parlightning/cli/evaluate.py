@@ -28,7 +28,7 @@ from torch import Tensor
 
 from parlightning.envs.base import action_mask_of
 from parlightning.errors import ConfigError
-from parlightning.cli.outputs import check_output_file
+from parlightning.cli.outputs import check_output_file, write_error
 
 FIELDS = ("outcome", "critical_steps", "serial_steps", "n_subagents", "assigned", "completed")
 
@@ -383,6 +383,9 @@ def evaluate_one(a: argparse.Namespace, cls: type, init_args: dict, quiet: bool 
         split = "heldout"  # a world with task splits: score on the tasks it was not trained on
     probe = build_env(cls, init_args, 1, a.seed, split, a.device)
     tasks = getattr(probe, "task_ids", None)
+    if a.gantt and not tasks:  # before anything runs: the timeline is of an orchestration episode's rounds
+        raise ConfigError(f"--gantt: {cls.__name__} has no tasks and no subagents to draw (a timeline is of an "
+                          "orchestration world's rounds, e.g. SwarmEnv); drop --gantt")
     n = len(tasks) * a.episodes if tasks else a.episodes
     env = build_env(cls, init_args, n, a.seed, split, a.device)
     policy = load_policy(a.ckpt_path, env) if a.ckpt_path else None
@@ -531,6 +534,11 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         return evaluate(a)
     except ConfigError as err:
         raise SystemExit(f"error: {err}") from None
+    except (OSError, RuntimeError) as err:  # an output's write failing after the checks (a full disk)
+        line = write_error(err, [(f"--{o}", getattr(a, o, None)) for o in ("json", "gantt", "trace", "video")])
+        if line is None:
+            raise
+        raise SystemExit(f"error: {line}") from None
 
 
 if __name__ == "__main__":

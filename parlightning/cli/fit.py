@@ -266,6 +266,13 @@ def _start_error(err: BaseException) -> Optional[str]:
     text = str(err)
     if isinstance(err, FloatingPointError) and text.startswith("non-finite"):  # the module's own guard
         return text
+    monitored = re.search(r"(\w+) conditioned on metric `([^`]*)` which is not available", text)
+    if isinstance(err, RuntimeError) and monitored is not None:  # EarlyStopping(strict=True) on a metric never logged
+        logged = re.findall(r"`([\w/]+)`", text.split("following:", 1)[-1])
+        shown = ", ".join(m for m in ("charts/episodic_return", "rollout/success_rate", "losses/approx_kl")
+                          if m in logged) or ", ".join(logged[:3])
+        return (f"trainer.callbacks: EarlyStopping monitors {monitored.group(2)!r}, which this run never logs; monitor "
+                f"a logged metric (e.g. {shown}; the tags: docs/guides/logging.md) or drop the callback")
     if isinstance(err, RuntimeError) and "Error(s) in loading state_dict" in text:
         first = next((line.strip() for line in text.splitlines()[1:] if line.strip()), "")
         return (f"--ckpt_path: the checkpoint's weights do not fit this config ({first[:200]}); resume with the "

@@ -40,6 +40,9 @@ def check_output_file(flag: str, path: Optional[str], inputs: Iterable[Tuple[str
                               "file: pick another path")
     if os.path.isdir(text):
         raise ConfigError(f"{flag}: {text!r} is a folder; give a file path (e.g. {os.path.join(text, 'out')})")
+    if os.path.exists(text) and not os.path.isfile(text) and os.path.realpath(text) != os.devnull:
+        raise ConfigError(f"{flag}: {text!r} is not a regular file (a device, pipe or socket): writing there would "
+                          "block or fail; give a file path")
     folder = os.path.dirname(os.path.abspath(text))
     if not os.path.isdir(folder):
         probe = folder
@@ -52,3 +55,32 @@ def check_output_file(flag: str, path: Optional[str], inputs: Iterable[Tuple[str
     if not writable or is_virtual(folder):
         raise ConfigError(f"{flag}: cannot write {text!r} (no write permission in {folder!r}, or a read-only file "
                           "system); pick a writable path")
+
+
+def write_error(err: BaseException, outputs: Iterable[Tuple[str, Optional[str]]]) -> Optional[str]:
+    """One line for a write of one of a command's `outputs` (`(flag, path)`) that failed after the
+    checks (a disk that filled, an I/O error): the flag, the file and why, with the free space;
+    None when `err` is not such a failure (its traceback is kept)."""
+    import errno
+    import shutil
+
+    outputs = [(flag, str(path)) for flag, path in outputs if path is not None]
+    target = None
+    if isinstance(err, OSError) and err.filename is not None:
+        name = os.fsdecode(err.filename)
+        target = next(((flag, path) for flag, path in outputs if same_file(name, path) or os.path.dirname(
+            os.path.abspath(name)) == os.path.dirname(os.path.abspath(path)) and ".partial" in name), None)
+    elif isinstance(err, RuntimeError) and "inline_container" in str(err) and len(outputs) == 1:
+        target = outputs[0]  # torch's zip writer failing mid-file (its message names no file)
+    if target is None:
+        return None
+    flag, path = target
+    why = err.strerror if isinstance(err, OSError) and err.strerror else " ".join(str(err).split())[:120]
+    try:
+        free = shutil.disk_usage(os.path.dirname(os.path.abspath(path)) or ".").free
+        room = f"; {free / 2**20:.0f} MiB free there"
+    except OSError:
+        room = ""
+    full = isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT)
+    return (f"{flag}: writing {path!r} failed ({why}{room}); {'free some space' if full else 'check the disk'} or "
+            "write it elsewhere")

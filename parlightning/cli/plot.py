@@ -26,7 +26,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from parlightning.errors import ConfigError
-from parlightning.cli.outputs import check_output_file
+from parlightning.cli.outputs import check_output_file, write_error
 
 T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
@@ -152,6 +152,21 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def _check_image_format(path: str) -> None:
+    """--out's suffix must be an image format matplotlib writes (it picks the format from it)."""
+    suffix = os.path.splitext(path)[1].lstrip(".").lower()
+    if not suffix:
+        return
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        return  # draw() names the missing extra
+    formats = Figure().canvas.get_supported_filetypes()
+    if suffix not in formats:
+        raise ConfigError(f"--out: {path!r} ends in .{suffix}, which matplotlib cannot write; use .png (or one of "
+                          f"{', '.join(sorted(formats)[:8])}, ...)")
+
+
 def plot(a: argparse.Namespace) -> list[Curve]:
     groups: list[tuple[str, list[str]]] = []
     asked: dict[str, list[str]] = {}  # each group's patterns, to name them when they match nothing
@@ -162,6 +177,9 @@ def plot(a: argparse.Namespace) -> list[Curve]:
         name, sep, patterns = item.partition("=")
         if not sep or not name or not patterns:
             raise ConfigError(f"--group: expected NAME=PATTERN (e.g. mlp='runs/mlp_*'), got {item!r}")
+        if name in asked:
+            raise ConfigError(f"--group: the name {name!r} is given twice (each group is one curve and one legend "
+                              "entry); give the groups different names, or list both patterns in one: NAME=A,B")
         groups.append((name, sorted({r for pattern in patterns.split(",") for r in find_runs(pattern)})))
         asked[name] = patterns.split(",")
     if not groups:
@@ -178,6 +196,7 @@ def plot(a: argparse.Namespace) -> list[Curve]:
     run_files = [("a file of run " + run, os.path.join(run, f)) for _name, runs in groups for run in runs
                  for f in (os.listdir(run) if os.path.isdir(run) else ())]
     check_output_file("--out", a.out, run_files)
+    _check_image_format(a.out)
     check_output_file("--csv", a.csv, run_files + [("--out", a.out)])
     curves = [group_curve(name, runs, a.tag, a.points, a.smooth, a.band) for name, runs in groups]
     draw(curves, a.out, a.tag, a.title, a.band)
@@ -196,6 +215,11 @@ def main(argv: Optional[Sequence[str]] = None) -> list[Curve]:
         return plot(a)
     except ConfigError as err:
         raise SystemExit(f"error: {err}") from None
+    except OSError as err:  # an output's write failing after the checks (a full disk)
+        line = write_error(err, [("--out", a.out), ("--csv", a.csv)])
+        if line is None:
+            raise
+        raise SystemExit(f"error: {line}") from None
 
 
 if __name__ == "__main__":

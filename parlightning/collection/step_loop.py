@@ -27,7 +27,7 @@ from torch import Tensor
 
 from parlightning.buffer import RolloutBuffer
 from parlightning.collection.context import RoundContext, RoundResult, StepHook
-from parlightning.envs.base import action_mask_of, check_action_mask, task_ids_of
+from parlightning.envs.base import EpisodeParts, action_mask_of, check_action_mask, task_ids_of
 from parlightning.errors import ConfigError, ReportedError
 from parlightning.policies.recurrent import RecurrentRollout
 
@@ -143,6 +143,7 @@ class StepLoop:
         self.episode_length = torch.zeros(num_envs, device=device)
         self.step_lock: Any = contextlib.nullcontext()  # a Lock where another thread reads the state mid-round
         self.restart_pending = False  # an inexact resume: every actor restarts on a fresh pick next round
+        self.mask_width: Optional[int] = None  # the world's action-mask columns (its first mask's), None: unmasked
 
     def new_buffer(self) -> RolloutBuffer:
         spec = self.env.action_spec
@@ -167,6 +168,7 @@ class StepLoop:
                                   f"{type(self.env).__name__}.action_masks()")
             except ValueError as err:
                 raise ConfigError(str(err)) from None
+        self.mask_width = None if mask is None else int(mask.shape[1])
 
     def _pick(self, context: RoundContext, reset_mask: Tensor) -> Tensor:
         picked = self.picks.pick(context, reset_mask)
@@ -207,6 +209,8 @@ class StepLoop:
             next_value, truncated_values = self.bootstrap(acting, buf)
         rollout_time = self._elapsed(start)
         self.check_finite(buf, context.round_index)
+        self.check_masks(buf, context.round_index)
+        self.check_parts(buf, context.round_index)
         current = self.current_task.clone() if self.current_task is not None else None
         return RoundResult(context, buf, next_value, truncated_values, versions, rollout_time, current)
 
@@ -225,7 +229,11 @@ class StepLoop:
         """Step t for all actors: act, write the buffer, step the env, count episode return and
         length (reset where an episode ended)."""
         buf, key_row, obs = self.buffer, self.key_row, self.obs
-        mask = action_mask_of(self.env)  # the world's live actions for `obs` (None: unmasked)
+        try:
+            mask = action_mask_of(self.env)  # the world's live actions for `obs` (None: unmasked)
+        except Exception as err:  # the user's action_masks failing mid-run: one line naming it
+            raise self._world_error("action_masks", err, t) from err
+        self._check_mask(mask, t)
         masked = {} if mask is None else {"mask": mask}  # (a user's policy without masks never sees one)
         if key_row is None:
             key = None
@@ -239,10 +247,8 @@ class StepLoop:
         except (ConfigError, ReportedError):  # already one line naming the world (e.g. ExternalWorldError)
             raise
         except Exception as err:  # the user's world failing mid-run: one line naming it, not a traceback
-            text = " ".join(str(err).split())[:300]
-            raise ReportedError(f"data.env: {type(self.env).__name__}.step raised {type(err).__name__}"
-                                f"{': ' + text if text else ''} at step {t} of a rollout; fix the world (the last "
-                                "checkpoint is intact: resume it with --ckpt_path)") from err
+            raise self._world_error("step", err, t) from err
+        self._check_step(res, t)
         ep_return, ep_length = self.episode_return, self.episode_length
         ep_return += res.reward
         ep_length += 1
@@ -252,6 +258,115 @@ class StepLoop:
         ep_return *= alive
         ep_length *= alive
         self.obs = res.obs
+
+    def _world_error(self, method: str, err: Exception, t: int) -> ReportedError:
+        text = " ".join(str(err).split())[:300]
+        return ReportedError(f"data.env: {type(self.env).__name__}.{method} raised {type(err).__name__}"
+                             f"{': ' + text if text else ''} at step {t} of a rollout; fix the world (the last "
+                             "checkpoint is intact: resume it with --ckpt_path)")
+
+    def _contract_error(self, method: str, what: str, problem: str, want: str, t: int) -> ReportedError:
+        return ReportedError(f"data.env: {type(self.env).__name__}.{method} returned {what} {problem} at step {t} of a "
+                             f"rollout (the preflight probe's first steps were right); return {want} at every step")
+
+    def _check_tensor(self, method: str, what: str, value: Any, shape: tuple[int, ...], ok: Callable[[Any], bool],
+                      want: str, t: int) -> None:
+        """One value the world returned: a tensor of `shape` whose dtype passes `ok`, on the loop's
+        device. Metadata only (type, shape, dtype, device): no host sync."""
+        if not isinstance(value, Tensor):
+            problem = f"as {type(value).__module__}.{type(value).__name__}, not a torch.Tensor"
+        elif tuple(value.shape) != shape:
+            problem = f"of shape {list(value.shape)} (expected {list(shape)})"
+        elif not ok(value.dtype):
+            problem = f"of dtype {value.dtype}"
+        elif value.device.type != self.device.type or (
+                self.device.index is not None and value.device.index not in (None, self.device.index)):
+            problem = f"on device {value.device} (the world was built on {self.device})"
+        else:
+            return
+        raise self._contract_error(method, what, problem, want, t)
+
+    def _check_step(self, res: Any, t: int) -> None:
+        """Every step's answer keeps the contract the probe checked on the first (types, shapes,
+        dtypes, device): a world that changes later is one line naming it, not a traceback from
+        deep in the buffer."""
+        n, obs_shape = self.num_envs, (self.num_envs, *self.buffer.obs.shape[2:])
+        for field in ("obs", "reward", "terminated", "truncated", "final_obs"):
+            if not hasattr(res, field):
+                raise self._contract_error("step", type(res).__name__, f"without `{field}`",
+                                           "a parlightning.envs.StepResult", t)
+        floats = "float32 [num_envs, *observation_shape]"
+        self._check_tensor("step", "observations", res.obs, obs_shape, lambda d: d == torch.float32, floats, t)
+        self._check_tensor("step", "final observations", res.final_obs, obs_shape, lambda d: d == torch.float32,
+                           floats, t)
+        self._check_tensor("step", "rewards", res.reward, (n,), lambda d: d.is_floating_point,
+                           "a float [num_envs] tensor", t)
+        for field in ("terminated", "truncated"):
+            self._check_tensor("step", field, getattr(res, field), (n,), lambda d: d == torch.bool,
+                               "a bool [num_envs] tensor", t)
+        parts = getattr(res, "parts", None)
+        if parts is not None:
+            for field in EpisodeParts._fields:
+                value = getattr(parts, field, None)
+                ok = (lambda d: not d.is_floating_point and d != torch.bool) if field == "task" else (
+                    lambda d: d.is_floating_point or d in (torch.int32, torch.int64))
+                self._check_tensor("step", f"parts.{field}", value, (n,), ok, "an [num_envs] tensor (EpisodeParts: "
+                                   "task indices as long, the rest as numbers)", t)
+
+    def _check_mask(self, mask: Any, t: int) -> None:
+        """Every step's action mask keeps the first one's layout (bool, [N, width]); metadata only."""
+        width = self.mask_width
+        if mask is None and width is None:
+            return
+        if mask is None:
+            raise self._contract_error("action_masks", "None", "where the first observation had a mask",
+                                       "a mask for every observation", t)
+        if width is None:  # restored without a reset: the first mask seen sets the layout
+            width = self.mask_width = int(mask.shape[1]) if isinstance(mask, Tensor) and mask.dim() == 2 else -1
+        self._check_tensor("action_masks", "a mask", mask, (self.num_envs, width), lambda d: d == torch.bool,
+                           f"a bool [num_envs, {width}] tensor (the layout of the first mask)", t)
+
+    def check_parts(self, buf: RolloutBuffer, round_index: int) -> None:
+        """The episode parts the world reported where episodes ended: a task index into its bank,
+        an outcome in [0, 1], counts and step totals finite and >= 0 (what the samplers, the PARL
+        reward and critical steps assume). Once per rollout (one host sync), before any of them reads them."""
+        if not getattr(buf, "has_parts", False) or buf.parts is None:
+            return
+        rows = buf.parts[buf.done]  # [E, fields]
+        if not rows.numel():
+            return
+        bank = len(self.task_ids) if self.task_ids is not None else None
+        task, outcome, rest = rows[:, 0], rows[:, 1], rows[:, 2:]
+        bad = [("task", (task < 0) | (task != task.round()) | ((task >= bank) if bank is not None else False),
+                f"an index into its {bank}-task bank" if bank is not None else "an index >= 0"),
+               ("outcome", ~((outcome >= 0) & (outcome <= 1)), "in [0, 1]"),
+               ("counts and steps", ~(torch.isfinite(rest) & (rest >= 0)).any(-1), "finite and >= 0")]
+        flags = torch.stack([torch.as_tensor(b, device=rows.device).expand(len(rows)).any() for _, b, _ in bad])
+        if not bool(flags.any()):
+            return
+        field, where, need = bad[int(flags.nonzero()[0])]
+        row = int(torch.as_tensor(where).expand(len(rows)).nonzero()[0])
+        names = EpisodeParts._fields
+        shown = ", ".join(f"{k}={float(v):g}" for k, v in zip(names, rows[row].tolist()))
+        raise ReportedError(f"data.env: {type(self.env).__name__}.step returned episode parts with {field} not "
+                            f"{need} in rollout {round_index} ({shown}); fix the parts the world reports where an "
+                            "episode ends")
+
+    def check_masks(self, buf: RolloutBuffer, round_index: int) -> None:
+        """Every stored mask in the per-category layout leaves each action dimension a live category
+        (checked on the first mask at reset, and here for the rest of the round: one host sync per
+        rollout). A dimension with none would be sampled from an empty distribution."""
+        spec, masks = self.env.action_spec, getattr(buf, "masks", None)
+        if masks is None or not spec.is_discrete or masks.shape[-1] == len(spec.nvec) or \
+                masks.shape[-1] != sum(spec.nvec):
+            return
+        live = torch.stack([m.any(-1) for m in masks.split(list(spec.nvec), -1)], -1)  # [T, N, D]
+        if bool(live.all()):
+            return
+        t, actor, dim = (int(i) for i in (~live).nonzero()[0])
+        raise ReportedError(f"data.env: {type(self.env).__name__}.action_masks() left actor {actor}'s action "
+                            f"dimension {dim} without a live category at step {t} of rollout {round_index}; every "
+                            "dimension needs at least one (mask a whole dimension with a [N, D] mask instead)")
 
     def bootstrap(self, policy: Any, buf: RolloutBuffer) -> tuple[Tensor, Tensor]:
         """(V of the observation after step T-1, [T, N] V of each truncated episode's final

@@ -700,7 +700,11 @@ class _BatchedAdapter:
         picks = []
         for _ in range(self.queue_length):
             task_id = self._call("pick", keys, round_index)
-            if task_id not in self._index:
+            try:
+                known = task_id in self._index
+            except TypeError:  # a list or a dict: not even hashable
+                known = False
+            if not known:
                 raise ReportedError(
                     f"data.sampler: {type(self.sampler).__name__}.pick returned {task_id!r:.80}, which is not in the "
                     f"shard it was given; pick must return one of `keys`"

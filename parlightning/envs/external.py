@@ -202,6 +202,14 @@ class ExternalBatchedEnv(BatchedEnv):
         self.step_timeout, self.retries = float(step_timeout), retries
         self._closed = False
         self._switch_interval = None
+        if switch_interval is not None and (isinstance(switch_interval, bool) or not isinstance(
+                switch_interval, (int, float)) or not 0 < switch_interval < math.inf):
+            raise ConfigError(f"data.env.init_args.switch_interval: must be a positive number of seconds (the "
+                              f"interpreter's thread switch interval) or null, got {switch_interval!r}")
+        if task_ids is not None and (isinstance(task_ids, (str, bytes)) or not isinstance(task_ids, Sequence) or not
+                                     task_ids or not all(isinstance(t, str) and t for t in task_ids)):
+            raise ConfigError(f"data.env.init_args.task_ids: must be a non-empty list of task id strings "
+                              f"(e.g. [easy-0, hard-0]) or null (the world's own tasks), got {task_ids!r:.80}")
         if switch_interval is not None and switch_interval < sys.getswitchinterval():
             self._switch_interval = sys.getswitchinterval()
             sys.setswitchinterval(switch_interval)
@@ -371,16 +379,7 @@ class ExternalBatchedEnv(BatchedEnv):
             if term or trunc:
                 flags[0, i], flags[1, i], flags[2, i] = term, not term, True
                 done_list.append(i)
-                if p is not None and not isinstance(p, Mapping):
-                    raise self._fail(i, "step", f"returned parts {p!r:.80} ({type(p).__name__}); field parts must be "
-                                                f"None or a mapping of {list(PART_NAMES)}")
-                p = dict(p or {})
-                unknown = set(p) - set(PART_NAMES)
-                if unknown:
-                    raise self._fail(i, "step", f"returned parts with unknown fields {sorted(unknown)}; "
-                                                f"use {list(PART_NAMES)}")
-                p.setdefault("outcome", min(max(r, 0.0), 1.0))
-                parts[:, i] = [self._number(i, f"parts[{name!r}]", p.get(name, 0.0)) for name in PART_NAMES]
+                parts[:, i] = self._parts_row(i, r, p)
         final = self._obs_array(obs, "step")
         task_t = self._tensor(np.array(self._tasks, dtype=np.int64))
         term_t, trunc_t, done = self._tensor(flags).unbind(0)
@@ -453,7 +452,13 @@ class ExternalBatchedEnv(BatchedEnv):
         if unknown:
             raise self._fail(i, "step", f"returned parts with unknown fields {sorted(unknown)}; use {list(PART_NAMES)}")
         p.setdefault("outcome", min(max(r, 0.0), 1.0))
-        return [self._number(i, f"parts[{name!r}]", p.get(name, 0.0)) for name in PART_NAMES]
+        row = [self._number(i, f"parts[{name!r}]", p.get(name, 0.0)) for name in PART_NAMES]
+        for name, value in zip(PART_NAMES, row):  # the ranges the PARL reward, samplers and critical steps assume
+            low, high = (0.0, 1.0) if name == "outcome" else (0.0, math.inf)
+            if not low <= value <= high:
+                need = "in [0, 1] (the task's outcome, r_perf)" if name == "outcome" else ">= 0 (a count or a time)"
+                raise self._fail(i, "step", f"returned parts[{name!r}] {value:g}; field parts[{name!r}] must be {need}")
+        return row
 
     def receive(self, next_task: Optional[Callable[[Tensor], Tensor]], timeout: float) -> Optional[Arrivals]:
         """The actors whose world answered (waiting up to `timeout` seconds for the first; None if

@@ -183,6 +183,14 @@ class GymVectorEnv(BatchedEnv):
             text = " ".join(str(err).split())
             raise ConfigError(f"env_id: {text} Pass a registered Gymnasium id such as CartPole-v1 (gymnasium."
                               "pprint_registry() lists them; import the package that registers yours)") from None
+        except (TypeError, ValueError, AttributeError, AssertionError) as err:
+            if wrappers is None:
+                raise
+            names = ", ".join(getattr(w, "__qualname__", repr(w)) for w in wrappers)
+            text = " ".join(str(err).split())[:200]
+            raise ConfigError(f"wrappers: applying [{names}] to {env_id} raised {type(err).__name__}: {text}; each "
+                              "wrapper takes an env and returns an env (e.g. gymnasium.wrappers.FlattenObservation)"
+                              ) from None
         self.vector_mode = vectorization
         autoreset = AutoresetMode((getattr(self.env, "metadata", None) or {}).get("autoreset_mode",
                                                                                  AutoresetMode.SAME_STEP))

@@ -387,6 +387,9 @@ class SwarmEnv(BatchedEnv):
             got = list(action.shape) if isinstance(action, Tensor) else type(action).__name__
             raise ValueError(f"SwarmEnv.step: `action` must be a tensor of shape [num_envs, max_width] = "
                              f"[{self.num_envs}, {self.max_width}] (one entry per actor and subtask slot), got {got}")
+        if action.dtype.is_floating_point or action.dtype.is_complex or action.dtype == torch.bool:
+            raise ValueError(f"SwarmEnv.step: `action` must hold integer action indices (torch.long, 0..6 per slot), "
+                             f"got dtype {action.dtype}; a float action is not truncated to an index silently")
         if self._compiled is not None and not self.trace:  # the same round, bitwise, as C++ kernels
             return self._cap(self._compiled.step(self, action, next_task))
         return self._cap(self._eager_step(action, next_task))

@@ -244,7 +244,13 @@ class WorldRunner:
     def _build(self, i: int, seed: int) -> Any:
         factory = self._factory
         extra = {k: v for k, v in (("seed", seed), ("actor", i)) if accepts(factory, k)}
-        return factory(**self._kwargs, **extra)
+        world = factory(**self._kwargs, **extra)
+        if world is None or isinstance(world, type) or not all(callable(getattr(world, m, None))
+                                                               for m in ("reset", "step")):
+            name = getattr(factory, "__qualname__", type(factory).__name__)
+            raise ConfigError(f"data.env.world: {name}(...) returned {world!r:.60}, not a world; the world (a class or "
+                              "a function returning one world) gives objects with reset(task) and step(action)")
+        return world
 
     def facts(self) -> dict[str, Any]:
         """What the env reads from the first world: shapes, spec, task bank, optional facts."""

@@ -351,10 +351,30 @@ class PPOModule(pl.LightningModule):
             _, policy, value, entropy = self._nonfinite_parts.tolist()
             where = (f"first at optimizer step {int(self._nonfinite_step)} (policy {policy}, value {value}, "
                      f"entropy {entropy})")
+        overflow = self._returns_overflow() if local else None
+        if overflow is not None:
+            raise FloatingPointError(f"non-finite PPO loss {where}: {overflow}. Stopped before saving, so the last "
+                                     "checkpoint is intact.")
         raise FloatingPointError(
             f"non-finite PPO loss {where}: check rewards/observations for NaN or inf and lower model.lr. "
             "Stopped before saving, so the last checkpoint is intact."
         )
+
+    def _returns_overflow(self) -> Optional[str]:
+        """Why the loss overflowed when the world's rewards are finite but so large that the
+        discounted returns are not (float32 ends at 3.4e38): the world and its largest reward."""
+        dm = getattr(self.trainer, "datamodule", None)
+        rollout = getattr(dm, "last_rollout", None)
+        buf = getattr(rollout, "buffer", None)
+        if buf is None or getattr(buf, "returns", None) is None or not buf.rewards.numel():
+            return None
+        if not bool(torch.isfinite(buf.rewards).all()) or bool(torch.isfinite(buf.returns).all()):
+            return None
+        env = getattr(getattr(dm, "collector", None), "env", None)
+        largest = float(buf.rewards.abs().max())
+        return (f"data.env: {type(env).__name__}'s rewards (largest magnitude {largest:.3g}) are finite, but their "
+                "discounted returns overflow float32 (3.4e38); scale the world's rewards down (or wrap it in "
+                "parlightning.envs.NormalizeEnv with norm_reward: true)")
 
     def on_train_epoch_end(self) -> None:
         # No collective here (see on_train_batch_end): the non-finite check already ran at the end

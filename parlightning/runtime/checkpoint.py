@@ -266,6 +266,10 @@ def load_checkpoint_file(path: str) -> dict[str, Any]:
         else:
             reason = (text.strip().splitlines() or [type(err).__name__])[0][:160]
         raise ConfigError(f"--ckpt_path: {path!r} is not a readable checkpoint ({reason}); {fix}") from None
+    if isinstance(checkpoint, dict) and "bc" in checkpoint and "optimizer_states" not in checkpoint:
+        raise ConfigError(f"--ckpt_path: {path!r} was written by `python -m parlightning.bc` (policy weights only, "
+                          "nothing to resume); start PPO from it with --model.init_from "
+                          f"{path} instead of --ckpt_path")
     if not isinstance(checkpoint, dict) or not {"state_dict", "loops", "optimizer_states"} <= checkpoint.keys():
         raise ConfigError(f"--ckpt_path: {path!r} is not a Lightning training checkpoint (no state_dict, loops and "
                           f"optimizer states); {fix}")
@@ -424,6 +428,8 @@ def check_output_dirs(trainer: Any) -> None:
         if root is not None and os.path.exists(str(root)) and not os.path.isdir(str(root)):
             raise ConfigError(f"trainer.logger: {str(root)!r} is a file, but the logger keeps its runs in a folder of "
                               "that name; move the file or set trainer.default_root_dir / trainer.logger.save_dir")
+        if root is not None:
+            places.append(("trainer.logger", root))
     for cb in trainer.checkpoint_callbacks:
         places.append(("ModelCheckpoint.dirpath", getattr(cb, "dirpath", None)))
     for field, folder in places:
@@ -436,7 +442,18 @@ def _check_writable(field: str, folder: str) -> None:
     path = os.path.abspath(folder)
     probe = path
     while not os.path.exists(probe):
+        if os.path.islink(probe):  # a dangling link: makedirs would fail on it with "File exists"
+            raise ConfigError(f"{field}: cannot create {folder!r}: {probe!r} is a link to {os.readlink(probe)!r}, "
+                              "which does not exist; remove the link, create its target, or choose another path")
         probe = os.path.dirname(probe)
+    try:
+        name_max = os.pathconf(probe, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        name_max = 255
+    long = [part for part in path.split(os.sep) if len(part.encode()) > name_max]
+    if long:
+        raise ConfigError(f"{field}: the folder name {long[0][:40]!r}... has {len(long[0].encode())} bytes, more than "
+                          f"the {name_max} a file name may have here; choose a shorter path")
     if not os.path.isdir(probe):
         raise ConfigError(f"{field}: cannot create {folder!r}: {probe!r} is a file, not a folder; choose another path")
     if not os.access(probe, os.W_OK | os.X_OK) or _is_virtual(probe):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
+import io
 import numbers
 import os
 import re
@@ -79,6 +80,9 @@ _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _s
 def check_config_file(path: str) -> None:
     """A --config file must be one YAML mapping with no duplicated key. A missing or unreadable
     file is left to the parser (it names it)."""
+    if os.path.exists(path) and not os.path.isfile(path) and not os.path.isdir(path):
+        raise ConfigError(f"--config {path}: not a regular file (a pipe, device or socket: reading it could block "
+                          "or never end); pass a YAML file")
     if not os.path.isfile(path):
         return
     try:
@@ -230,6 +234,11 @@ def check_environment(trainer: Any, environ: Optional[dict] = None) -> None:
         raise ConfigError(f"WORLD_SIZE={world} in the environment (left by torchrun or a parent job), but this run "
                           "is one process (trainer.devices 1, trainer.num_nodes 1); unset WORLD_SIZE, RANK and "
                           "LOCAL_RANK, or launch it with matching trainer.devices / num_nodes")
+    ranked = [f"{v}={env.get(v)}" for v in ("RANK", "LOCAL_RANK", "NODE_RANK") if int(env.get(v) or 0) > 0]
+    if ranked and world <= 1 and count is not None and count * nodes == 1:  # Lightning would take itself for rank > 0
+        raise ConfigError(f"{', '.join(ranked)} in the environment (left by torchrun or a parent job), but this run is "
+                          "one process (trainer.devices 1, trainer.num_nodes 1): it would run as a rank other than 0, "
+                          "which writes no logs; unset " + " and ".join(v.split("=")[0] for v in ranked))
 
 
 TRAINER_AT_LEAST_ONE = ("log_every_n_steps", "accumulate_grad_batches", "check_val_every_n_epoch",
@@ -249,11 +258,45 @@ def _check_trainer(trainer: Any) -> None:
         if len(parts) != 4 or not all(p.strip().isdigit() for p in parts):
             raise ConfigError(f"trainer.max_time: {max_time!r} is not a duration; write DD:HH:MM:SS (e.g. "
                               "00:12:00:00 for 12 hours) or a mapping such as {hours: 12}")
+    if isinstance(max_time, dict) and max_time:
+        import datetime
+
+        try:
+            span = datetime.timedelta(**max_time).total_seconds()
+        except (TypeError, ValueError, OverflowError) as err:
+            raise ConfigError(f"trainer.max_time: {max_time!r} is not a duration ({err}); use keys days, hours, "
+                              "minutes, seconds (e.g. {hours: 12}) or write DD:HH:MM:SS") from None
+        if span < 0:
+            raise ConfigError(f"trainer.max_time: {max_time!r} is a negative duration; give a positive one (e.g. "
+                              "{hours: 12}) or drop trainer.max_time")
     if (isinstance(max_time, str) and not any(int(p) for p in max_time.split(":"))) or (
             isinstance(max_time, dict) and max_time and not any(_int(v) for v in max_time.values())):
         raise ConfigError(f"trainer.max_time: {max_time!r} is no time at all: the run would stop before its first "
                           "iteration; give a positive duration (e.g. 00:12:00:00) or drop trainer.max_time")
+    _check_precision(trainer.get("precision"))
+    overfit = trainer.get("overfit_batches")
+    if isinstance(overfit, (int, float)) and not isinstance(overfit, bool) and overfit != 0:
+        raise ConfigError(f"trainer.overfit_batches: {overfit} would train every iteration on the first minibatches "
+                          "of its rollout only (a supervised-learning debugging aid); PPO trains on each fresh "
+                          "rollout: drop trainer.overfit_batches")
+    for key in ("min_epochs", "min_steps"):
+        value = _int(trainer.get(key))
+        if value is not None and value < 0:
+            raise ConfigError(f"trainer.{key}: must be >= 0 (or null: no minimum), got {value}")
     _check_trainer_bounds(trainer)
+
+
+FULL_LOW_OR_HIGH_PRECISION = ("64", "64-true", "16-true", "bf16-true")
+
+
+def _check_precision(precision: Any) -> None:
+    """A `*-true` precision other than 32 casts the policy's weights (float64, float16, bfloat16),
+    while every world returns float32 observations: the first policy call would fail on the dtype."""
+    text = str(precision) if precision is not None else ""
+    if text in FULL_LOW_OR_HIGH_PRECISION or text.startswith("transformer-engine"):
+        raise ConfigError(f"trainer.precision: {text} casts the policy's weights away from float32, but worlds return "
+                          "float32 observations and the rollout buffer keeps them; use 32-true (the default), or "
+                          "16-mixed / bf16-mixed for mixed precision")
 
 
 def _int(value: Any) -> Optional[int]:
@@ -326,7 +369,7 @@ def build_env(factory: Callable[..., Any], num_envs: int, device: str, seed: int
     `data.env.init_args.<name>` when its message starts with one of the factory's parameters."""
     _check_required(factory)
     try:
-        return factory(num_envs, device, seed)
+        env = factory(num_envs, device, seed)
     except ConfigError as err:
         raise ConfigError(_env_field(factory, str(err))) from None
     except (ValueError, TypeError) as err:
@@ -345,6 +388,13 @@ def build_env(factory: Callable[..., Any], num_envs: int, device: str, seed: int
     except (Exception, SystemExit) as err:  # the user's own constructor failing: name it, without a traceback
         raise ConfigError(f"data.env: {_factory_name(factory)}(num_envs={num_envs}) raised {_raised(err)}; fix the "
                           "world's constructor or its data.env.init_args") from None
+    if isinstance(env, type) or not all(callable(getattr(env, m, None)) for m in ("reset", "step")):
+        what = f"the class {env.__qualname__}" if isinstance(env, type) else f"{type(env).__name__} {env!r:.40}"
+        fix = (f"return {env.__qualname__}(num_envs, device, seed)" if isinstance(env, type)
+               else "return a BatchedEnv (reset and step)")
+        raise ConfigError(f"data.env: {_factory_name(factory)}(num_envs, device, seed) returned {what}, not a world; "
+                          f"{fix}")
+    return env
 
 
 def _check_required(factory: Callable[..., Any]) -> None:
@@ -395,10 +445,10 @@ def _check_spaces(name: str, env: Any) -> None:
     from parlightning.envs.base import ActionSpec
 
     shape = env.observation_shape
-    if not isinstance(shape, (tuple, list, torch.Size)) or not all(
+    if not isinstance(shape, (tuple, list, torch.Size)) or not shape or not all(
             isinstance(d, numbers.Integral) and not isinstance(d, bool) and d > 0 for d in shape):
-        raise ConfigError(f"data.env: {name}.observation_shape is {shape!r}; it must be a tuple of positive ints "
-                          "(one observation's shape, e.g. (4,))")
+        raise ConfigError(f"data.env: {name}.observation_shape is {shape!r}; it must be a non-empty tuple of positive "
+                          "ints (one observation's shape, e.g. (4,); a single number is (1,))")
     spec = env.action_spec
     if not isinstance(spec, ActionSpec):
         raise ConfigError(f"data.env: {name}.action_spec is {type(spec).__name__} {spec!r:.60}, not an ActionSpec; "
@@ -409,6 +459,18 @@ def _check_spaces(name: str, env: Any) -> None:
     if spec.is_discrete and (not spec.nvec or not all(isinstance(n, numbers.Integral) and n >= 1 for n in spec.nvec)):
         raise ConfigError(f"data.env: {name}.action_spec.nvec is {spec.nvec!r}; every action dimension needs at "
                           "least one category (e.g. nvec=(2,))")
+    if not spec.is_discrete:
+        if not spec.shape or not all(isinstance(d, numbers.Integral) and not isinstance(d, bool) and d > 0
+                                     for d in spec.shape):
+            raise ConfigError(f"data.env: {name}.action_spec.shape is {spec.shape!r}; continuous actions need a "
+                              "non-empty tuple of positive ints (e.g. shape=(2,))")
+        bounds = {k: getattr(spec, k) for k in ("low", "high")}
+        for k, v in bounds.items():
+            if v is not None and (isinstance(v, bool) or not isinstance(v, numbers.Real) or v != v):
+                raise ConfigError(f"data.env: {name}.action_spec.{k} is {v!r}; a bound is a number or None (unbounded)")
+        if None not in bounds.values() and not bounds["low"] < bounds["high"]:
+            raise ConfigError(f"data.env: {name}.action_spec has low={bounds['low']} >= high={bounds['high']}; "
+                              "actions are clipped to [low, high], so low must be below high")
 
 
 def _env_field(factory: Callable[..., Any], message: str) -> str:
@@ -451,11 +513,22 @@ def check_env(env: Any, num_envs: int, seed: int) -> None:
             raise ConfigError(f"data.env: reading {name}.{attr} raised {_raised(err)}; fix the world's "
                               f"{attr}") from None
     _check_spaces(name, env)
+    try:
+        masks = getattr(env, "action_masks", None)
+    except Exception as err:  # a property raising
+        raise ConfigError(f"data.env: reading {name}.action_masks raised {_raised(err)}; define action_masks() as a "
+                          "method returning the mask") from None
+    if masks is not None and not callable(masks):  # read as "no masks" by the step loop: say so instead
+        raise ConfigError(f"data.env: {name}.action_masks is a {type(masks).__name__}, not a method; the step loop "
+                          "calls env.action_masks() for the mask of the last observation: define it as a method "
+                          "(def action_masks(self): return ...)")
     if getattr(env, "num_envs", num_envs) != num_envs:
         raise ConfigError(f"data.env: asked for {num_envs} actors, {name} built {env.num_envs}; the env must "
                           "build num_envs actors (data.num_envs)")
     shape = (num_envs, *tuple(env.observation_shape))
     tasks = getattr(env, "task_ids", None)
+    if tasks is not None:
+        _check_task_ids(name, tasks)
     first = torch.zeros(num_envs, dtype=torch.long)
     reset_kwargs = {"seed": seed, "task_index": first} if tasks is not None else {"seed": seed}
     obs = _call_world(name, "reset", env.reset, **reset_kwargs)
@@ -473,6 +546,56 @@ def check_env(env: Any, num_envs: int, seed: int) -> None:
     for field in ("terminated", "truncated"):
         _check_tensor(name, "step", field, getattr(res, field), (num_envs,), "a bool [num_envs] tensor",
                       lambda t: t.dtype == torch.bool)
+
+
+def check_state(field: str, name: str, obj: Any) -> None:
+    """`obj.state_dict()` (a world's, a sampler's), which every checkpoint saves: a dict that a
+    checkpoint holds and loads back with `torch.load(weights_only=True)` (tensors and plain values).
+    Checked on the probe, so a run never trains an iteration only to fail at its first save or
+    to write a checkpoint it cannot resume."""
+    method = getattr(obj, "state_dict", None)
+    if not callable(method):
+        return
+    fix = "return a dict of tensors and plain values (numbers, strings, lists, dicts; {} for no state)"
+    try:
+        state = method()
+    except (Exception, SystemExit) as err:
+        raise ConfigError(f"{field}: {name}.state_dict raised {_raised(err)} in the preflight probe; every checkpoint "
+                          f"calls it: fix it ({fix})") from None
+    if not isinstance(state, dict):
+        raise ConfigError(f"{field}: {name}.state_dict returned a {type(state).__name__}, not a dict; {fix}")
+    buffer = io.BytesIO()
+    try:
+        torch.save(state, buffer)
+        buffer.seek(0)
+        torch.load(buffer, weights_only=True)
+    except Exception as err:
+        found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(err))
+        what = f"a {found.group(1)} object" if found else "a value"
+        plain = re.sub(r"\x1b\[[0-9;]*m", "", _raised(err))[:160]  # torch's message carries terminal colours
+        why = "" if found else f" ({plain})"
+        raise ConfigError(f"{field}: {name}.state_dict holds {what}, which a checkpoint cannot load back with "
+                          f"torch.load(weights_only=True){why}; {fix}") from None
+
+
+def _check_task_ids(name: str, tasks: Any) -> None:
+    """A world's task bank: a non-empty list of distinct, non-empty strings (samplers, strategies and
+    checkpoints key their statistics by these ids; the default artifact key reads `family-index`)."""
+    if isinstance(tasks, (str, bytes)) or not isinstance(tasks, (list, tuple)):
+        raise ConfigError(f"data.env: {name}.task_ids is {type(tasks).__name__} {tasks!r:.60}; it must be a list of "
+                          "task id strings (e.g. ['easy-0', 'hard-0']), or absent for a world without tasks")
+    if not tasks:
+        raise ConfigError(f"data.env: {name}.task_ids is empty; a world with tasks needs at least one (or drop "
+                          "task_ids for a world without tasks)")
+    bad = next((t for t in tasks if not isinstance(t, str) or not t), None)
+    if bad is not None or any(not isinstance(t, str) for t in tasks):
+        raise ConfigError(f"data.env: {name}.task_ids holds {bad!r} ({type(bad).__name__}); every task id is a "
+                          "non-empty string (e.g. 'easy-0')")
+    seen: set[str] = set()
+    twice = next((t for t in tasks if t in seen or seen.add(t)), None)
+    if twice is not None:
+        raise ConfigError(f"data.env: {name}.task_ids lists {twice!r} twice; task ids must be distinct (samplers and "
+                          "checkpoints key their statistics by them)")
 
 
 def _check_obs(env: str, method: str, what: str, value: Any, shape: tuple[int, ...]) -> None:
@@ -593,6 +716,8 @@ def check_datamodule(dm: Any, device: Optional[torch.device] = None, ranks_here:
     try:
         check_env(env, n, dm.seed)
         step_seconds = time_env_step(env, n)  # for estimate_iteration
+        check_state("data.env", type(env).__name__, env)  # every checkpoint saves it: it must save and load back
+        check_state("data.sampler", type(dm.sampler).__name__, dm.sampler)
         dm._check_reward_cap(env)
         need = rollout_bytes(dm.num_steps, dm.num_envs, env.observation_shape, env.action_spec, dm.num_minibatches)
         need += env_bytes(env, n, dm.num_envs)
@@ -639,8 +764,8 @@ def time_env_step(env: Any, n: int) -> float:
     """Seconds of one step of the probe env (its second step: the first one warmed it up)."""
     with torch.random.fork_rng(devices=[]):  # a world drawing from the global generator keeps the run's seed
         start = time.perf_counter()
-        env.step(probe_action(env.action_spec, n), None if getattr(env, "task_ids", None) is None else
-                 torch.zeros(n, dtype=torch.long))
+        _call_world(type(env).__name__, "step", env.step, probe_action(env.action_spec, n),
+                    None if getattr(env, "task_ids", None) is None else torch.zeros(n, dtype=torch.long))
         return time.perf_counter() - start
 
 

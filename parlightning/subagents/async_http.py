@@ -36,10 +36,10 @@ import random
 import threading
 import time
 import urllib.parse
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Mapping, Optional
 
 from parlightning.errors import ConfigError
-from parlightning.subagents.http import prompt_of
+from parlightning.subagents.http import check_request_text, prompt_of
 from parlightning.subagents.pool import PoolBase, SubagentResult
 
 RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})  # the statuses OpenAI's own client retries (5xx all)
@@ -126,6 +126,15 @@ class AsyncHTTPPool(PoolBase):
                 raise ValueError(f"AsyncHTTPPool: {name} must be a number >= 0, got {value!r}")
         if not timeout > 0:
             raise ValueError(f"AsyncHTTPPool: timeout must be > 0 seconds, got {timeout!r}")
+        if max_backoff < backoff:
+            raise ValueError(f"AsyncHTTPPool: max_backoff={max_backoff!r} is below backoff={backoff!r}; the wait "
+                             "before retry r is min(max_backoff, backoff * 2**r): raise max_backoff or lower backoff")
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+            raise ValueError(f"AsyncHTTPPool: max_tokens must be an integer >= 1, got {max_tokens!r}")
+        if extra_body is not None and not isinstance(extra_body, Mapping):
+            raise ValueError(f"AsyncHTTPPool: extra_body must be a mapping of extra request fields (e.g. "
+                             f"{{temperature: 0.2}}), got {type(extra_body).__name__} {extra_body!r:.60}")
+        check_request_text("AsyncHTTPPool", model=model, api_key=api_key, system=system, success_marker=success_marker)
         self._aiohttp = import_aiohttp()
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.model, self.workers, self.timeout, self.api_key, self.system = model, workers, timeout, api_key, system

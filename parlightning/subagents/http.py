@@ -42,6 +42,22 @@ class EndpointFailing(RuntimeError):
     """`max_endpoint_failures` requests in a row got no usable answer from the endpoint."""
 
 
+def check_request_text(pool: str, **values: Any) -> None:
+    """The strings a pool puts into every request: `model` a non-empty string; `api_key` one token
+    (no whitespace or control characters: a newline would end the Authorization header, and every
+    call would fail with a header error instead of reaching the server); `system` and
+    `success_marker` strings or None."""
+    for name, value in values.items():
+        if value is None and name != "model":
+            continue
+        if not isinstance(value, str) or (name == "model" and not value.strip()):
+            raise ValueError(f"{pool}: {name} must be a {'non-empty ' if name == 'model' else ''}string"
+                             f"{'' if name == 'model' else ' or null'}, got {value!r:.60}")
+        if name == "api_key" and any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in value):
+            raise ValueError(f"{pool}: api_key holds whitespace or a control character (e.g. a newline copied with "
+                             "it); give the key alone, one line with no spaces")
+
+
 class HTTPPool(PoolBase):
     """Subagents as chat completions; see the module docstring.
 
@@ -72,6 +88,7 @@ class HTTPPool(PoolBase):
                  max_endpoint_failures: Optional[int] = 8) -> None:
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
             raise ValueError(f"HTTPPool: base_url must start with http:// or https://, got {base_url!r}")
+        check_request_text("HTTPPool", model=model, api_key=api_key, system=system, success_marker=success_marker)
         import urllib.parse
         try:
             urllib.parse.urlsplit(base_url).port

@@ -77,6 +77,21 @@ def _steps(value: Any) -> int:
     return int(value)
 
 
+def check_number(owner: str, name: str, value: Any, low: float, high: float = math.inf, *, integer: bool = False,
+                 low_open: bool = False) -> None:
+    """`value` a finite number (an int where `integer`) in [low, high] ((low, high] with `low_open`),
+    or the ValueError naming `owner`'s argument (the config parser reports it as one line)."""
+    kinds = (int,) if integer else (int, float)
+    ok = not isinstance(value, bool) and isinstance(value, kinds) and math.isfinite(value) and (
+        low < value if low_open else low <= value) and value <= high
+    if not ok:
+        if math.isinf(high):
+            need = f"{'>' if low_open else '>='} {low:g}"
+        else:
+            need = f"in {'(' if low_open else '['}{low:g}, {high:g}]"
+        raise ValueError(f"{owner}: {name} must be {'an integer' if integer else 'a number'} {need}, got {value!r}")
+
+
 class PoolBase:
     """Shared `wait`: poll every handle until all finished, or give up after `timeout` seconds
     (then the unfinished ones are cancelled and reported as failures)."""
@@ -125,10 +140,9 @@ class SimulatedPool(PoolBase):
 
     def __init__(self, reliability: float = 0.9, spawn_steps: int = 1, seconds_per_step: float = 0.0,
                  seed: int = 0) -> None:
-        if not 0.0 <= reliability <= 1.0:
-            raise ValueError(f"SimulatedPool: reliability must lie in [0, 1], got {reliability!r}")
-        if seconds_per_step < 0:
-            raise ValueError(f"SimulatedPool: seconds_per_step must be >= 0, got {seconds_per_step!r}")
+        check_number("SimulatedPool", "reliability", reliability, 0.0, 1.0)
+        check_number("SimulatedPool", "seconds_per_step", seconds_per_step, 0.0)
+        check_number("SimulatedPool", "spawn_steps", spawn_steps, 0, integer=True)
         self.reliability, self.spawn_steps, self.seconds_per_step = reliability, spawn_steps, seconds_per_step
         self._rng = random.Random(seed)
         self._ids = itertools.count()

@@ -143,10 +143,17 @@ class ProcessPool(PoolBase):
                 raise ValueError(f"ProcessPool: {name} must be a number of seconds > 0 (or null), got {value!r}")
         if on_error not in ON_ERROR:
             raise ValueError(f"ProcessPool: on_error must be one of {list(ON_ERROR)}, got {on_error!r}")
+        if not isinstance(fn, str) or not fn.strip():
+            raise ValueError(f"ProcessPool: fn must be an import path string 'package.module:function', got {fn!r:.60}")
         try:
-            _load(fn)
+            target = _load(fn)
         except (ImportError, AttributeError, ValueError) as err:
             raise ValueError(f"ProcessPool: fn {fn!r} is not importable ({err}); name it as 'package.module:function'") from None
+        if not callable(target):
+            raise ValueError(f"ProcessPool: fn {fn!r} is a {type(target).__name__}, not a function; name the function "
+                             "a subagent calls ('package.module:function')")
+        if start_method not in ("spawn", "forkserver", "fork"):
+            raise ValueError(f"ProcessPool: start_method must be spawn, forkserver or fork, got {start_method!r}")
         self.fn, self.timeout, self.on_error, self._method = fn, timeout, on_error, start_method
         self._workers = [_Worker(fn, start_method) for _ in range(workers)]
         self._queue: collections.deque = collections.deque()

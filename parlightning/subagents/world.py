@@ -19,7 +19,7 @@ import time
 from typing import Any, Optional, Sequence
 
 from parlightning.envs.base import ActionSpec
-from parlightning.subagents.pool import SubagentPool, SubagentResult
+from parlightning.subagents.pool import SubagentPool, SubagentResult, check_number
 
 FAMILIES = {"solo": (1, 1), "fanout": (2, 3), "locked": (2, 3)}  # family -> (width lo, width hi)
 
@@ -76,6 +76,11 @@ class PoolOrchestrationWorld:
                  subagent_timeout: Optional[float] = 60.0, bank_seed: int = 1234,
                  call_latency: Optional[Sequence[float]] = None, fail_rate: float = 0.0, hang_rate: float = 0.0,
                  hang_seconds: float = 3600.0) -> None:
+        missing = [m for m in ("spawn", "poll") if not callable(getattr(pool, m, None))]
+        if missing:  # a wrong class under shared.pool would otherwise fail at the first delegation, mid-rollout
+            raise ValueError(f"PoolOrchestrationWorld: pool is a {type(pool).__name__}, not a subagent pool (it has no "
+                             f"{', '.join(missing)}); name a pool under shared.pool, e.g. "
+                             "parlightning.subagents.SimulatedPool, or one with spawn / poll / wait / cancel / close")
         self.pool, self.seed = pool, seed
         for name, value in (("tasks_per_family", tasks_per_family), ("max_levels", max_levels),
                             ("max_width", max_width), ("n_skills", n_skills), ("max_cost", max_cost),
@@ -84,11 +89,23 @@ class PoolOrchestrationWorld:
                 raise ValueError(f"PoolOrchestrationWorld: {name} must be an integer >= 1, got {value!r}")
         if isinstance(families, str) or not families:
             raise ValueError(f"PoolOrchestrationWorld: families must be a non-empty list of families, got {families!r}")
-        if call_latency is not None and (len(call_latency) != 2 or not call_latency[0] > 0 or call_latency[1] < 0):
-            raise ValueError(f"PoolOrchestrationWorld: call_latency must be [median > 0, sigma >= 0], got {call_latency!r}")
-        if not (0 <= fail_rate <= 1 and 0 <= hang_rate <= 1):
-            raise ValueError(f"PoolOrchestrationWorld: fail_rate and hang_rate must lie in [0, 1], got "
-                             f"{fail_rate!r}, {hang_rate!r}")
+        if call_latency is not None and (isinstance(call_latency, (str, bytes)) or not isinstance(
+                call_latency, Sequence) or len(call_latency) != 2):
+            raise ValueError(f"PoolOrchestrationWorld: call_latency must be [median > 0, sigma >= 0] (two numbers: a "
+                             f"lognormal's median seconds and sigma) or null, got {call_latency!r}")
+        if call_latency is not None:
+            check_number("PoolOrchestrationWorld", "call_latency[0] (the median)", call_latency[0], 0.0, low_open=True)
+            check_number("PoolOrchestrationWorld", "call_latency[1] (sigma)", call_latency[1], 0.0)
+        name = "PoolOrchestrationWorld"
+        for arg, value in (("fail_rate", fail_rate), ("hang_rate", hang_rate)):
+            check_number(name, arg, value, 0.0, 1.0)
+        check_number(name, "spawn_steps", spawn_steps, 0, integer=True)
+        check_number(name, "late_credit", late_credit, 0.0, 1.0)
+        check_number(name, "late_window", late_window, 1.0)
+        check_number(name, "main_seconds", main_seconds, 0.0)
+        check_number(name, "hang_seconds", hang_seconds, 0.0)
+        if subagent_timeout is not None:
+            check_number(name, "subagent_timeout (seconds, or null: no limit)", subagent_timeout, 0.0, low_open=True)
         self.call_latency = tuple(call_latency) if call_latency is not None else None
         self.fail_rate, self.hang_rate, self.hang_seconds = fail_rate, hang_rate, hang_seconds
         self._rng = random.Random(seed * 7919 + 17)
