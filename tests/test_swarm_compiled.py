@@ -36,15 +36,16 @@ def _trajectory(compile, n, steps, next_task="callable", seed=3, extreme=False, 
     for t in range(steps):
         if t % 3 == 0:
             action = env.scripted_action("oracle", obs, g)
-        else:  # random entries, some outside the action space (negative, too large) and as floats
+        else:  # random entries, some outside the action space (negative, too large)
             action = torch.randint(-2, 2 * len(env.splits) + 3, (n, env.max_width), generator=g)
-            if t % 5 == 0:
-                action = action.float()
+            if t % 5 == 0:  # a float action is refused before the step touches any state, eager or compiled
+                with pytest.raises(ValueError, match="must hold integer action indices"):
+                    env.step(action.float(), None)
             if extreme and t % 3 == 1:  # huge, negative and fractional entries
                 big = torch.tensor([-2**40, -7, 2**31 - 1, 2**40, 10**9], dtype=torch.long)
                 action = big[torch.randint(0, 5, (n, env.max_width), generator=g)]
             elif extreme and t % 3 == 2:
-                action = torch.empty(n, env.max_width).uniform_(-3.0, 2 * len(env.splits) + 3.0, generator=g)
+                action = torch.empty(n, env.max_width).uniform_(-3.0, 2 * len(env.splits) + 3.0, generator=g).floor().long()
         if next_task == "callable":
             pick = lambda done: torch.randint(0, K, done.shape, generator=g)  # noqa: E731
         elif next_task == "tensor":
