@@ -12,8 +12,9 @@ lag budget, on `PoolOrchestrationWorld` with a lognormal model-call latency (med
    worker processes, over the same window; and the machine's 1-minute load average.
 2. learning: configs/external.yaml's world and PPO settings (no latency: seconds_per_step as
    shipped) at equal trained env steps, lock-step vs per-actor, over seeds; held-out success on
-   a task bank the run never trained on (bank_seed 2234), greedy, mean +- std and a 95% t CI of
-   lock-step; the share of samples dropped for staleness.
+   three task banks the run never trained on (bank_seed 2234, 3234, 4234), greedy, mean +- std
+   and a 95% t CI per schedule, and the difference's 95% bootstrap CI (seeds and banks
+   resampled); subagents per held-out episode; the share of samples dropped for staleness.
 3. faults: 5% of calls raise, 1% hang (step_timeout short); on_error: drop completes and logs the
    dropped share; on_error: fail ends with one error naming world, actor, task and call.
 
@@ -34,6 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))  # the shared experiment helpers (held-out banks, intervals)
 
 import lightning.pytorch as pl  # noqa: E402
 import torch  # noqa: E402
@@ -45,6 +47,7 @@ from parlightning.ppo.module import PPOModule  # noqa: E402
 from parlightning.cli.arg_types import non_negative_int, output_file, positive_int  # noqa: E402
 from parlightning.parl.reward import LinearSchedule, PARLReward  # noqa: E402
 from parlightning.subagents.world import AsyncPoolOrchestrationWorld, PoolOrchestrationWorld  # noqa: E402
+from experiment import mean_ci, nested_diff_ci  # noqa: E402
 
 T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26}
 WORLD = {"families": ["solo", "fanout", "locked"], "tasks_per_family": 4, "max_width": 3, "n_skills": 3}
@@ -147,13 +150,22 @@ def throughput_row(n: int, steps: int, epochs: int, latency: tuple[float, float]
             "trainer_cpu_us": 1e6 * (c1 - c0) / steps, "worker_cpu_us": 1e6 * (w1 - w0) / steps}
 
 
-def held_out_success(policy: torch.nn.Module, seed: int, episodes: int) -> float:
-    env = WorldEnv({"bank_seed": 2234}, seconds_per_step=0.0)(12 * episodes, "cpu", 10_000 + seed)
-    try:
-        ep = run_episodes(env, lambda obs: greedy_action(policy, obs), seed=10_000 + seed)
-    finally:
-        env.close()
-    return float((ep.parts["outcome"] >= 1.0).float().mean())
+HELD_OUT_BANKS = (2234, 3234, 4234)  # the world trains on bank 1234 (its default)
+
+
+def held_out(policy: torch.nn.Module, seed: int, episodes: int) -> list[dict]:
+    """Greedy success and subagents per episode on each held-out bank (12 tasks x `episodes`
+    episodes per bank)."""
+    rows = []
+    for bank in HELD_OUT_BANKS:
+        env = WorldEnv({"bank_seed": bank}, seconds_per_step=0.0)(12 * episodes, "cpu", 10_000 + seed)
+        try:
+            ep = run_episodes(env, lambda obs: greedy_action(policy, obs), seed=10_000 + seed)
+        finally:
+            env.close()
+        rows.append({"bank": bank, "success": float((ep.parts["outcome"] >= 1.0).float().mean()),
+                     "subagents": float(ep.parts["n_subagents"].float().mean())})
+    return rows
 
 
 def learning_run(name: str, seed: int, epochs: int, episodes: int) -> dict:
@@ -176,8 +188,10 @@ def learning_run(name: str, seed: int, epochs: int, episodes: int) -> dict:
         trainer.fit(module, datamodule=dm)
     finally:
         dm.teardown("fit")
-    success = held_out_success(module.policy.eval(), seed, episodes)
-    return {"schedule": name, "seed": seed, "env_steps": dm.env_steps, "held_out_success": success,
+    banks = held_out(module.policy.eval(), seed, episodes)
+    return {"schedule": name, "seed": seed, "env_steps": dm.env_steps, "banks": banks,
+            "held_out_success": statistics.mean(b["success"] for b in banks),
+            "subagents": statistics.mean(b["subagents"] for b in banks),
             "stale_share": statistics.mean(stale) if stale else 0.0}
 
 
@@ -281,25 +295,35 @@ def main(argv: list[str] | None = None) -> dict:
                      f"{r['samples_per_s'] / lag['samples_per_s']:.2f}x | {r['stale_share']:.1%} | "
                      f"{r['trainer_cpu_us']:.0f} / {r['worker_cpu_us']:.0f} | "
                      f"{r['env_steps']:,} steps, {r['wall_s']:.1f} s | {r['load']:.2f} |")
-    learn = [learning_run(name, seed, learn_epochs, 1 if a.quick else 4)
+    episodes = 1 if a.quick else 8  # x 12 tasks per held-out bank
+    learn = [learning_run(name, seed, learn_epochs, episodes)
              for name in ("lock-step", "per-actor") for seed in range(seeds)] if 2 in a.parts else []
     summary: dict = {}
     inside = None
     if learn:
         lines += ["", f"## 2. Learning at equal trained env steps (configs/external.yaml's world, {learn_epochs} "
-                      f"iterations of 32 x 16 = {learn[0]['env_steps']:,} env steps, {seeds} seeds; held-out bank 2234, "
-                      "greedy)", "", "| schedule | held-out success mean ± std | 95% CI | stale share |", "|---|---|---|---|"]
+                      f"iterations of 32 x 16 = {learn[0]['env_steps']:,} env steps, {seeds} seeds (0-{seeds - 1}); "
+                      f"held out on banks {', '.join(map(str, HELD_OUT_BANKS))} (the run trains on 1234), "
+                      f"{12 * episodes} greedy episodes per bank)", "",
+                  "| schedule | held-out success mean ± std over seeds | 95% CI | subagents / episode | stale share |",
+                  "|---|---|---|---|---|"]
         summary = {}
         for name in ("lock-step", "per-actor"):
-            xs = [r["held_out_success"] for r in learn if r["schedule"] == name]
-            m, s = mean_std(xs)
-            h = T95.get(len(xs) - 1, 2.0) * s / len(xs) ** 0.5 if len(xs) > 1 else float("nan")
+            runs = [r for r in learn if r["schedule"] == name]
+            m, s, h = mean_ci([r["held_out_success"] for r in runs])
             summary[name] = (m, s, m - h, m + h)
-            stale = statistics.mean(r["stale_share"] for r in learn if r["schedule"] == name)
-            lines.append(f"| {name} | {m:.3f} ± {s:.3f} | [{m - h:.3f}, {m + h:.3f}] | {stale:.1%} |")
+            subagents = statistics.mean(r["subagents"] for r in runs)
+            stale = statistics.mean(r["stale_share"] for r in runs)
+            lines.append(f"| {name} | {m:.3f} ± {s:.3f} | [{m - h:.3f}, {m + h:.3f}] | {subagents:.1f} | {stale:.1%} |")
         lo, hi = summary["lock-step"][2], summary["lock-step"][3]
         inside = lo <= summary["per-actor"][0] <= hi
-        lines.append(f"\nper-actor mean {'inside' if inside else 'OUTSIDE'} lock-step's 95% CI")
+        diff = nested_diff_ci(*([[b["success"] for b in r["banks"]] for r in learn if r["schedule"] == name]
+                                for name in ("per-actor", "lock-step")))
+        summary["diff"] = (diff.diff, diff.low, diff.high)
+        significant = diff.low > 0 or diff.high < 0
+        lines.append(f"\nper-actor mean {'inside' if inside else 'OUTSIDE'} lock-step's 95% CI; per-actor - lock-step "
+                     f"{diff.diff:+.3f} [{diff.low:+.3f}, {diff.high:+.3f}] (95% bootstrap over seeds and banks)"
+                     f"{'' if significant else ': not significant'}")
     faults = fault_runs(sizes[0] if a.quick else 64, 3 if a.quick else 6,
                         max(a.workers)) if 3 in a.parts else {}
     if faults:
@@ -316,7 +340,7 @@ def main(argv: list[str] | None = None) -> dict:
     target = a.write or (None if a.quick else str(ROOT / "docs" / "results" / "async.md"))
     if target:
         Path(target).write_text(text + "\n")
-    return {"rows": rows, "learn": learn, "faults": faults, "inside_ci": inside}
+    return {"rows": rows, "learn": learn, "faults": faults, "inside_ci": inside, "learn_summary": summary}
 
 
 if __name__ == "__main__":

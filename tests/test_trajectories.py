@@ -463,6 +463,15 @@ def test_bench_async_quick_prints_every_table(tmp_path):
     assert {r["schedule"] for r in out["rows"]} == {"lock-step", "round lag 1", "per-actor", "per-actor, 1 worker"}
     assert all(0 < r["utilisation"] < 1.5 for r in out["rows"])  # (a call straddling the window may count whole)
     assert out["faults"]["drop"]["completed"] and out["faults"]["drop_workers"]["completed"]
+    # learning: every run scored on the three held-out banks (never the training bank 1234), and the difference's CI
+    assert "held out on banks 2234, 3234, 4234" in text and "per-actor - lock-step" in text
+    assert [[b["bank"] for b in r["banks"]] for r in out["learn"]] == [[2234, 3234, 4234]] * 4
+    for r in out["learn"]:
+        assert abs(r["held_out_success"] - sum(b["success"] for b in r["banks"]) / 3) < 1e-12
+    diff, low, high = out["learn_summary"]["diff"]
+    means = {name: sum(r["held_out_success"] for r in out["learn"] if r["schedule"] == name) / 2
+             for name in ("lock-step", "per-actor")}
+    assert abs(diff - (means["per-actor"] - means["lock-step"])) < 1e-9 and low <= high
     assert out["faults"]["fail"].startswith("error: external world PoolOrchestrationWorld actor ")
     assert "on task '" in out["faults"]["fail"] and "step raised ConnectionError" in out["faults"]["fail"]
 
@@ -627,6 +636,7 @@ def test_a_sigtermed_per_actor_run_resumes_with_its_discarded_steps_logged(tmp_p
 
     done = subprocess.run(command(tmp_path / "b", "--trainer.max_epochs", str(stop + 2), "--ckpt_path", str(last)),
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    (tmp_path / "resumed.stderr").write_text(done.stderr)  # kept under pytest's basetemp for a failure's post-mortem
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"discards the {in_flight} steps" in done.stderr and "every actor starts a new episode" in done.stderr, \
         done.stderr[-6000:]  # the whole tail, for the intermittent case where the warning is missing
