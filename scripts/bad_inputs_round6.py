@@ -597,6 +597,7 @@ import time
 
 import lightning
 
+from parlightning.callbacks import RolloutCallback
 from parlightning.distribution.strategies import WorkUnit
 
 
@@ -688,7 +689,9 @@ class PlanTuples(GoodStrategy):
         return [(w, tuple(keys)) for w in range(n_workers)]
 
 
-class GoodCallback(lightning.Callback):
+class GoodCallback(RolloutCallback):
+    """Control: a rollout hook, on the documented base class (extending.md)."""
+
     def on_rollout_end(self, trainer, pl_module, rollout):
         pass
 
