@@ -114,15 +114,42 @@ def server_call(base_url: str, path: str, method: str = "GET") -> dict:
         return json.loads(response.read())
 
 
+def _non_negative_float(text: str) -> float:
+    """argparse type: a finite number >= 0."""
+    value = float(text)
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, got {text}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    """argparse type: a finite number > 0."""
+    value = float(text)
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text}")
+    return value
+
+
+def _rows(text: str) -> str:
+    """argparse type: comma-separated kind:workers:calls, kind async or threads, positive counts."""
+    for spec in text.split(","):
+        parts = spec.split(":")
+        if len(parts) != 3 or parts[0] not in ("async", "threads") or not all(
+                p.isdigit() and int(p) > 0 for p in parts[1:]):
+            raise argparse.ArgumentTypeError(f"expected kind:workers:calls (kind async or threads, positive counts; "
+                                             f"e.g. async:1000:10000), got {spec!r}")
+    return text
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="seconds: 100 in flight, 50 ms latency")
-    parser.add_argument("--latency", type=float, nargs="+", default=None,
+    parser.add_argument("--latency", type=_non_negative_float, nargs="+", default=None,
                         help="server seconds per call, one table each (default 0.2 2.0)")
-    parser.add_argument("--rows", default=None,
+    parser.add_argument("--rows", type=_rows, default=None,
                         help="comma-separated kind:workers:calls, kind async or threads (default: "
                              + "; ".join(f"{k} s: {v}" for k, v in DEFAULT_ROWS.items()) + ")")
-    parser.add_argument("--timeout", type=float, default=60.0, help="per-call timeout of both pools")
+    parser.add_argument("--timeout", type=_positive_float, default=60.0, help="per-call timeout of both pools")
     parser.add_argument("--child", nargs=4, metavar=("KIND", "URL", "WORKERS", "CALLS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:

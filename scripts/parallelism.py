@@ -69,6 +69,14 @@ def rank_main(out: str, quick: bool) -> None:
         Path(out, "rows.json").write_text(json.dumps(rows))
 
 
+def _positive_seconds(text: str) -> float:
+    """argparse type: a finite number of seconds > 0."""
+    value = float(text)
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return value
+
+
 def launch(out: str, quick: bool, timeout: float) -> None:
     """torchrun with 2 local ranks, killed as a group if it outlives `timeout` (a hang)."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={WORLD}",
@@ -99,7 +107,7 @@ def table(rows: list[dict]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a smoke run (3 iterations, 32 actors per rank)")
-    parser.add_argument("--timeout", type=float, default=1800, help="seconds before the ranks are killed")
+    parser.add_argument("--timeout", type=_positive_seconds, default=1800, help="seconds before the ranks are killed")
     parser.add_argument("--rank-main", metavar="DIR", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rank_main:

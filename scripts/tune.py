@@ -77,7 +77,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if a.quick:
         a.trials, a.iterations, a.last = 2, 2, 1
         overrides += ["data.num_envs=8", "data.num_steps=16", "data.num_minibatches=2"]
+    from parlightning.cli.packaged import config_path
+
+    config = config_path(a.config) or a.config  # a packaged name (cartpole_tensor) or a path
+    if not os.path.isfile(config):
+        raise SystemExit(f"error: --config: no config file at {a.config!r}; pass a YAML path or a packaged config's name "
+                         "(e.g. cartpole_tensor)")
     out = Path(a.out)
+    if out.exists() and not out.is_dir():
+        raise SystemExit(f"error: --out: {a.out!r} is a file; the study needs a folder (one run folder per trial and "
+                         "study.json): pass a new or existing folder")
     out.mkdir(parents=True, exist_ok=True)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
 

@@ -202,7 +202,9 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     p.add_argument("--label_smoothing", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=None, help="default: the config's seed_everything")
     p.add_argument("--json", help="also write the report here")
-    a = p.parse_args(argv)
+    from parlightning.cli.packaged import resolve_config_args  # `--config swarm`: the packaged file, as in fit
+
+    a = p.parse_args(resolve_config_args(sys.argv[1:] if argv is None else argv))
     try:
         reads = [("--config", c) for c in a.config] + [("--teacher", a.teacher)]
         check_output_file("--out", a.out, reads)  # before the teacher plays or anything is written

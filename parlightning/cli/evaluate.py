@@ -228,6 +228,9 @@ def print_table(overall: dict, families: dict[str, dict], name: str) -> None:
         print(f"{fam:<10}" + "".join(f"{row.get(c, float('nan')):>13.3f}" for c in cols))
 
 
+GANTT_FORMATS = ("png", "pdf", "svg", "jpg", "jpeg", "eps", "ps", "tif", "tiff", "webp")  # matplotlib's savefig
+
+
 def draw_gantt(rounds: list[dict[str, Tensor]], path: str, title: str) -> None:
     """One episode as a timeline: per round the main agent's time, then each subagent (slot) as a
     bar, green when it finished its subtask and red when it failed; round and stage edges drawn."""
@@ -339,6 +342,14 @@ def evaluate(a: argparse.Namespace) -> dict[str, Any]:
     if not 0 <= a.seed <= 2**32 - 1:
         raise ConfigError(f"--seed: {a.seed} is outside the seed range 0..{2**32 - 1}; pick a seed in that range")
     check_device("--device", a.device)
+    if a.policy is not None and not a.greedy:
+        raise ConfigError(f"--sample: the scripted policy {a.policy!r} has no action distribution to sample from (it "
+                          "plays its own rule); drop --sample, or evaluate a checkpoint with --ckpt_path ... --sample")
+    if a.gantt:
+        suffix = os.path.splitext(a.gantt)[1].lstrip(".").lower()
+        if suffix not in GANTT_FORMATS:
+            raise ConfigError(f"--gantt: cannot draw a timeline as {suffix or 'a file without a suffix'!r} "
+                              f"({a.gantt}); name an image file, e.g. episode.png (formats: {', '.join(GANTT_FORMATS)})")
     reads = [("--ckpt_path", a.ckpt_path)] + [("--config", c) for c in (getattr(a, "config", None) or [])]
     outputs = ("json", "gantt", "trace", "video")
     for i, flag in enumerate(outputs):  # every file it will write, before anything runs; none is an input or another

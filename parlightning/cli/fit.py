@@ -15,7 +15,7 @@ import signal
 import sys
 import types
 from argparse import ArgumentError
-from typing import Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Union
 
 import torch
 from lightning.fabric.utilities.exceptions import MisconfigurationException
@@ -31,6 +31,7 @@ from parlightning.ppo.data import RolloutDataModule
 from parlightning.errors import ConfigError, ReportedError, parser_error_line, root_error_line
 from parlightning.ppo.module import PPOModule
 from parlightning.cli.packaged import moved_hint, resolve_config_args
+from parlightning.callbacks.base import RolloutCallback
 from parlightning.cli.defaults import default_callbacks
 from parlightning.runtime.preflight import check_arguments, check_config, check_policy_memory, estimate_iteration
 from parlightning.runtime.rank_watch import BEAT_S, HEARTBEAT_TIMEOUT_S, STALL_TIMEOUT_S, RankWatch, flat_config
@@ -142,6 +143,10 @@ def main(args: Optional[list[str]] = None) -> ParlCLI:
             raise SystemExit(128 + signal.SIGTERM) from None  # 143, the shell's code for "killed by SIGTERM"
         if message is None:
             raise
+        rank = getattr(cli.trainer, "global_rank", 0)
+        if rank and not watch.active and cli.trainer.world_size > 1:  # every rank met the same setup error:
+            print(f"(rank {rank} stopped too: {message[:160]})", file=sys.stderr)  # rank 0 prints the one error line
+            raise SystemExit(1) from None
         raise SystemExit(f"error: {message}") from None
     return cli
 
@@ -234,6 +239,7 @@ def preflight(cli: ParlCLI, ckpt: Optional[str]) -> dict:
     rollout's memory (on a small probe of the env), and the checkpoint to resume from."""
     trainer = cli.trainer
     check_output_dirs(trainer)
+    check_callbacks(trainer.callbacks)
     device = trainer.strategy.root_device
     ranks_here = trainer.num_devices if device.type == "cpu" else 1  # CPU ranks share this machine's memory
     if device.type == "cuda" and getattr(trainer.strategy.launcher, "_start_method", None) == "fork":
@@ -248,6 +254,24 @@ def preflight(cli: ParlCLI, ckpt: Optional[str]) -> dict:
         check_resume(ckpt, cli.model, cli.datamodule, probe, trainer.max_epochs, trainer.max_steps)  # corrupt, foreign, mismatched, done
         clean_stale_partials(os.path.dirname(os.path.abspath(ckpt)))  # saves of the run being resumed that were killed
     return probe
+
+
+ROLLOUT_HOOKS = ("on_rollout_start", "on_episodes_end", "on_rollout_end")
+
+
+def check_callbacks(callbacks: Sequence[Any]) -> None:
+    """A callback that defines rollout hooks but is not a `RolloutCallback` would never have them
+    called (the data module calls them on RolloutCallbacks only): one line naming it and the fix."""
+    for cb in callbacks:
+        if isinstance(cb, RolloutCallback):
+            continue
+        hooks = [h for h in ROLLOUT_HOOKS if callable(getattr(cb, h, None))]
+        if hooks:
+            cls = type(cb)
+            raise ConfigError(f"trainer.callbacks: {cls.__module__}.{cls.__qualname__} defines {', '.join(hooks)} but "
+                              "is not a parlightning.callbacks.RolloutCallback, so the rollout would never call "
+                              f"{'them' if len(hooks) > 1 else 'it'}: subclass RolloutCallback (class "
+                              f"{cls.__name__}(RolloutCallback): ...)")
 
 
 def _is_size_mismatch(err: BaseException) -> bool:

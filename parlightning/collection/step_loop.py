@@ -398,8 +398,10 @@ class StepLoop:
             bad = (~torch.isfinite(values.reshape(self.num_steps, self.num_envs, -1))).any(-1)
             if bool(bad.any()):
                 t, actor = (int(i) for i in bad.nonzero()[0])
+                world = getattr(self.env, "world_name", None)  # an external world: name the user's class
+                source = f"external world {world} ({type(self.env).__name__})" if world else type(self.env).__name__
                 raise FloatingPointError(
-                    f"non-finite {name} (NaN or inf) from {type(self.env).__name__}.step in rollout "
+                    f"non-finite {name} (NaN or inf) from {source}.step in rollout "
                     f"{round_index} (first at step {t} of {self.num_steps}, actor {actor}; "
                     f"{int(bad.sum())} entries): fix the env or its inputs. Stopped before any update, so the last "
                     "checkpoint is intact."

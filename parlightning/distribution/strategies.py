@@ -63,6 +63,8 @@ class WorkUnit:
             raise TypeError(
                 f"WorkUnit.keys: got the string {self.keys!r}; pass a sequence of task ids, e.g. ({self.keys!r},)"
             )
+        if isinstance(self.worker, int) and not isinstance(self.worker, bool) and self.worker < 0:
+            raise ValueError(f"WorkUnit.worker: got {self.worker}; a worker is a rank index 0..n_workers-1")
         object.__setattr__(self, "keys", tuple(self.keys))  # a user's plan may hand back a list
 
 

@@ -27,6 +27,11 @@ class ActionSpec:
     low: Optional[float] = None
     high: Optional[float] = None
 
+    def __post_init__(self) -> None:
+        if self.kind not in ("discrete", "multi_discrete", "continuous"):
+            raise ValueError(f"ActionSpec.kind: {self.kind!r} is not a kind of action; use 'discrete' (nvec=(n,)), "
+                             "'multi_discrete' (nvec=(n1, n2, ...)) or 'continuous' (shape=(d,))")
+
     @property
     def is_discrete(self) -> bool:
         return self.kind != "continuous"

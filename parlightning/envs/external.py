@@ -119,6 +119,9 @@ def _action_spec(spec: Any) -> ActionSpec:
     raise ConfigError(f"data.env.world: action_spec must be an ActionSpec or a mapping, got {spec!r}")
 
 
+START_METHODS = ("fork", "spawn", "forkserver")
+
+
 class ExternalBatchedEnv(BatchedEnv):
     """N external worlds as one `BatchedEnv` with auto-reset; see the module docstring.
 
@@ -218,6 +221,14 @@ class ExternalBatchedEnv(BatchedEnv):
                               f"here; P: in P worker processes), got {workers!r}")
         if runner not in ("local", "ray"):
             raise ConfigError(f"data.env.init_args.runner: must be 'local' or 'ray', got {runner!r}")
+        if start_method is not None and start_method not in START_METHODS:  # checked with or without workers
+            raise ConfigError(f"data.env.init_args.start_method: must be one of {list(START_METHODS)} or null (the "
+                              f"default: forkserver where available), got {start_method!r}")
+        clash = sorted(set(world_kwargs or {}) & set(shared or {}))
+        if clash:
+            raise ConfigError(f"data.env.init_args.world_kwargs: {', '.join(clash)} is also a `shared` resource, which "
+                              f"every world receives as that keyword; drop {', '.join(clash)} from world_kwargs (or "
+                              "rename the shared resource)")
         workers = min(workers, num_envs)  # never an empty worker (e.g. the data module's 2-actor probe)
         self.workers = workers
         self.shared: dict[str, Any] = {}

@@ -15,7 +15,7 @@ import inspect
 import queue
 import threading
 import time
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from parlightning.errors import ConfigError
 from parlightning.runtime.waits import expected_wait
@@ -68,6 +68,7 @@ def build_shared(specs: Optional[Mapping[str, Any]]) -> dict[str, Any]:
                     "(dotted overrides do not reach inside `shared`: pass the whole spec as JSON or in YAML)")
             cls = resolve(spec["class_path"], f"data.env.init_args.shared.{name}.class_path")
             try:
+                _check_plain_types(f"data.env.init_args.shared.{name}.init_args", cls, dict(spec.get("init_args") or {}))
                 built[name] = cls(**dict(spec.get("init_args") or {}))
             except (TypeError, ValueError) as err:
                 close_all(list(built.values()))  # the ones already built are not leaked
@@ -75,6 +76,36 @@ def build_shared(specs: Optional[Mapping[str, Any]]) -> dict[str, Any]:
         else:
             built[name] = spec
     return built
+
+
+_PLAIN = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+
+
+def _check_plain_types(prefix: str, cls: Any, kwargs: Mapping[str, Any]) -> None:
+    """A `shared` resource's init_args against its constructor's plain annotations (int, float,
+    str, bool, Optional of one): the YAML parser does not type what sits inside `shared`, so a
+    `seed: abc` would otherwise reach the class as a string. ConfigError naming the argument."""
+    import typing
+
+    try:
+        hints = typing.get_type_hints(cls.__init__)
+    except Exception:  # unresolvable annotations: the class checks its own arguments
+        return
+    for key, value in kwargs.items():
+        hint = hints.get(key)
+        optional = False
+        if typing.get_origin(hint) is typing.Union:
+            args = [a for a in typing.get_args(hint) if a is not type(None)]
+            optional = len(args) < len(typing.get_args(hint))
+            hint = args[0] if len(args) == 1 else None
+        if hint not in _PLAIN or (value is None and optional):
+            continue
+        ok = (isinstance(value, bool) if hint is bool else
+              isinstance(value, (int, float)) and not isinstance(value, bool) if hint is float else
+              isinstance(value, hint) and not isinstance(value, bool) if hint is int else isinstance(value, hint))
+        if not ok:
+            raise ConfigError(f"{prefix}.{key}: must be {_PLAIN[hint]}{' or null' if optional else ''} "
+                              f"({cls.__name__}'s {key}), got {value!r:.60}")
 
 
 def accepts(fn: Callable, name: str) -> bool:
@@ -266,6 +297,10 @@ class WorldRunner:
         out = {"world_name": self.world_name, "observation_shape": tuple(int(d) for d in shape),
                "action_spec": first.action_spec, "tasks": getattr(first, "tasks", None), "extras": {}}
         if out["tasks"] is not None:
+            if isinstance(out["tasks"], (str, bytes)) or not isinstance(out["tasks"], Iterable):
+                raise ConfigError(f"data.env.world: {self.world_name}.tasks is {type(out['tasks']).__name__} "
+                                  f"{out['tasks']!r:.60}; it must be a list of task id strings (e.g. "
+                                  f"[{out['tasks']!r:.20}]), or absent for a world without a task bank")
             out["tasks"] = list(out["tasks"])
             if not out["tasks"]:
                 raise ConfigError(f"data.env.world: {self.world_name}.tasks is empty; list at least one task id, or "

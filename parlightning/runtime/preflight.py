@@ -459,6 +459,10 @@ def _check_spaces(name: str, env: Any) -> None:
     if spec.is_discrete and (not spec.nvec or not all(isinstance(n, numbers.Integral) and n >= 1 for n in spec.nvec)):
         raise ConfigError(f"data.env: {name}.action_spec.nvec is {spec.nvec!r}; every action dimension needs at "
                           "least one category (e.g. nvec=(2,))")
+    if spec.kind == "discrete" and len(spec.nvec) != 1:
+        raise ConfigError(f"data.env: {name}.action_spec is discrete with nvec={tuple(spec.nvec)!r}; a discrete "
+                          "action is one category (nvec=(n,)): for one category per dimension use "
+                          f"ActionSpec('multi_discrete', nvec={tuple(spec.nvec)!r})")
     if not spec.is_discrete:
         if not spec.shape or not all(isinstance(d, numbers.Integral) and not isinstance(d, bool) and d > 0
                                      for d in spec.shape):
@@ -533,6 +537,7 @@ def check_env(env: Any, num_envs: int, seed: int) -> None:
     reset_kwargs = {"seed": seed, "task_index": first} if tasks is not None else {"seed": seed}
     obs = _call_world(name, "reset", env.reset, **reset_kwargs)
     _check_obs(name, "reset", "observations", obs, shape)
+    _check_step_signature(name, env)
     res = _call_world(name, "step", env.step, probe_action(env.action_spec, num_envs),
                       first if tasks is not None else None)
     for field in ("obs", "reward", "terminated", "truncated", "final_obs"):
@@ -546,6 +551,23 @@ def check_env(env: Any, num_envs: int, seed: int) -> None:
     for field in ("terminated", "truncated"):
         _check_tensor(name, "step", field, getattr(res, field), (num_envs,), "a bool [num_envs] tensor",
                       lambda t: t.dtype == torch.bool)
+    if tasks is None and getattr(res, "parts", None) is not None:
+        raise ConfigError(f"data.env: {name}.step returned EpisodeParts but {name} has no task_ids; the samplers, the "
+                          "PARL reward and critical steps index parts.task into the world's task bank: give the world "
+                          "a task_ids list (e.g. ['easy-0', 'hard-0']), or return parts=None")
+
+
+def _check_step_signature(name: str, env: Any) -> None:
+    """`step(action, next_task)`: the step loop passes both, positionally."""
+    try:
+        inspect.signature(env.step).bind(None, None)
+    except TypeError:
+        raise ConfigError(f"data.env: {name}.step does not take next_task; the step loop calls "
+                          "env.step(action, next_task): define it as def step(self, action, next_task=None) "
+                          "(next_task is None for a world without tasks)") from None
+    except ValueError:  # no signature (a builtin): let the call tell
+        pass
+
 
 
 def check_state(field: str, name: str, obj: Any) -> None:
