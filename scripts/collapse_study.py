@@ -559,7 +559,8 @@ def main(argv: Optional[list[str]] = None) -> Optional[dict]:
         if not (store / "study.json").is_file():
             raise SystemExit(f"error: --report: no study in {store} (no study.json); give the --store (or --out) of a study")
         merged_cells(store, plan)  # the page covers the whole study, whichever cells these arguments name
-        open_study(store, plan)  # the same settings as the runs, or one error naming what differs
+        open_study(store, plan, grow=("cells",))  # the same settings as the runs (cells may grow: results
+        # copied in from another store of the same settings), or one error naming what differs
         main_specs = specs_of(plan)
         first = summarize(plan, finished(store, main_specs))
         specs = specs_of(plan, tuple(c["name"] for c in first["cells"] if in_region(c)))

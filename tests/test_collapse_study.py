@@ -63,6 +63,14 @@ def test_quick_map_runs_every_phase_and_resumes(tmp_path):
     again = _run(*args, "--out", str(tmp_path / "elsewhere"))  # another checkout: only the store came along
     assert again.returncode == 0 and f"{total} jobs, {total} already finished (skipped), 0 to run" in again.stdout
     assert all(p.stat().st_mtime_ns == t for p, t in mtimes.items())
+    # --report with a prior the store has not run: the plan grows (as results copied in from another store of the
+    # same settings would need), nothing runs, and the page counts the new cell's runs as planned, not finished
+    grown = _run("--quick", "--priors", "none", "--seeds", "1", "--jobs", "2", "--store", str(store), "--report",
+                 "--docs", str(tmp_path / "grown.md"))
+    assert grown.returncode == 0, grown.stderr[-2000:]
+    assert json.loads((store / "summary.json").read_text())["progress"] == {"finished": total, "planned": total + 3}
+    assert [c["prior"] for c in json.loads((store / "study.json").read_text())["cells"]] == ["0.998", "bc", "none"]
+    assert all(p.stat().st_mtime_ns == t for p, t in mtimes.items())
 
 
 def test_the_plan_page_has_no_numbers_and_bad_arguments_are_one_error_line(tmp_path):
