@@ -848,7 +848,7 @@ pool("control-process-fn", "{class_path: parlightning.subagents.ProcessPool, ini
 yaml_case("yaml-callback-entry-without-class-path", "yaml",
           "trainer:\n  callbacks:\n    - init_args: {every_n_epochs: 1}\n", "callbacks|class_path")
 yaml_case("yaml-memory-env-as-docs-name-it", "yaml", "data:\n  env: {class_path: parlightning.envs.MemoryEnv}\n  reward: null\n",
-          "data.env|MemoryEnv", quick=True)
+          "data.env|MemoryEnv")
 yaml_case("yaml-hidden-sizes-comma-string", "yaml", "model:\n  hidden_sizes: '64,64'\n", "hidden_sizes")
 yaml_case("yaml-data-list-of-dicts", "yaml", "data:\n  - num_envs: 8\n  - num_steps: 8\n", "data")
 yaml_case("yaml-init-args-at-env-level", "yaml",
@@ -976,19 +976,19 @@ world("world-init-needs-level", "InitNeedsLevel", "level")
 fit("world-init-args-typo", "world", UW + ["--data.env", "r7worlds.InitNeedsLevel", "--data.env.init_args.levl", "a"], "levl")
 world("world-obs-shape-int", "ObsShapeInt", "observation_shape")
 world("world-nvec-int", "NvecInt", "nvec|action_spec")
-world("world-action-spec-string", "ActionSpecString", "action_spec", quick=True)
+world("world-action-spec-string", "ActionSpecString", "action_spec")
 world("world-continuous-shape-zero", "ContinuousShapeZero", "shape|action_spec")
 world("world-obs-twenty-million-wide", "HugeObs", "memory|observation|num_envs", timeout=90)
 world("world-reset-obs-nan", "ResetObsNaN", "reset|nan")
 world("world-reset-no-task-index", "ResetNoTaskIndex", "reset|task_index")
 world("world-done-column-later", "DoneColumnLater", "terminated")
 world("world-terminated-float", "TerminatedFloat", "terminated")
-world("world-step-none-later", "StepNoneLater", "step|StepResult", quick=True)
+world("world-step-none-later", "StepNoneLater", "step|StepResult")
 world("world-final-obs-narrow", "FinalObsNarrow", "final_obs|final observation")
 world("world-fields-swapped", "FieldsSwapped", "obs|reward")
 world("world-reward-inf-later", "RewardInfLater", "reward")
 world("world-obs-double-width-later", "ObsDoubleWidthLater", "obs|observation")
-world("world-step-sys-exit", "StepSysExit", "step|exit|StepSysExit", quick=True)
+world("world-step-sys-exit", "StepSysExit", "step|exit|StepSysExit")
 world("world-step-assert", "StepAssert", "StepAssert|step|invariant")
 world("world-parts-only-done-rows", "PartsOnlyDone", "parts", base=TW)
 world("world-parts-column", "PartsColumn", "parts", base=TW)
@@ -1007,7 +1007,7 @@ fit("world-resume-load-state-wrong-key", "world", UW + ["--data.env", "r7worlds.
 # ------------------------------------------------------------------------------------ external worlds
 ext("ext-three-tuple", "{world: 'r7ext:ThreeTuple', step_timeout: 20}", "step|ThreeTuple")
 ext("ext-parts-list", "{world: 'r7ext:PartsList', step_timeout: 20}", "parts")
-ext("ext-reward-none", "{world: 'r7ext:RewardNone', step_timeout: 20}", "reward", quick=True)
+ext("ext-reward-none", "{world: 'r7ext:RewardNone', step_timeout: 20}", "reward")
 ext("ext-reward-string", "{world: 'r7ext:RewardString', step_timeout: 20}", "reward")
 ext("ext-truncated-none", "{world: 'r7ext:TruncatedNone', step_timeout: 20}", "truncated")
 ext("ext-reset-short", "{world: 'r7ext:ResetShort', step_timeout: 20}", "reset|obs")
@@ -1061,7 +1061,7 @@ yaml_case("orchestration-bank-seed-word", "pools",
 yaml_case("sampler-class-path-function", "plugins", "data:\n  sampler: {class_path: r7user.pick_function}\n", "sampler|pick_function",
           base=TW)
 yaml_case("sampler-pick-exhausts", "plugins", "data:\n  sampler: {class_path: r7user.PickExhausts}\n", "PickExhausts|pick",
-          base=TW, quick=True)
+          base=TW)
 yaml_case("sampler-pick-bytes", "plugins", "data:\n  sampler: {class_path: r7user.PickBytes}\n", "pick", base=TW)
 yaml_case("sampler-pick-dict", "plugins", "data:\n  sampler: {class_path: r7user.PickDict}\n", "pick", base=TW)
 yaml_case("sampler-record-needs-three", "plugins", "data:\n  sampler: {class_path: r7user.RecordNeedsThree}\n", "record",
@@ -1122,7 +1122,7 @@ fit("fit-heartbeat-word", "fit-args", TINY + ["--heartbeat_timeout", "soon"], "h
 
 # ------------------------------------------------------------------------------------ checkpoints
 fit("ckpt-resume-finished-run", "checkpoint", TINY + ["--ckpt_path", "swarm.ckpt"], "max_epochs",
-    files={"swarm.ckpt": "fixture:swarm.ckpt"}, guard=("swarm.ckpt",), quick=True)
+    files={"swarm.ckpt": "fixture:swarm.ckpt"}, guard=("swarm.ckpt",))
 fit("ckpt-resume-other-families", "checkpoint", TINY + ["--trainer.max_epochs", "2", "--data.env.init_args.families", "[solo, fanout]",
                                                        "--ckpt_path", "swarm.ckpt"], "families|task|bank",
     files={"swarm.ckpt": "fixture:swarm.ckpt"}, guard=("swarm.ckpt",))
@@ -1190,7 +1190,7 @@ api("api-fit-overrides-dict", "from parlightning import fit\nfit(config='swarm',
 api("api-fit-config-list-with-number", "from parlightning import fit\nfit(config=['swarm', 3], overrides=['trainer.max_epochs=1'])",
     "config")
 api("api-fit-lr-word", "from parlightning import fit\nfit(config='swarm', overrides=['trainer.max_epochs=1', 'data.num_envs=8',"
-    " 'data.num_steps=8', 'model.lr=abc'])", "lr", quick=True)
+    " 'data.num_steps=8', 'model.lr=abc'])", "lr")
 api("api-predict-unbatched", "import torch, parlightning\np = parlightning.load_policy('{fx}/cart.ckpt')\np.predict(torch.zeros(3))",
     "obs|shape|observation")
 api("api-predict-numpy-mask-wrong-width", "import torch, numpy as np, parlightning\np = parlightning.load_policy('{fx}/swarm.ckpt')\n"
@@ -1235,6 +1235,16 @@ case("ddp-callback-raises-on-rank-one", "ddp", "cmd", DDP + ["--config", "c.yaml
 case("ddp-user-world-reset-raises-on-rank-one", "ddp", "cmd", [PY, "-m", "parlightning.fit"] + UW +
      ["--data.env", "r7worlds.ResetRaisesRankOne", "--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.strategy", "ddp"],
      "rank 1|ResetRaisesRankOne|levels.db", timeout=90)
+
+# ------------------------------------------------------------------------------------ the quick subset
+# One case per class of input this round found unclean on the code before its fixes (set after the
+# counted run; it selects cases, it changes none).
+QUICK = ("world-no-num-envs-attr", "world-nvec-int", "world-step-sys-exit", "world-parts-critical-nan",
+         "world-task-ids-raise", "swarm-families-duplicate", "orchestration-bank-seed-word", "strategy-name-number",
+         "callback-rollout-start-no-round", "callback-async-hook", "checkpoint-filename-unbalanced-brace",
+         "api-load-from-checkpoint-map-location-word", "api-simulated-spawn-none", "script-tune-override-unknown-key")
+for _c in CASES:
+    _c.quick = _c.name in QUICK
 
 # ------------------------------------------------------------------------------------ judged valid (not counted)
 DROPPED: dict[str, str] = {
