@@ -274,6 +274,13 @@ def preflight(cli: ParlCLI, ckpt: Optional[str]) -> dict:
     ranks_here = trainer.num_devices if device.type == "cpu" else 1  # CPU ranks share this machine's memory
     if device.type == "cuda" and getattr(trainer.strategy.launcher, "_start_method", None) == "fork":
         device = torch.device("cpu")  # reading GPU memory would initialise CUDA before ddp_fork forks (not allowed)
+    recurrent = getattr(getattr(cli.model, "hparams", None), "policy", "mlp") in ("gru", "lstm")
+    if recurrent and getattr(cli.datamodule, "max_policy_lag", 0):  # before any collector thread or process starts
+        if getattr(cli.datamodule, "collect_mode", "rounds") == "trajectories":
+            raise ConfigError("data.collect: trajectories does not support recurrent policies; use model.policy: mlp "
+                              "or data.collect: rounds")
+        raise ConfigError("data.max_policy_lag: asynchronous collection does not support recurrent policies; use "
+                          "model.policy: mlp or data.max_policy_lag: 0")
     probe = cli.datamodule.preflight(device, ranks_here)
     check_policy_memory(cli.model, probe, device, ranks_here)  # the policy's weights, gradients and Adam moments
     estimate = estimate_iteration(cli.model, cli.datamodule, probe, device, ranks_here)  # activations; time on CPU
