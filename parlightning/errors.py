@@ -119,6 +119,14 @@ def parser_error_line(message: str) -> str:
         return "invalid arguments; see --help"
     match = re.match(r'Parser key "([^"]+)":\s*(.*)', lines[0])
     if match is None:
+        group = re.match(r"Group '([^']+)' does not accept option '([^']+)'", lines[0])
+        if group is not None:  # a misspelt key under a section (model.learning_rate)
+            example = {"model": " (e.g. model.lr)", "data": " (e.g. data.num_envs)",
+                       "trainer": " (e.g. trainer.max_epochs)"}.get(group.group(1), "")
+            return (f"{group.group(1)}.{group.group(2)}: {group.group(1)} has no option {group.group(2)!r}; check the "
+                    f"spelling: python -m parlightning.fit --help lists {group.group(1)}'s options{example}")
+        if lines[0].rstrip(":") == "Unexpected config":  # --config ''
+            return "--config: an empty path; pass a YAML file or a packaged config's name (e.g. --config swarm)"
         if lines[0].startswith("Problems parsing config"):
             return f"--config: {' '.join(lines)} (--config needs a YAML file)"
         hint = " (not a known option: --help lists them)" if lines[0].startswith("unrecognized") else ""
@@ -151,7 +159,11 @@ def parser_error_line(message: str) -> str:
         if line and not line.startswith(_PARSER_NOISE) and line not in reasons:
             reasons.append(line)
     text = f"{key}: {' '.join(reasons) or 'invalid value'}"
-    if key == "config":
+    if key == "seed_everything":  # "Expected a <class 'bool'> Expected a <class 'int'>": say it plainly
+        given = re.search(r"Given value: (.*)", message) or re.search(r"Got value: (.*)", message)
+        text = (f"seed_everything (--seed): must be an integer seed (e.g. 42){', got ' + given.group(1).strip() if given else ''}"
+                "; true draws a random one")
+    elif key == "config":
         text += " (pass the path of an existing YAML file)"
     elif any(s in text for s in ("has no attribute", "No module named", "not accessible", "Import")):
         text += " (a class_path must name an importable class, e.g. package.module.Class)"

@@ -53,6 +53,26 @@ def score(run_dir: Path, last: int) -> float:
     return sum(values) / len(values)
 
 
+def _check_overrides(fit: Any, config: str, overrides: list[str]) -> None:
+    """Parse the config with the overrides once (`--print_config`, its output dropped): an unknown key
+    or a bad value is one `error:` line here, not a failed trial per suggestion."""
+    import contextlib
+    import io
+
+    from parlightning.errors import ConfigError
+
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            fit(config, [*overrides, "--print_config"])
+    except ConfigError as err:
+        raise SystemExit(f"error: --override: {err}") from None
+    except SystemExit as exit_:
+        if exit_.code in (0, None):
+            return
+        text = str(exit_.code).strip()
+        raise SystemExit(text if text.startswith("error:") else f"error: --override: {text}") from None
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", default=str(ROOT / "configs" / "cartpole_tensor.yaml"), help="the fit config to tune")
@@ -83,6 +103,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if not os.path.isfile(config):
         raise SystemExit(f"error: --config: no config file at {a.config!r}; pass a YAML path or a packaged config's name "
                          "(e.g. cartpole_tensor)")
+    _check_overrides(fit, config, overrides)  # one line for a bad --override, before any trial or folder
     out = Path(a.out)
     if out.exists() and not out.is_dir():
         raise SystemExit(f"error: --out: {a.out!r} is a file; the study needs a folder (one run folder per trial and "

@@ -15,7 +15,7 @@ import signal
 import sys
 import types
 from argparse import ArgumentError
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 import torch
 from lightning.fabric.utilities.exceptions import MisconfigurationException
@@ -119,6 +119,7 @@ def main(args: Optional[list[str]] = None) -> ParlCLI:
     use_atomic_checkpoints(cli.trainer)
     claimed = claim_version(cli.trainer)  # an atomic mkdir: runs started together get their own version_N
     fresh = new_output_dirs(cli.trainer) + claimed  # deepest first: the run's folders, then new parents
+    _end_cleanly_when_a_rank_fails(lambda: remove_new_outputs(fresh) if cli.datamodule.last_rollout is None else None)
     try:
         cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=ckpt)
     except BaseException as err:
@@ -149,6 +150,35 @@ def main(args: Optional[list[str]] = None) -> ParlCLI:
             raise SystemExit(1) from None
         raise SystemExit(f"error: {message}") from None
     return cli
+
+
+def _end_cleanly_when_a_rank_fails(cleanup: Callable[[], None]) -> None:
+    """DDP with Lightning's script launcher: a launched rank that exits non-zero before its rank
+    watch runs (e.g. its own preflight probe failed: it printed the one `error:` line) makes
+    Lightning's child observer on rank 0 kill every rank and then SIGKILL itself, so the job ends
+    by signal 9 with rank 0's new log folder left behind. Here rank 0 instead kills the other
+    ranks, removes what this run created before any rollout (`cleanup`), and exits 1."""
+    try:
+        from lightning.fabric.strategies.launchers import subprocess_script
+    except ImportError:  # another Lightning layout: its own behaviour stands
+        return
+    observer = getattr(subprocess_script, "_ChildProcessObserver", None)
+    if observer is None or not hasattr(observer, "_terminate_all"):
+        return
+
+    def terminate_all(self: Any) -> None:
+        for proc in self._child_processes:
+            try:
+                proc.send_signal(self._termination_signal)
+            except OSError:
+                pass
+        try:
+            cleanup()
+        finally:
+            sys.stderr.flush()
+            os._exit(1)
+
+    observer._terminate_all = terminate_all
 
 
 def build_cli(args: list[str]) -> ParlCLI:
@@ -204,7 +234,7 @@ def user_code_error(err: BaseException) -> Optional[str]:
     import sysconfig
 
     import lightning
-    if isinstance(err, (KeyboardInterrupt, SystemExit, SIGTERMException, MemoryError)) or os.environ.get(
+    if isinstance(err, (KeyboardInterrupt, SIGTERMException, MemoryError)) or os.environ.get(
             "PARLIGHTNING_TRACEBACK"):
         return None
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -244,6 +274,13 @@ def preflight(cli: ParlCLI, ckpt: Optional[str]) -> dict:
     ranks_here = trainer.num_devices if device.type == "cpu" else 1  # CPU ranks share this machine's memory
     if device.type == "cuda" and getattr(trainer.strategy.launcher, "_start_method", None) == "fork":
         device = torch.device("cpu")  # reading GPU memory would initialise CUDA before ddp_fork forks (not allowed)
+    recurrent = getattr(getattr(cli.model, "hparams", None), "policy", "mlp") in ("gru", "lstm")
+    if recurrent and getattr(cli.datamodule, "max_policy_lag", 0):  # before any collector thread or process starts
+        if getattr(cli.datamodule, "collect_mode", "rounds") == "trajectories":
+            raise ConfigError("data.collect: trajectories does not support recurrent policies; use model.policy: mlp "
+                              "or data.collect: rounds")
+        raise ConfigError("data.max_policy_lag: asynchronous collection does not support recurrent policies; use "
+                          "model.policy: mlp or data.max_policy_lag: 0")
     probe = cli.datamodule.preflight(device, ranks_here)
     check_policy_memory(cli.model, probe, device, ranks_here)  # the policy's weights, gradients and Adam moments
     estimate = estimate_iteration(cli.model, cli.datamodule, probe, device, ranks_here)  # activations; time on CPU
@@ -263,6 +300,8 @@ def check_callbacks(callbacks: Sequence[Any]) -> None:
     """A callback that defines rollout hooks but is not a `RolloutCallback` would never have them
     called (the data module calls them on RolloutCallbacks only): one line naming it and the fix."""
     for cb in callbacks:
+        _check_hook_signatures(cb)
+        _check_checkpoint_filename(cb)
         if isinstance(cb, RolloutCallback):
             continue
         hooks = [h for h in ROLLOUT_HOOKS if callable(getattr(cb, h, None))]
@@ -272,6 +311,57 @@ def check_callbacks(callbacks: Sequence[Any]) -> None:
                               "is not a parlightning.callbacks.RolloutCallback, so the rollout would never call "
                               f"{'them' if len(hooks) > 1 else 'it'}: subclass RolloutCallback (class "
                               f"{cls.__name__}(RolloutCallback): ...)")
+
+
+# the arguments after (trainer, pl_module) that the data module passes to each rollout hook
+_ROLLOUT_HOOK_ARGS = {"on_rollout_start": ("round_index",), "on_episodes_end": ("task_ids", "parts"),
+                      "on_rollout_end": ("rollout",)}
+
+
+def _check_hook_signatures(cb: Any) -> None:
+    """A callback's own hooks must be plain methods that take what their caller passes: an
+    `async def` hook would never be awaited (it would silently do nothing), and a rollout hook
+    without its third argument fails at the first rollout."""
+    import inspect
+
+    cls = type(cb)
+    where = f"trainer.callbacks: {cls.__module__}.{cls.__qualname__}"
+    for name in dir(cls):
+        if not name.startswith("on_") and name not in ("setup", "teardown"):
+            continue
+        fn = getattr(cls, name, None)
+        if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
+            raise ConfigError(f"{where}.{name} is an async def, which Lightning and the rollout never await (it would "
+                              f"silently do nothing): make it a plain def (run async work with asyncio.run inside it)")
+    for hook, rest in _ROLLOUT_HOOK_ARGS.items():
+        method = getattr(cb, hook, None)
+        if not callable(method) or getattr(type(cb), hook, None) is getattr(RolloutCallback, hook, None):
+            continue
+        try:
+            inspect.signature(method).bind(None, None, *rest)
+        except TypeError:
+            args = ", ".join(("trainer", "pl_module") + rest)
+            raise ConfigError(f"{where}.{hook} does not take the rollout's arguments: it is called as {hook}({args}); "
+                              f"define it as def {hook}(self, {args})") from None
+        except ValueError:  # no signature (a builtin): let the call tell
+            pass
+
+
+def _check_checkpoint_filename(cb: Any) -> None:
+    """A ModelCheckpoint's `filename` is a str.format template (`{epoch}`, `{step}`, a metric):
+    one that does not parse would fail at the first save, after an iteration of training."""
+    import string
+
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    name = getattr(cb, "filename", None) if isinstance(cb, ModelCheckpoint) else None
+    if not isinstance(name, str):
+        return
+    try:
+        list(string.Formatter().parse(name))
+    except ValueError as err:
+        raise ConfigError(f"trainer.callbacks: ModelCheckpoint.filename {name!r} is not a valid template ({err}); "
+                          "balance its braces, e.g. 'run-{epoch}-{step}' (double a literal brace: '{{')") from None
 
 
 def _is_size_mismatch(err: BaseException) -> bool:

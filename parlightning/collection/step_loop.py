@@ -231,7 +231,7 @@ class StepLoop:
         buf, key_row, obs = self.buffer, self.key_row, self.obs
         try:
             mask = action_mask_of(self.env)  # the world's live actions for `obs` (None: unmasked)
-        except Exception as err:  # the user's action_masks failing mid-run: one line naming it
+        except (Exception, SystemExit) as err:  # the user's action_masks failing (or sys.exit) mid-run: one line
             raise self._world_error("action_masks", err, t) from err
         self._check_mask(mask, t)
         masked = {} if mask is None else {"mask": mask}  # (a user's policy without masks never sees one)
@@ -246,7 +246,7 @@ class StepLoop:
             res = self.env.step(action, pick)
         except (ConfigError, ReportedError):  # already one line naming the world (e.g. ExternalWorldError)
             raise
-        except Exception as err:  # the user's world failing mid-run: one line naming it, not a traceback
+        except (Exception, SystemExit) as err:  # the user's world failing (or calling sys.exit) mid-run: one line
             raise self._world_error("step", err, t) from err
         self._check_step(res, t)
         ep_return, ep_length = self.episode_return, self.episode_length
@@ -259,7 +259,7 @@ class StepLoop:
         ep_length *= alive
         self.obs = res.obs
 
-    def _world_error(self, method: str, err: Exception, t: int) -> ReportedError:
+    def _world_error(self, method: str, err: BaseException, t: int) -> ReportedError:
         text = " ".join(str(err).split())[:300]
         return ReportedError(f"data.env: {type(self.env).__name__}.{method} raised {type(err).__name__}"
                              f"{': ' + text if text else ''} at step {t} of a rollout; fix the world (the last "
@@ -340,7 +340,7 @@ class StepLoop:
         bad = [("task", (task < 0) | (task != task.round()) | ((task >= bank) if bank is not None else False),
                 f"an index into its {bank}-task bank" if bank is not None else "an index >= 0"),
                ("outcome", ~((outcome >= 0) & (outcome <= 1)), "in [0, 1]"),
-               ("counts and steps", ~(torch.isfinite(rest) & (rest >= 0)).any(-1), "finite and >= 0")]
+               ("counts and steps", (~(torch.isfinite(rest) & (rest >= 0))).any(-1), "finite and >= 0")]
         flags = torch.stack([torch.as_tensor(b, device=rows.device).expand(len(rows)).any() for _, b, _ in bad])
         if not bool(flags.any()):
             return

@@ -36,6 +36,12 @@ def checked_strategy(strategy: Optional[ParallelStrategy]) -> ParallelStrategy:
             f"{FIELD}: {type(strategy).__name__} is not a ParallelStrategy; it needs a `name` and "
             "plan(n_workers, round_index, keys) -> list[WorkUnit]"
         )
+    name = getattr(strategy, "name", None)
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(
+            f"{FIELD}: {type(strategy).__name__}.name is {name!r} ({type(name).__name__}); a ParallelStrategy's name "
+            "is a non-empty string (it labels the plan in logs and checkpoints): set name = \"my-strategy\""
+        )
     return strategy
 
 

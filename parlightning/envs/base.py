@@ -9,6 +9,7 @@ new one, so truncation can bootstrap.
 from __future__ import annotations
 
 import abc
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Callable, Literal, NamedTuple, Optional, Sequence
 
@@ -31,6 +32,13 @@ class ActionSpec:
         if self.kind not in ("discrete", "multi_discrete", "continuous"):
             raise ValueError(f"ActionSpec.kind: {self.kind!r} is not a kind of action; use 'discrete' (nvec=(n,)), "
                              "'multi_discrete' (nvec=(n1, n2, ...)) or 'continuous' (shape=(d,))")
+        for field, example in (("nvec", "nvec=(3,)"), ("shape", "shape=(2,)")):
+            value = getattr(self, field)
+            if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+                raise ValueError(f"ActionSpec.{field}: {value!r} ({type(value).__name__}) is not a tuple of ints; "
+                                 f"give a tuple, e.g. {example} (one entry per action dimension)")
+            if not isinstance(value, tuple):
+                object.__setattr__(self, field, tuple(value))
 
     @property
     def is_discrete(self) -> bool:

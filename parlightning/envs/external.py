@@ -53,7 +53,8 @@ from torch import Tensor
 
 from parlightning.envs.base import ActionSpec, BatchedEnv, EpisodeParts, StepResult
 from parlightning.envs.world_processes import WorkerLost, WorkerProcesses
-from parlightning.envs.world_runner import WorldCallFailed, WorldRunner, build_shared, close_all, resolve
+from parlightning.envs.world_runner import (WorldCallFailed, WorldRunner, _check_plain_types, build_shared, close_all,
+                                             resolve)
 from parlightning.errors import ConfigError, ReportedError
 
 __all__ = ["Arrivals", "ExternalBatchedEnv", "ExternalWorldError", "World", "build_shared", "resolve"]
@@ -229,6 +230,10 @@ class ExternalBatchedEnv(BatchedEnv):
             raise ConfigError(f"data.env.init_args.world_kwargs: {', '.join(clash)} is also a `shared` resource, which "
                               f"every world receives as that keyword; drop {', '.join(clash)} from world_kwargs (or "
                               "rename the shared resource)")
+        if world_kwargs and isinstance(world_kwargs, Mapping) and runner == "local":  # the YAML parser does not type
+            world_cls = resolve(world, "data.env.world") if isinstance(world, str) else world  # what is inside them
+            if isinstance(world_cls, type):
+                _check_plain_types("data.env.init_args.world_kwargs", world_cls, world_kwargs)
         workers = min(workers, num_envs)  # never an empty worker (e.g. the data module's 2-actor probe)
         self.workers = workers
         self.shared: dict[str, Any] = {}

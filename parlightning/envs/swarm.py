@@ -138,6 +138,10 @@ class SwarmEnv(BatchedEnv):
             raise ConfigError(f"SwarmEnv: `splits` must be increasing positive shard counts like [1, 2, 4], got {list(splits)}")
         if len(families) == 0:
             raise ConfigError("SwarmEnv: `families` is empty; name at least one of " + str(sorted(FAMILIES)))
+        twice = next((f for i, f in enumerate(families) if f in list(families)[:i]), None)
+        if twice is not None and not isinstance(families, str):
+            raise ConfigError(f"data.env.init_args.families: lists {twice!r} twice; name each family once (more tasks "
+                              "of one family: tasks_per_family, or family_tasks: {" + f"{twice}: 32" + "})")
         counts: int | list[int] = tasks_per_family
         if family_tasks is not None:  # per-family task counts: a bank of another composition
             if tuple(families) != DEFAULT_FAMILIES or tasks_per_family != 16:

@@ -212,6 +212,13 @@ class PPOModule(pl.LightningModule):
                 load_checkpoint_file(os.fspath(checkpoint_path))
             except ConfigError as err:
                 raise ConfigError(str(err).replace("--ckpt_path", "checkpoint_path", 1)) from None
+        location = args[0] if args else kwargs.get("map_location")
+        if isinstance(location, str):  # torch's own error for a bad name is a traceback deep in unpickling
+            try:
+                torch.device(location)
+            except (RuntimeError, ValueError):
+                raise ConfigError(f"map_location: {location!r} is not a device name; use 'cpu', 'cuda' or 'cuda:0' "
+                                  "(or a torch.device, a dict or a function, as torch.load takes)") from None
         return super().load_from_checkpoint(checkpoint_path, *args, **kwargs)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:

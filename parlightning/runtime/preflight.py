@@ -508,11 +508,15 @@ def check_env(env: Any, num_envs: int, seed: int) -> None:
     """The BatchedEnv contract on one reset and one step of `env` (built with `num_envs` actors on
     the CPU): attributes, tensor types, shapes and dtypes of everything it returns."""
     name = type(env).__name__
-    for attr in ("observation_shape", "action_spec"):
+    sets = {"num_envs": "self.num_envs = num_envs", "device": "self.device = torch.device(device)",
+            "observation_shape": "self.observation_shape = (d,)",
+            "action_spec": "self.action_spec = ActionSpec('discrete', nvec=(n,))"}
+    for attr in ("num_envs", "device", "observation_shape", "action_spec"):
         try:
             getattr(env, attr)
         except AttributeError:
-            raise ConfigError(f"data.env: {name} has no `{attr}`; a BatchedEnv needs it") from None
+            raise ConfigError(f"data.env: {name} has no `{attr}`; a BatchedEnv needs it: set it in __init__ "
+                              f"({sets[attr]})") from None
         except Exception as err:  # a property of the user's world raising
             raise ConfigError(f"data.env: reading {name}.{attr} raised {_raised(err)}; fix the world's "
                               f"{attr}") from None
@@ -530,7 +534,11 @@ def check_env(env: Any, num_envs: int, seed: int) -> None:
         raise ConfigError(f"data.env: asked for {num_envs} actors, {name} built {env.num_envs}; the env must "
                           "build num_envs actors (data.num_envs)")
     shape = (num_envs, *tuple(env.observation_shape))
-    tasks = getattr(env, "task_ids", None)
+    try:
+        tasks = getattr(env, "task_ids", None)
+    except Exception as err:  # a property of the user's world raising
+        raise ConfigError(f"data.env: reading {name}.task_ids raised {_raised(err)}; fix the world's task_ids (a list "
+                          "of task id strings, or absent for a world without tasks)") from None
     if tasks is not None:
         _check_task_ids(name, tasks)
     first = torch.zeros(num_envs, dtype=torch.long)

@@ -8,6 +8,8 @@ over HTTP). Plain Python (no torch), so worker processes start fast.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import itertools
 import math
 import random
@@ -151,6 +153,10 @@ class SimulatedPool(PoolBase):
         self.spawned = 0
 
     def spawn(self, instruction: Any) -> int:
+        if not isinstance(instruction, Mapping):
+            raise TypeError(f"SimulatedPool.spawn: instruction is {type(instruction).__name__} {instruction!r:.60}; the "
+                            "simulated pool reads a mapping such as {'cost': 2, 'skill': 0, 'instruction': 0} (a "
+                            "subtask's cost, the skill it needs and the instruction given)")
         steps = int(instruction.get("cost", 1)) + self.spawn_steps
         right = instruction.get("instruction") == instruction.get("skill")
         seconds = steps * self.seconds_per_step

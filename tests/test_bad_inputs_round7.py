@@ -1,0 +1,99 @@
+"""Round 7 of the bad-input corpus (scripts/bad_inputs_round7.py), its --quick subset: one case per
+class of input the round found unclean on the code before its fixes (a world without num_envs /
+device, an ActionSpec nvec given as an int, a world calling sys.exit mid-run, non-finite episode
+parts, a task_ids property raising, a family listed twice, world_kwargs of the wrong plain type, a
+strategy name that is not a string, a rollout hook without its arguments, an async hook, a
+ModelCheckpoint filename that does not parse, a bad map_location, a pool spawn without a mapping, a
+bad --override in scripts/tune.py). Every case must end with one `error:` line naming the field or
+component, a non-zero exit, no traceback and nothing written."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_round7_quick_subset_is_clean() -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "bad_inputs_round7.py"), "--quick", "--verbose"],
+                          capture_output=True, text=True, env=env, timeout=600)
+    out = proc.stdout + proc.stderr
+    found = re.search(r"clean (\d+) of (\d+)", out)
+    assert found is not None, out[-3000:]
+    clean, total = int(found.group(1)), int(found.group(2))
+    assert total >= 12, out[-3000:]
+    unclean = [line for line in out.splitlines() if line.startswith("[") and not line.startswith("[     clean]")]
+    assert clean == total and proc.returncode == 0, "\n".join(unclean) or out[-3000:]
+
+
+def test_action_spec_refuses_a_number_for_nvec_and_keeps_tuples() -> None:
+    from parlightning.envs.base import ActionSpec
+
+    with pytest.raises(ValueError, match=r"nvec=\(3,\)"):
+        ActionSpec("discrete", nvec=3)
+    with pytest.raises(ValueError, match="shape"):
+        ActionSpec("continuous", shape=2)
+    assert ActionSpec("multi_discrete", nvec=[2, 3]).nvec == (2, 3)
+
+
+def test_parts_check_flags_one_non_finite_field() -> None:
+    """The counts-and-steps check flags a row where any one field is NaN or negative (it used to
+    need all of them bad)."""
+    rest = torch.tensor([[1.0, 1.0, 1.0, float("nan"), 5.0], [1.0, 1.0, 1.0, 5.0, 5.0]])
+    flags = (~(torch.isfinite(rest) & (rest >= 0))).any(-1)
+    assert flags.tolist() == [True, False]
+    src = (ROOT / "parlightning" / "collection" / "step_loop.py").read_text()
+    assert "(~(torch.isfinite(rest) & (rest >= 0))).any(-1)" in src
+
+
+def test_strategy_name_must_be_a_string() -> None:
+    from parlightning.distribution.planning import checked_strategy
+    from parlightning.errors import ConfigError
+
+    class Nameless:
+        name = 3
+
+        def plan(self, n_workers, round_index, keys):
+            return []
+
+    with pytest.raises(ConfigError, match="name"):
+        checked_strategy(Nameless())
+
+
+def test_callback_hooks_are_checked() -> None:
+    from parlightning.callbacks import RolloutCallback
+    from parlightning.cli.fit import check_callbacks
+    from parlightning.errors import ConfigError
+
+    class NoRound(RolloutCallback):
+        def on_rollout_start(self, trainer, pl_module):
+            pass
+
+    class Async(RolloutCallback):
+        async def on_rollout_end(self, trainer, pl_module, rollout):
+            pass
+
+    class Fine(RolloutCallback):
+        def on_episodes_end(self, trainer, pl_module, task_ids, parts):
+            pass
+
+    with pytest.raises(ConfigError, match="round_index"):
+        check_callbacks([NoRound()])
+    with pytest.raises(ConfigError, match="async"):
+        check_callbacks([Async()])
+    check_callbacks([Fine(), RolloutCallback()])
+
+
+def test_simulated_pool_spawn_needs_a_mapping() -> None:
+    from parlightning.subagents import SimulatedPool
+
+    with pytest.raises(TypeError, match="mapping"):
+        SimulatedPool().spawn(None)
