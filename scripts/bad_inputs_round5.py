@@ -1105,35 +1105,44 @@ UW = ["--config", "{fx}/user.yaml"]
 EXTC = ["--config", "{fx}/ext.yaml"]
 RUN_META = r"^lightning_logs(/version_\d+(/(hparams\.yaml|config\.yaml|events\.out\.tfevents\.[^/]*|checkpoints(/[^/]*\.ckpt)?))?)?$"
 
-USER_YAML = """\
+def user_yaml(world: str = "r5worlds.Base", num_steps: int = 8) -> str:
+    """A one-iteration config on a user's tensor world (rounds 6 and 7 reuse it with their own worlds)."""
+    return f"""\
 seed_everything: 0
 torch_threads: 1
-trainer: {max_epochs: 1, accelerator: cpu, devices: 1, enable_progress_bar: false, enable_model_summary: false}
-model: {hidden_sizes: [16], activation: relu, lr: 0.001}
+trainer: {{max_epochs: 1, accelerator: cpu, devices: 1, enable_progress_bar: false, enable_model_summary: false}}
+model: {{hidden_sizes: [16], activation: relu, lr: 0.001}}
 data:
-  env: {class_path: r5worlds.Base}
+  env: {{class_path: {world}}}
   num_envs: 8
-  num_steps: 8
+  num_steps: {num_steps}
   update_epochs: 1
   num_minibatches: 2
   reward: null
 """
 
-EXT_YAML = """\
+
+def ext_yaml(world: str = "r5ext:Good", num_steps: int = 4) -> str:
+    """A one-iteration config on a user's external world (rounds 6 and 7 reuse it)."""
+    return f"""\
 seed_everything: 0
 torch_threads: 1
-trainer: {max_epochs: 1, accelerator: cpu, devices: 1, enable_progress_bar: false, enable_model_summary: false}
-model: {hidden_sizes: [16], activation: relu}
+trainer: {{max_epochs: 1, accelerator: cpu, devices: 1, enable_progress_bar: false, enable_model_summary: false}}
+model: {{hidden_sizes: [16], activation: relu}}
 data:
   env:
     class_path: parlightning.envs.external.ExternalBatchedEnv
-    init_args: {world: "r5ext:Good", step_timeout: 20}
+    init_args: {{world: "{world}", step_timeout: 20}}
   num_envs: 4
-  num_steps: 4
+  num_steps: {num_steps}
   update_epochs: 1
   num_minibatches: 2
   reward: null
 """
+
+
+USER_YAML = user_yaml()
+EXT_YAML = ext_yaml()
 
 
 def pool_yaml(pool: str = "{class_path: parlightning.subagents.SimulatedPool, init_args: {reliability: 0.9}}",

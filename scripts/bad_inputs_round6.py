@@ -763,56 +763,9 @@ UW = ["--config", "{fx}/user.yaml"]
 EXTC = ["--config", "{fx}/ext.yaml"]
 POOLC = ["--config", "{fx}/pool.yaml"]
 
-USER_YAML = """\
-seed_everything: 0
-torch_threads: 1
-trainer: {max_epochs: 1, accelerator: cpu, devices: 1, enable_progress_bar: false, enable_model_summary: false}
-model: {hidden_sizes: [16], activation: relu, lr: 0.001}
-data:
-  env: {class_path: r6worlds.Base}
-  num_envs: 8
-  num_steps: 8
-  update_epochs: 1
-  num_minibatches: 2
-  reward: null
-"""
-
-EXT_YAML = """\
-seed_everything: 0
-torch_threads: 1
-trainer: {max_epochs: 1, accelerator: cpu, devices: 1, enable_progress_bar: false, enable_model_summary: false}
-model: {hidden_sizes: [16], activation: relu}
-data:
-  env:
-    class_path: parlightning.envs.external.ExternalBatchedEnv
-    init_args: {world: "r6ext:Good", step_timeout: 20}
-  num_envs: 4
-  num_steps: 4
-  update_epochs: 1
-  num_minibatches: 2
-  reward: null
-"""
-
-POOL_YAML = """\
-seed_everything: 0
-torch_threads: 1
-trainer: {max_epochs: 1, accelerator: cpu, devices: 1, enable_progress_bar: false, enable_model_summary: false}
-model: {hidden_sizes: [16], activation: relu}
-data:
-  env:
-    class_path: parlightning.envs.external.ExternalBatchedEnv
-    init_args:
-      world: parlightning.subagents.world:PoolOrchestrationWorld
-      world_kwargs: {families: [solo, fanout], tasks_per_family: 2, max_width: 2, n_skills: 2}
-      shared:
-        pool: {class_path: parlightning.subagents.SimulatedPool, init_args: {reliability: 0.9}}
-      step_timeout: 30
-  num_envs: 4
-  num_steps: 4
-  update_epochs: 1
-  num_minibatches: 2
-  reward: null
-"""
+USER_YAML = r5.user_yaml("r6worlds.Base")
+EXT_YAML = r5.ext_yaml("r6ext:Good")
+POOL_YAML = r5.pool_yaml(world_kwargs="{families: [solo, fanout], tasks_per_family: 2, max_width: 2, n_skills: 2}")
 
 CASES: list[Case] = []
 

@@ -734,56 +734,9 @@ TW = ["--config", "{fx}/user.yaml", "--data.env", "r7worlds.W7Tasks"]
 EXTC = ["--config", "{fx}/ext.yaml"]
 POOLC = ["--config", "{fx}/pool.yaml"]
 
-USER_YAML = """\
-seed_everything: 0
-torch_threads: 1
-trainer: {max_epochs: 1, accelerator: cpu, devices: 1, enable_progress_bar: false, enable_model_summary: false}
-model: {hidden_sizes: [16], activation: relu, lr: 0.001}
-data:
-  env: {class_path: r7worlds.W7}
-  num_envs: 8
-  num_steps: 10
-  update_epochs: 1
-  num_minibatches: 2
-  reward: null
-"""
-
-EXT_YAML = """\
-seed_everything: 0
-torch_threads: 1
-trainer: {max_epochs: 1, accelerator: cpu, devices: 1, enable_progress_bar: false, enable_model_summary: false}
-model: {hidden_sizes: [16], activation: relu}
-data:
-  env:
-    class_path: parlightning.envs.external.ExternalBatchedEnv
-    init_args: {world: "r7ext:Good", step_timeout: 20}
-  num_envs: 4
-  num_steps: 6
-  update_epochs: 1
-  num_minibatches: 2
-  reward: null
-"""
-
-POOL_YAML = """\
-seed_everything: 0
-torch_threads: 1
-trainer: {max_epochs: 1, accelerator: cpu, devices: 1, enable_progress_bar: false, enable_model_summary: false}
-model: {hidden_sizes: [16], activation: relu}
-data:
-  env:
-    class_path: parlightning.envs.external.ExternalBatchedEnv
-    init_args:
-      world: parlightning.subagents.world:PoolOrchestrationWorld
-      world_kwargs: {families: [solo, fanout], tasks_per_family: 2, max_width: 2, n_skills: 2}
-      shared:
-        pool: {class_path: parlightning.subagents.SimulatedPool, init_args: {reliability: 0.9}}
-      step_timeout: 30
-  num_envs: 4
-  num_steps: 4
-  update_epochs: 1
-  num_minibatches: 2
-  reward: null
-"""
+USER_YAML = r5.user_yaml("r7worlds.W7", num_steps=10)
+EXT_YAML = r5.ext_yaml("r7ext:Good", num_steps=6)
+POOL_YAML = r5.pool_yaml(world_kwargs="{families: [solo, fanout], tasks_per_family: 2, max_width: 2, n_skills: 2}")
 
 CASES: list[Case] = []
 

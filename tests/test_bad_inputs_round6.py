@@ -10,23 +10,8 @@ traceback and nothing written."""
 
 from __future__ import annotations
 
-import os
-import re
-import subprocess
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.corpus_check import assert_quick_subset_clean
 
 
 def test_round6_quick_subset_is_clean() -> None:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "bad_inputs_round6.py"), "--quick", "--verbose"],
-                          capture_output=True, text=True, env=env, timeout=600)
-    out = proc.stdout + proc.stderr
-    found = re.search(r"clean (\d+) of (\d+)", out)
-    assert found is not None, out[-3000:]
-    clean, total = int(found.group(1)), int(found.group(2))
-    assert total >= 12, out[-3000:]
-    unclean = [line for line in out.splitlines() if line.startswith("[") and not line.startswith("[     clean]")]
-    assert clean == total and proc.returncode == 0, "\n".join(unclean) or out[-3000:]
+    assert_quick_subset_clean("bad_inputs_round6.py", min_cases=12)
