@@ -86,3 +86,18 @@ def test_simulated_pool_spawn_needs_a_mapping() -> None:
 
     with pytest.raises(TypeError, match="mapping"):
         SimulatedPool().spawn(None)
+
+
+def test_a_clean_sys_exit_from_user_code_passes_through_and_a_failing_one_is_one_line() -> None:
+    """sys.exit() / sys.exit(0) in a user's code (a script's deliberate early stop, e.g.
+    scripts/bench_throughput.py's) ends fit as an exit; sys.exit(3) is reported like any error."""
+    from parlightning.cli.fit import user_code_error
+
+    lines = {}
+    for code in (None, 0, 3):
+        try:
+            raise SystemExit(code)
+        except SystemExit as err:
+            lines[code] = user_code_error(err)
+    assert lines[None] is None and lines[0] is None
+    assert lines[3] is not None and "SystemExit" in lines[3] and "test_bad_inputs_round7.py" in lines[3], lines[3]

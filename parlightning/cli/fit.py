@@ -237,6 +237,8 @@ def user_code_error(err: BaseException) -> Optional[str]:
     if isinstance(err, (KeyboardInterrupt, SIGTERMException, MemoryError)) or os.environ.get(
             "PARLIGHTNING_TRACEBACK"):
         return None
+    if isinstance(err, SystemExit) and err.code in (None, 0):  # a deliberate clean exit (e.g. a script's
+        return None  # early stop) passes through; sys.exit(3) from a callback is reported like any error
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     library = {os.path.abspath(sysconfig.get_paths()[k]) for k in ("stdlib", "purelib", "platlib")}
     tb, user = err.__traceback__, None
