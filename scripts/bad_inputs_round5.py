@@ -1042,6 +1042,93 @@ def make_fixtures(fx: Path, cases: list[Case]) -> None:
 
 
 # ------------------------------------------------------------------------------------ main
+def run_corpus(argv: Optional[list[str]], *, round_no: int, description: str, cases_all: list, valid: list,
+               dropped: dict, make_fixtures: Any) -> int:
+    """The command line of a later round (6 on) on this harness: --quick / --only / --list / --verbose /
+    --keep / --timeout-scale / --tag, every case run and classified, the table, and a full run's output
+    written to docs/results/data/bad_inputs_round{N}-TAG.txt."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--quick", action="store_true", help="the quick subset (one case per fixed class)")
+    parser.add_argument("--only", nargs="+", default=[], help="run the cases whose name contains any of these")
+    parser.add_argument("--list", action="store_true", help="list the cases and exit")
+    parser.add_argument("--verbose", action="store_true", help="print every case's line, not only the unclean ones")
+    parser.add_argument("--keep", action="store_true", help="keep the cases' folders")
+    parser.add_argument("--timeout-scale", type=float, default=1.0, help="multiply every case's timeout")
+    parser.add_argument("--tag", default="before", help=f"a full run writes docs/results/data/bad_inputs_round{round_no}-TAG.txt")
+    a = parser.parse_args(argv)
+    only = [o for item in a.only for o in item.split(",") if o]
+    cases = [c for c in cases_all if (not a.quick or c.quick) and (not only or any(o in c.name for o in only))]
+    if a.list:
+        for c in cases:
+            print(f"{c.category:>12}  {c.name}")
+        print(f"{len(cases)} cases ({sum(not c.control for c in cases)} counted, {sum(c.control for c in cases)} controls); "
+              f"{len(valid)} dropped as valid")
+        return 0
+    names = [c.name for c in cases_all + valid]
+    dupes = {n for n in names if names.count(n) > 1}
+    if dupes:
+        raise SystemExit(f"duplicate case names: {sorted(dupes)}")
+    full = not a.quick and not only
+    log_lines: list[str] = []
+    real_stdout = sys.stdout
+
+    class _Tee:
+        def write(self, s: str) -> int:
+            log_lines.append(s)
+            return real_stdout.write(s)
+
+        def flush(self) -> None:
+            real_stdout.flush()
+
+    if full:
+        sys.stdout = _Tee()  # type: ignore[assignment]
+    base = Path(tempfile.mkdtemp(prefix=f"bad_inputs_r{round_no}_"))
+    fx = base / "fixtures"
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(fx), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    sys.path.insert(0, str(fx))
+    os.environ.setdefault("PYTHONWARNINGS", "ignore")
+    t0 = time.monotonic()
+    load = os.getloadavg()
+    print(f"round {round_no}: {len(cases)} cases, load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}", flush=True)
+    try:
+        make_fixtures(fx, cases)
+        import importlib
+
+        importlib.invalidate_caches()
+        for kind in sorted({c.kind for c in cases} - {"py", "cmd"}):
+            importlib.import_module(f"parlightning.cli.{kind}")
+        results, counted, controls = [], [], []
+        for i, c in enumerate(cases):
+            c.timeout *= a.timeout_scale
+            outcome, line, seconds, _text = run_case(c, base / "cases", fx, i)
+            row = (c, outcome, line, seconds)
+            results.append(row)
+            (controls if c.control else counted).append(row)
+            if a.verbose or outcome not in ("clean", "ok"):
+                print(f"[{outcome:>10}] {c.category}/{c.name} ({seconds:.1f} s): {line}", flush=True)
+        summarize(results, counted, t0, max(len(c.category) for c in cases) + 1, controls)
+        if valid:
+            print(f"dropped as valid (not counted): {len(valid)}: " + ", ".join(f"{c.name} ({dropped[c.name]})" for c in valid))
+    finally:
+        sys.stdout = real_stdout
+        if not a.keep:
+            shutil.rmtree(base, ignore_errors=True)
+    if full:
+        out = ROOT / "docs" / "results" / "data" / f"bad_inputs_round{round_no}-{a.tag}.txt"
+        import subprocess
+
+        rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+        header = (f"# Round {round_no} bad-input corpus (scripts/bad_inputs_round{round_no}.py{' --verbose' if a.verbose else ''}), tag '{a.tag}', "
+                  f"run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} at {rev or 'unknown commit'} on the shared 2-core machine\n")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(header + "".join(log_lines))
+        print(f"wrote {out.relative_to(ROOT)}")
+    clean = sum(r[1] == "clean" for r in counted)
+    ok_controls = all(r[1] == "ok" for r in controls)
+    return 0 if clean == len(counted) and ok_controls else 1
+
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="the quick subset (one case per fixed class)")

@@ -24,19 +24,15 @@ Whether a line also gives the fix is judged by hand (docs/guides/reliability.md)
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import sys
-import tempfile
-import time
 from pathlib import Path
 from typing import Any, Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 import bad_inputs_round5 as r5  # noqa: E402  the harness: Case, run_case, the outcome classes
-from bad_inputs_fresh import summarize  # noqa: E402  the shared table
 
 PY = sys.executable
 Case = r5.Case
@@ -1417,85 +1413,8 @@ def make_fixtures(fx: Path, cases: list[Case]) -> None:
 
 # ------------------------------------------------------------------------------------ main
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="the quick subset (one case per fixed class)")
-    parser.add_argument("--only", nargs="+", default=[], help="run the cases whose name contains any of these")
-    parser.add_argument("--list", action="store_true", help="list the cases and exit")
-    parser.add_argument("--verbose", action="store_true", help="print every case's line, not only the unclean ones")
-    parser.add_argument("--keep", action="store_true", help="keep the cases' folders")
-    parser.add_argument("--timeout-scale", type=float, default=1.0, help="multiply every case's timeout")
-    parser.add_argument("--tag", default="before", help="a full run writes docs/results/data/bad_inputs_round6-TAG.txt")
-    a = parser.parse_args(argv)
-    only = [o for item in a.only for o in item.split(",") if o]
-    cases = [c for c in CASES if (not a.quick or c.quick) and (not only or any(o in c.name for o in only))]
-    if a.list:
-        for c in cases:
-            print(f"{c.category:>12}  {c.name}")
-        print(f"{len(cases)} cases ({sum(not c.control for c in cases)} counted, {sum(c.control for c in cases)} controls); "
-              f"{len(VALID)} dropped as valid")
-        return 0
-    names = [c.name for c in CASES]
-    dupes = {n for n in names if names.count(n) > 1}
-    if dupes:
-        raise SystemExit(f"duplicate case names: {sorted(dupes)}")
-    full = not a.quick and not only
-    log_lines: list[str] = []
-    real_stdout = sys.stdout
-
-    class _Tee:
-        def write(self, s: str) -> int:
-            log_lines.append(s)
-            return real_stdout.write(s)
-
-        def flush(self) -> None:
-            real_stdout.flush()
-
-    if full:
-        sys.stdout = _Tee()  # type: ignore[assignment]
-    base = Path(tempfile.mkdtemp(prefix="bad_inputs_r6_"))
-    fx = base / "fixtures"
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(fx), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    sys.path.insert(0, str(fx))
-    os.environ.setdefault("PYTHONWARNINGS", "ignore")
-    t0 = time.monotonic()
-    load = os.getloadavg()
-    print(f"round 6: {len(cases)} cases, load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}", flush=True)
-    try:
-        make_fixtures(fx, cases)
-        import importlib
-
-        importlib.invalidate_caches()
-        for kind in sorted({c.kind for c in cases} - {"py", "cmd"}):
-            importlib.import_module(f"parlightning.cli.{kind}")
-        results, counted, controls = [], [], []
-        for i, c in enumerate(cases):
-            c.timeout *= a.timeout_scale
-            outcome, line, seconds, _text = run_case(c, base / "cases", fx, i)
-            row = (c, outcome, line, seconds)
-            results.append(row)
-            (controls if c.control else counted).append(row)
-            if a.verbose or outcome not in ("clean", "ok"):
-                print(f"[{outcome:>10}] {c.category}/{c.name} ({seconds:.1f} s): {line}", flush=True)
-        summarize(results, counted, t0, max(len(c.category) for c in cases) + 1, controls)
-        if VALID:
-            print(f"dropped as valid (not counted): {len(VALID)}: " + ", ".join(f"{c.name} ({DROPPED[c.name]})" for c in VALID))
-    finally:
-        sys.stdout = real_stdout
-        if not a.keep:
-            shutil.rmtree(base, ignore_errors=True)
-    if full:
-        out = ROOT / "docs" / "results" / "data" / f"bad_inputs_round6-{a.tag}.txt"
-        import subprocess
-
-        rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-        header = (f"# Round 6 bad-input corpus (scripts/bad_inputs_round6.py{' --verbose' if a.verbose else ''}), tag '{a.tag}', "
-                  f"run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} at {rev or 'unknown commit'} on the shared 2-core machine\n")
-        out.write_text(header + "".join(log_lines))
-        print(f"wrote {out.relative_to(ROOT)}")
-    clean = sum(r[1] == "clean" for r in counted)
-    ok_controls = all(r[1] == "ok" for r in controls)
-    return 0 if clean == len(counted) and ok_controls else 1
-
+    return r5.run_corpus(argv, round_no=6, description=__doc__.split("\n\n")[0], cases_all=CASES, valid=VALID,
+                         dropped=DROPPED, make_fixtures=make_fixtures)
 
 if __name__ == "__main__":
     sys.exit(main())
