@@ -18,6 +18,23 @@ class ReportedError(RuntimeError):
     component and the fix: the CLI prints it as one `error:` line, without a traceback."""
 
 
+def error_text(err: BaseException) -> str:
+    """`str(err)` on one line; an exception whose own `__str__` fails (user code) is named instead of
+    raising a second error from the report."""
+    try:
+        return " ".join(str(err).split())
+    except Exception as inner:  # noqa: BLE001
+        return f"<its message cannot be printed: {type(err).__name__}.__str__ raised {type(inner).__name__}>"
+
+
+def out_of_memory(err: BaseException) -> bool:
+    """A failed allocation: MemoryError, torch's OutOfMemoryError or its CPU allocator's RuntimeError."""
+    if isinstance(err, MemoryError) or type(err).__name__ == "OutOfMemoryError":
+        return True
+    text = str(err) if isinstance(err, RuntimeError) else ""
+    return "can't allocate memory" in text or "DefaultCPUAllocator" in text or "out of memory" in text.lower()
+
+
 def root_error_line(err: BaseException) -> str:
     """The innermost cause of `err` (a class's own check, not the config parser's union wrapper
     around it) as one line."""

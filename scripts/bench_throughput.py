@@ -558,6 +558,17 @@ def parse(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--n", type=int, help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
+    if a.device not in ("cpu",):  # before any run starts: one line, not a failed run per N
+        import torch
+
+        try:
+            dev = torch.device(a.device)
+        except (RuntimeError, ValueError):
+            p.error(f"argument --device: {a.device!r} is not a torch device; use cpu or cuda")
+        if dev.type == "cuda" and not torch.cuda.is_available():
+            p.error(f"argument --device: {a.device!r} asked for, but this machine has no usable CUDA device; use cpu")
+        if dev.type not in ("cpu", "cuda"):
+            p.error(f"argument --device: {a.device!r}: the benchmark runs on cpu or cuda")
     if a.quick:
         a.num_envs, a.num_steps, a.repeats, a.iterations = [256, 1024], 32, 1, 2
     return a

@@ -33,7 +33,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 from parlightning.callbacks.base import RolloutCallback  # noqa: E402
-from parlightning.cli.arg_types import non_negative_int, output_file, positive_int  # noqa: E402
+from parlightning.cli.arg_types import non_negative_int, output_file, output_folder, positive_int  # noqa: E402
 
 CONFIGS = {"gym": ROOT / "configs" / "cartpole.yaml", "tensor": ROOT / "configs" / "cartpole_tensor.yaml"}
 LABELS = {"gym": "parlightning, GymVectorEnv", "tensor": "parlightning, CartPoleEnv (tensor)", "sb3": "Stable-Baselines3 PPO"}
@@ -185,10 +185,11 @@ def markdown(results: dict[str, dict[int, dict[str, Any]]], total: int) -> str:
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=non_negative_int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--steps", type=positive_int, default=500_000, help="env steps per run (a multiple of 512)")
+    parser.add_argument("--steps", type=positive_int, default=499_712, help="env steps per run (a multiple of 512)")
     parser.add_argument("--paths", nargs="+", choices=["gym", "tensor", "sb3"], default=["gym", "tensor", "sb3"])
     parser.add_argument("--quick", action="store_true", help="1 seed x 25,600 steps: checks the script runs")
-    parser.add_argument("--logdir", type=Path, default=Path("runs") / "cartpole_check", help="untracked scratch folder")
+    parser.add_argument("--logdir", type=lambda t: Path(output_folder(t)), default=Path("runs") / "cartpole_check",
+                        help="untracked scratch folder")
     parser.add_argument("--json", type=output_file, default=None, help="also write the raw results here")
     a = parser.parse_args(argv)
     if a.steps % 512:
@@ -197,6 +198,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     if a.quick:
         a.seeds, a.steps = a.seeds[:1], 25_600
     paths = list(a.paths)
+    if paths == ["sb3"] and not sb3_available():  # asked for it alone: nothing would run
+        parser.error("argument --paths: sb3 needs Stable-Baselines3, which is not installed (pip install "
+                     "stable-baselines3), or pick gym / tensor")
     if "sb3" in paths and not sb3_available():
         print("Stable-Baselines3 is not installed (pip install stable-baselines3): its rows are skipped.")
         paths.remove("sb3")

@@ -25,9 +25,12 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
+
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # run from a checkout without installing
+
+from parlightning.cli.arg_types import output_folder  # noqa: E402  (stdlib only: a cheap import)
 
 EVAL_BANKS = (1234, 2234, 3234)  # held-out banks every study reports over (1234 is SwarmEnv's default bank)
 
@@ -442,6 +445,33 @@ def parse_axis(text: str) -> tuple[str, list[Any]]:
     return key, parsed
 
 
+def check_fit_args(configs: Sequence[str], axes: dict[str, list[Any]], extra: Sequence[str]) -> None:
+    """Parse the fit config once per axis value (the other axes at their first value) with `--set`'s
+    arguments, as `--print_config` (its output dropped): a misspelt key or a value of the wrong type
+    is one `error:` line naming the flag, not a failed run per cell."""
+    import contextlib
+    import io
+
+    from parlightning import fit
+    from parlightning.errors import ConfigError
+
+    first = {k: v[0] for k, v in axes.items()}
+    variants = [dict(first)] + [{**first, k: v} for k, values in axes.items() for v in values[1:]]
+    for cell in variants:
+        flag = "--axis / --set" if axes else "--set"
+        args = [*(f"--{k}={json.dumps(v) if isinstance(v, (list, dict)) else v}" for k, v in cell.items()), *extra]
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                fit(list(configs), [*args, "--print_config"])
+        except ConfigError as err:
+            raise SystemExit(f"error: {flag}: {err}") from None
+        except SystemExit as exit_:
+            if exit_.code in (0, None):
+                continue
+            text = str(exit_.code).strip().removeprefix("error: ")
+            raise SystemExit(f"error: {flag}: {text}") from None
+
+
 def cell_name(cell: dict[str, Any]) -> str:
     return "_".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in cell.items()) or "default"
 
@@ -547,7 +577,7 @@ def main(argv: Optional[list[str]] = None) -> list[dict]:
     p.add_argument("--eval-seeds", dest="eval_seeds", type=positive_int, default=1, help="evaluation seeds per bank")
     p.add_argument("--episodes", type=positive_int, default=None, help="evaluation episodes per task (default evaluate's)")
     p.add_argument("--jobs", type=positive_int, default=1)
-    p.add_argument("--out", type=Path, default=None, help="output folder (default runs/experiment/<time>); resumes")
+    p.add_argument("--out", type=lambda t: Path(output_folder(t)), default=None, help="output folder (default runs/experiment/<time>); resumes")
     p.add_argument("--launch", choices=("exec", "fork"), default=None)
     p.add_argument("--quick", action="store_true", help="2 seeds, 2 iterations of 16 x 8, 1 episode per task")
     a = p.parse_args(argv)
@@ -563,6 +593,7 @@ def main(argv: Optional[list[str]] = None) -> list[dict]:
         if v <= 0:
             raise SystemExit(f"error: {name}: must be positive, got {v}")
     axes = dict(parse_axis(x) for x in a.axis)
+    check_fit_args(configs, axes, extra)  # an unknown key or a bad value: one line, before any run or folder
     plan = grid_plan(configs, axes, range(seeds), extra, bank_seeds(a.banks), range(a.eval_seeds),
                      a.episodes or (1 if a.quick else None), a.launch or default_launch(a.quick))
     out = a.out or ROOT / "runs" / "experiment" / datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")

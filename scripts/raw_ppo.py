@@ -213,6 +213,10 @@ def train(args: Args, verbose: bool = False, on_iteration: Optional[Callable[[in
     return timings
 
 
+POSITIVE = ("num_envs", "num_steps", "update_epochs", "num_minibatches", "iterations", "lr", "adam_eps", "clip_coef",
+            "max_grad_norm", "max_subagents", "lambda_horizon", "threads")
+
+
 def parse_args(argv: Optional[list[str]] = None) -> Args:
     """`--config` (default configs/swarm.yaml), then a flag for every plain `Args` field (dashes for underscores)."""
     pre = argparse.ArgumentParser(add_help=False)
@@ -221,6 +225,8 @@ def parse_args(argv: Optional[list[str]] = None) -> Args:
     known, _ = pre.parse_known_args(argv)
     parser = argparse.ArgumentParser(description=__doc__, parents=[pre],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    if not known.config.is_file():
+        parser.error(f"argument --config: no file at {str(known.config)!r}; pass a parlightning.fit YAML config")
     defaults = Args.from_config(known.config)
     for name, value in vars(defaults).items():
         flag = "--" + name.replace("_", "-")
@@ -235,6 +241,10 @@ def parse_args(argv: Optional[list[str]] = None) -> Args:
         else:
             parser.add_argument(flag, type=type(value), default=value)
     ns = vars(parser.parse_args(argv))
+    for name in POSITIVE:  # counts and step sizes: 0 or less trains nothing (or forever)
+        value = ns.get(name)
+        if value is not None and not value > 0:
+            parser.error(f"argument --{name.replace('_', '-')}: must be positive, got {value}")
     ns.pop("config")
     if ns.pop("quick"):
         ns.update(iterations=2, num_envs=64, num_steps=16)

@@ -33,6 +33,8 @@ from collections import deque
 from pathlib import Path
 from typing import Any, Optional
 
+from parlightning.cli.arg_types import non_negative_int, output_folder  # stdlib only: a cheap import
+
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = {"fast": ROOT / "configs" / "cartpole_fast.yaml", "gym": ROOT / "configs" / "cartpole.yaml"}
 
@@ -233,13 +235,14 @@ def startup(repeats: int = 3) -> str:
 
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--seeds", type=non_negative_int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--paths", nargs="+", choices=list(LABELS), default=list(LABELS))
     parser.add_argument("--quick", action="store_true",
                         help="1 seed, the fast path only, 8,192 env steps: checks the script runs (does not solve)")
     parser.add_argument("--budget", type=positive_int, default=None,
                         help="env steps per run (default: the configs' trainer.max_epochs; SB3 rl-zoo's 100,000)")
-    parser.add_argument("--logdir", type=Path, default=Path("runs") / "time_to_solve", help="untracked scratch folder")
+    parser.add_argument("--logdir", type=lambda t: Path(output_folder(t)), default=Path("runs") / "time_to_solve",
+                        help="untracked scratch folder")
     parser.add_argument("--json", type=Path, default=None, help="also write the raw results here")
     parser.add_argument("--startup", action="store_true",
                         help="only the start-up table: each path's imports in fresh processes, and where "

@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/: the shared experiment runner
 
 from experiment import (  # noqa: E402
-    ROOT, bank_seeds, default_launch, grid_plan, mean_std_ci, positive_int, run_grid, welch_p,
+    ROOT, bank_seeds, default_launch, grid_plan, mean_std_ci, output_folder, positive_int, run_grid, welch_p,
 )
 
 CURVE = ("success_rate", "critical_steps", "subagents", "finish_rate", "delegation_share")
@@ -41,7 +41,7 @@ def main(argv=None) -> dict:
     p.add_argument("--epochs", type=positive_int, default=None, help="PPO iterations (default: the config's)")
     p.add_argument("--wide", action="store_true", help="add configs/swarm_wide.yaml")
     p.add_argument("--quick", action="store_true", help="2 iterations of 32 actors x 8 steps, 1 episode per task")
-    p.add_argument("--out", default=None, help="folder for logs and checkpoints (default: a fresh runs/world_fit_*); "
+    p.add_argument("--out", type=output_folder, default=None, help="folder for logs and checkpoints (default: a fresh runs/world_fit_*); "
                    "an existing one resumes")
     p.add_argument("--every", type=positive_int, default=5, help="print the learning curve every N iterations")
     p.add_argument("--banks", type=positive_int, default=3, help="held-out task banks (default 3)")

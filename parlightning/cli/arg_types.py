@@ -39,12 +39,46 @@ def positive_float(text: str) -> float:
     return value
 
 
+def bank_seed(text: str) -> int:
+    """A task bank's seed: an integer in 0..2**63 - 1 (stored as int64)."""
+    return _int_in(text, 0, 2**63 - 1, "a bank seed")
+
+
+def _int_in(text: str, low: int, high: int, what: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{what} is an integer in {low}..{high}, got {text!r}") from None
+    if not low <= value <= high:
+        raise argparse.ArgumentTypeError(f"{what} is an integer in {low}..{high}, got {value}")
+    return value
+
+
 def device_name(text: str) -> str:
     """A torch device this program can run on: cpu, cuda, cuda:N or mps (checked without importing torch)."""
     import re
 
     if not re.fullmatch(r"cpu|cuda(:\d+)?|mps", text):
         raise argparse.ArgumentTypeError(f"must be cpu, cuda, cuda:N or mps, got {text!r}")
+    return text
+
+
+def output_folder(text: str) -> str:
+    """A folder the program will write into: an existing folder, or one it can create (no part of
+    the path is a file or a device such as /dev/null, and not under /proc or /sys)."""
+    import os
+
+    path = os.path.abspath(os.path.expanduser(text))
+    if os.path.isdir(path):
+        return text
+    if os.path.exists(path):
+        raise argparse.ArgumentTypeError(f"{text!r} is a file, not a folder; name a folder (it is created if missing)")
+    parent = path
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent) or parent.split(os.sep)[1:2] in (["proc"], ["sys"]):
+        raise argparse.ArgumentTypeError(f"{text!r} cannot be created: {parent!r} is not a folder it can write into; "
+                                         "name a folder under an existing writable one")
     return text
 
 

@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 
 from parlightning.envs.base import action_mask_of
-from parlightning.errors import ConfigError
+from parlightning.errors import ConfigError, out_of_memory
 from parlightning.cli.outputs import check_output_file, write_error
 from parlightning.cli.evaluate import build_env, env_spec, greedy_action, load_policy
 from parlightning.policies.actor_critic import padding_logit
@@ -124,8 +124,10 @@ def clone(configs: list[str], teacher: str, out: str, rounds: int = 32, num_envs
                              ("--minibatch", minibatch, 1)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ConfigError(f"{name}: must be a positive integer, got {value!r}")
-    if not lr > 0:
-        raise ConfigError(f"--lr: must be positive, got {lr!r}")
+    if not 0 < lr < float("inf"):
+        raise ConfigError(f"--lr: must be a finite positive number, got {lr!r}")
+    if seed is not None and not 0 <= seed <= 2**32 - 1:
+        raise ConfigError(f"--seed: {seed} is outside the seed range 0..{2**32 - 1}; pick a seed in that range")
     if not 0.0 <= label_smoothing < 1.0:
         raise ConfigError(f"--label_smoothing: must lie in [0, 1), got {label_smoothing!r}")
     if not Path(out).parent.is_dir():
@@ -213,7 +215,10 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
                        a.label_smoothing, a.seed)
     except ConfigError as err:
         raise SystemExit(f"error: {err}") from None
-    except (OSError, RuntimeError) as err:  # the write failing after the checks (a full disk)
+    except (OSError, RuntimeError, MemoryError) as err:  # the write failing after the checks (a full disk)
+        if out_of_memory(err):  # the teacher's rollout buffers: num_envs x rounds observations
+            raise SystemExit(f"error: --num_envs / --rounds: {a.num_envs} actors x {a.rounds} rounds do not fit in "
+                             f"memory ({' '.join(str(err).split())[:160]}); lower --num_envs or --rounds") from None
         line = write_error(err, [("--out", a.out)])
         if line is None:
             raise

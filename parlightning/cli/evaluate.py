@@ -27,8 +27,10 @@ import torch
 from torch import Tensor
 
 from parlightning.envs.base import action_mask_of
-from parlightning.errors import ConfigError
+from parlightning.errors import ConfigError, out_of_memory
+from parlightning.cli.arg_types import bank_seed
 from parlightning.cli.outputs import check_output_file, write_error
+from parlightning.runtime.preflight import check_config_file
 
 FIELDS = ("outcome", "critical_steps", "serial_steps", "n_subagents", "assigned", "completed")
 
@@ -179,7 +181,8 @@ def env_spec(configs: list[str]) -> tuple[type, dict]:
     for path in configs:
         if not os.path.isfile(path):
             raise ConfigError(f"--config: no file at {path!r}")
-        merged = _merge(merged, yaml.safe_load(open(path)) or {})
+        check_config_file(path)  # not UTF-8 (a checkpoint given as the config), not YAML, not a mapping: one line
+        merged = _merge(merged, yaml.safe_load(open(path, encoding="utf-8")) or {})
     spec = (merged.get("data") or {}).get("env") or {"class_path": "parlightning.envs.swarm.SwarmEnv"}
     if isinstance(spec, str):
         spec = {"class_path": spec}
@@ -303,7 +306,7 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     p.add_argument("--split", help="task bank to evaluate on: heldout (default for worlds with splits) or train")
     p.add_argument("--episodes", type=int, default=4, help="episodes per task (Gymnasium worlds: in all)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--bank_seeds", type=int, nargs="+", help="several task banks (bank_seed each): per-bank rows, "
+    p.add_argument("--bank_seeds", type=bank_seed, nargs="+", help="several task banks (bank_seed each): per-bank rows, "
                    "mean and spread")
     p.add_argument("--seeds", type=int, nargs="+", help="several evaluation seeds (with or without --bank_seeds)")
     g = p.add_mutually_exclusive_group()
@@ -545,7 +548,10 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         return evaluate(a)
     except ConfigError as err:
         raise SystemExit(f"error: {err}") from None
-    except (OSError, RuntimeError) as err:  # an output's write failing after the checks (a full disk)
+    except (OSError, RuntimeError, MemoryError) as err:  # an output's write failing after the checks (a full disk)
+        if out_of_memory(err):  # the evaluation's buffers: episodes x tasks actors
+            raise SystemExit(f"error: --episodes: {a.episodes} episodes per task do not fit in memory "
+                             f"({' '.join(str(err).split())[:160]}); lower --episodes") from None
         line = write_error(err, [(f"--{o}", getattr(a, o, None)) for o in ("json", "gantt", "trace", "video")])
         if line is None:
             raise

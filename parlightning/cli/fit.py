@@ -28,7 +28,7 @@ from parlightning.runtime.checkpoint import (
 )
 from parlightning.cli.config_log import LoggedConfig
 from parlightning.ppo.data import RolloutDataModule
-from parlightning.errors import ConfigError, ReportedError, parser_error_line, root_error_line
+from parlightning.errors import ConfigError, ReportedError, error_text, parser_error_line, root_error_line
 from parlightning.ppo.module import PPOModule
 from parlightning.cli.packaged import moved_hint, resolve_config_args
 from parlightning.callbacks.base import RolloutCallback
@@ -88,6 +88,10 @@ class ParlCLI(LightningCLI):
         if threads is not None:
             if threads <= 0:
                 raise SystemExit(f"error: --torch_threads: must be a positive integer or null, got {threads}")
+            most = max(64, 8 * (os.cpu_count() or 1))
+            if threads > most:  # OpenMP allocates per thread: 100,000 threads end in 'libgomp: Out of memory'
+                raise SystemExit(f"error: --torch_threads: {threads} threads on a machine with {os.cpu_count()} CPUs; "
+                                 f"use at most {most} (intra-op threads per process; 1 suits small policies)")
             torch.set_num_threads(threads)
         for name, least in (("heartbeat_timeout", 3 * BEAT_S), ("stall_timeout", 3 * BEAT_S)):
             value = config.get(name)
@@ -119,9 +123,15 @@ def main(args: Optional[list[str]] = None) -> ParlCLI:
     use_atomic_checkpoints(cli.trainer)
     claimed = claim_version(cli.trainer)  # an atomic mkdir: runs started together get their own version_N
     fresh = new_output_dirs(cli.trainer) + claimed  # deepest first: the run's folders, then new parents
+    loose = os.path.join(cli.trainer.default_root_dir, "config.yaml")  # with no logger, config.yaml goes here
+    if not cli.trainer.loggers and not os.path.exists(loose):
+        fresh = [(loose, True)] + fresh  # a refused start removes it too
     _end_cleanly_when_a_rank_fails(lambda: remove_new_outputs(fresh) if cli.datamodule.last_rollout is None else None)
     try:
-        cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=ckpt)
+        try:
+            cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=ckpt)
+        finally:
+            watch.stop_watching_alone()  # a one-process run's stall watch ends with its fit
     except BaseException as err:
         message = _start_error(err)
         if message is None:
@@ -139,9 +149,16 @@ def main(args: Optional[list[str]] = None) -> ParlCLI:
         if callable(getattr(launcher, "kill", None)):
             launcher.kill(signal.SIGKILL)  # DDP: the ranks this process launched must not wait for it
         if isinstance(err, SIGTERMException):  # preempted: never report success, so a scheduler requeues
-            print("SIGTERM: stopped; the last checkpoint (written at the end of the last finished iteration) is "
-                  "intact: resume with --ckpt_path <log_dir>/checkpoints/last.ckpt", file=sys.stderr)
+            print("error: SIGTERM: stopped; the last checkpoint (written at the end of the last finished iteration) "
+                  "is intact: resume with --ckpt_path <log_dir>/checkpoints/last.ckpt", file=sys.stderr)
             raise SystemExit(128 + signal.SIGTERM) from None  # 143, the shell's code for "killed by SIGTERM"
+        if message is None and _interrupted(err, cli.trainer):  # Lightning's graceful Ctrl-C ends in sys.exit(1)
+            if cli.datamodule.last_rollout is None:
+                remove_new_outputs(fresh)  # interrupted before its first rollout: nothing worth keeping
+            print("error: interrupted (KeyboardInterrupt: Ctrl-C, or raised by user code); the last checkpoint "
+                  "(written at the end of the last finished iteration) is intact: resume with --ckpt_path "
+                  "<log_dir>/checkpoints/last.ckpt", file=sys.stderr)
+            raise SystemExit(128 + signal.SIGINT) from None  # 130, the shell's code for "killed by SIGINT"
         if message is None:
             raise
         rank = getattr(cli.trainer, "global_rank", 0)
@@ -150,6 +167,15 @@ def main(args: Optional[list[str]] = None) -> ParlCLI:
             raise SystemExit(1) from None
         raise SystemExit(f"error: {message}") from None
     return cli
+
+
+def _interrupted(err: BaseException, trainer: Any) -> bool:
+    """A KeyboardInterrupt (Ctrl-C or user code raising it): Lightning stops gracefully and calls
+    sys.exit(1), which carries no message."""
+    if isinstance(err, KeyboardInterrupt):
+        return True
+    return isinstance(err, SystemExit) and err.code == 1 and bool(getattr(trainer, "interrupted", False)) and isinstance(
+        err.__context__, KeyboardInterrupt)
 
 
 def _end_cleanly_when_a_rank_fails(cleanup: Callable[[], None]) -> None:
@@ -260,7 +286,7 @@ def user_code_error(err: BaseException) -> Optional[str]:
     else:
         from parlightning.envs.base import BatchedEnv
         field = "data.env: " if isinstance(owner, BatchedEnv) else ""
-    text = " ".join(str(err).split())[:300]
+    text = error_text(err)[:300]
     return (f"{field}{where} ({os.path.basename(frame.f_code.co_filename)}:{user.tb_lineno}) raised "
             f"{type(err).__name__}{': ' + text if text else ''}; the error is in that code, not in parlightning: "
             "fix it there (PARLIGHTNING_TRACEBACK=1 shows the traceback)")
@@ -301,9 +327,14 @@ ROLLOUT_HOOKS = ("on_rollout_start", "on_episodes_end", "on_rollout_end")
 def check_callbacks(callbacks: Sequence[Any]) -> None:
     """A callback that defines rollout hooks but is not a `RolloutCallback` would never have them
     called (the data module calls them on RolloutCallbacks only): one line naming it and the fix."""
+    from parlightning.runtime.preflight import check_state
+
     for cb in callbacks:
         _check_hook_signatures(cb)
         _check_checkpoint_filename(cb)
+        if type(cb).__module__.split(".")[0] not in ("lightning", "pytorch_lightning", "parlightning"):
+            cls = type(cb)  # a user's callback: its state goes into every checkpoint
+            check_state("trainer.callbacks", f"{cls.__module__}.{cls.__qualname__}", cb)
         if isinstance(cb, RolloutCallback):
             continue
         hooks = [h for h in ROLLOUT_HOOKS if callable(getattr(cb, h, None))]
@@ -379,6 +410,10 @@ def _start_error(err: BaseException) -> Optional[str]:
     checkpoint's weights do not fit; None for anything else (a bug: its traceback is kept)."""
     if isinstance(err, (ConfigError, ReportedError)):
         return " ".join(str(err).split())
+    if type(err).__module__.startswith("parlightning.") and isinstance(err, RuntimeError) and str(err):
+        return " ".join(str(err).split())  # the package's own named runtime errors (ProcessDied, ...): already one line
+    if isinstance(err, MisconfigurationException):  # Lightning refusing a setting when fit starts (a callback's needs)
+        return f"trainer: {' '.join(str(err).split())} (a Lightning setting in trainer or trainer.callbacks)"
     text = str(err)
     if isinstance(err, FloatingPointError) and text.startswith("non-finite"):  # the module's own guard
         return text

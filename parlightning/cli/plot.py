@@ -49,13 +49,27 @@ class Curve:
     high: np.ndarray
 
 
-def find_runs(pattern: str) -> list[str]:
-    """Every folder holding TensorBoard event files at or below the folders `pattern` matches."""
+SEARCH_LIMIT = 200_000  # folder entries looked at below a pattern's matches before it is called too broad
+
+
+def find_runs(pattern: str, limit: int = SEARCH_LIMIT) -> list[str]:
+    """Every folder holding TensorBoard event files (regular files) at or below the folders
+    `pattern` matches; a pattern whose folders hold more than `limit` entries (`/*`, `~`) is refused
+    instead of searched for minutes."""
     roots = sorted(glob.glob(os.path.expanduser(pattern))) or ([pattern] if os.path.isdir(pattern) else [])
     runs = set()
+    seen = 0
     for root in roots:
-        for event in glob.glob(os.path.join(root, "**", "events.out.tfevents.*"), recursive=True):
-            runs.add(os.path.dirname(event))
+        walk = os.walk(root) if os.path.isdir(root) else [(os.path.dirname(root) or ".", [], [os.path.basename(root)])]
+        for folder, dirs, files in walk:
+            seen += len(dirs) + len(files)
+            if seen > limit:
+                raise ConfigError(f"run pattern {pattern!r}: its folders hold more than {limit:,} files and folders to "
+                                  "search for TensorBoard event files; name the runs' folders (e.g. "
+                                  "lightning_logs/version_*) or a folder just above them")
+            for f in files:
+                if f.startswith("events.out.tfevents.") and os.path.isfile(os.path.join(folder, f)):
+                    runs.add(folder)
     return sorted(runs)
 
 
@@ -152,6 +166,30 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+MAX_POINTS = 1_000_000
+
+
+def _check_title(title: Optional[str]) -> None:
+    """--title is drawn by matplotlib, which reads text between two `$` as math: a formula it cannot
+    parse fails when the figure is saved, so it is drawn once here first."""
+    if not title or "$" not in title:
+        return
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:
+        return  # draw() names the missing extra
+    fig = Figure(figsize=(2, 1))
+    FigureCanvasAgg(fig)
+    fig.suptitle(title)
+    try:
+        fig.canvas.draw()
+    except ValueError as err:
+        first = " ".join(str(err).split())[:160]
+        raise ConfigError(f"--title: {title!r} is not text matplotlib can draw ({first}); matplotlib reads text "
+                          "between two $ as a formula: write \\$ for a dollar sign") from None
+
+
 def _check_image_format(path: str) -> None:
     """--out's suffix must be an image format matplotlib writes (it picks the format from it)."""
     suffix = os.path.splitext(path)[1].lstrip(".").lower()
@@ -193,6 +231,10 @@ def plot(a: argparse.Namespace) -> list[Curve]:
                               f"{why}; pass run folders such as lightning_logs/version_0 (or a folder above them)")
     if a.smooth < 1 or a.points < 2:
         raise ConfigError("--smooth / --points: need --smooth >= 1 and --points >= 2")
+    if a.points > MAX_POINTS:
+        raise ConfigError(f"--points: {a.points:,} grid points is more than a figure can show ({MAX_POINTS:,} at "
+                          "most; the default 200 suits a plot)")
+    _check_title(a.title)
     run_files = [("a file of run " + run, os.path.join(run, f)) for _name, runs in groups for run in runs
                  for f in (os.listdir(run) if os.path.isdir(run) else ())]
     check_output_file("--out", a.out, run_files)

@@ -214,8 +214,17 @@ class Collector:
 
     def load_sampler_state(self, state: dict[str, Any]) -> None:
         """Only the sampler's statistics (resuming on another number of ranks)."""
-        if self.sampler is not None:
+        if self.sampler is None:
+            return
+        try:
             self.sampler.load_state_dict(state["sampler"])
+        except ConfigError:
+            raise
+        except (KeyError, ValueError, TypeError, AttributeError) as err:  # another sampler's state (or none)
+            name = type(getattr(self.sampler, "sampler", self.sampler)).__name__
+            raise ConfigError(f"data.sampler: the checkpoint's sampler state does not fit this config's {name} "
+                              f"({type(err).__name__}: {' '.join(str(err).split())[:160]}); resume with the sampler "
+                              "that wrote it, or start fresh without --ckpt_path") from None
 
     def close(self) -> None:
         self.transport.close()

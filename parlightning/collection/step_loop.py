@@ -28,7 +28,7 @@ from torch import Tensor
 from parlightning.buffer import RolloutBuffer
 from parlightning.collection.context import RoundContext, RoundResult, StepHook
 from parlightning.envs.base import EpisodeParts, action_mask_of, check_action_mask, task_ids_of
-from parlightning.errors import ConfigError, ReportedError
+from parlightning.errors import ConfigError, ReportedError, error_text
 from parlightning.policies.recurrent import RecurrentRollout
 
 STREAMS = ("env", "action", "task", "minibatch")  # the consumers of randomness, one stream each
@@ -171,6 +171,7 @@ class StepLoop:
         self.mask_width = None if mask is None else int(mask.shape[1])
 
     def _pick(self, context: RoundContext, reset_mask: Tensor) -> Tensor:
+        self._picks_in_step = getattr(self, "_picks_in_step", 0) + 1  # a Python count: no host sync
         picked = self.picks.pick(context, reset_mask)
         self.current_task = torch.where(reset_mask, picked, self.current_task)  # the actors that reset start these
         return picked
@@ -242,12 +243,16 @@ class StepLoop:
             key = key_row[self.current_task]
             action, logprob, value = policy.act(obs, self.action_generator, key=key, **masked)
         buf.write(t, obs=obs, actions=action, logprobs=logprob, values=value, keys=key, versions=version, masks=mask)
+        self._picks_in_step = 0
         try:
             res = self.env.step(action, pick)
         except (ConfigError, ReportedError):  # already one line naming the world (e.g. ExternalWorldError)
             raise
         except (Exception, SystemExit) as err:  # the user's world failing (or calling sys.exit) mid-run: one line
             raise self._world_error("step", err, t) from err
+        if self._picks_in_step > 1:  # each call draws the sampler's next tasks: a second one skips picks
+            raise self._contract_error("step", f"after calling next_task {self._picks_in_step} times",
+                                       "in one step", "after calling next_task(done) at most once per step", t)
         self._check_step(res, t)
         ep_return, ep_length = self.episode_return, self.episode_length
         ep_return += res.reward
@@ -260,7 +265,7 @@ class StepLoop:
         self.obs = res.obs
 
     def _world_error(self, method: str, err: BaseException, t: int) -> ReportedError:
-        text = " ".join(str(err).split())[:300]
+        text = error_text(err)[:300]
         return ReportedError(f"data.env: {type(self.env).__name__}.{method} raised {type(err).__name__}"
                              f"{': ' + text if text else ''} at step {t} of a rollout; fix the world (the last "
                              "checkpoint is intact: resume it with --ckpt_path)")
@@ -305,7 +310,11 @@ class StepLoop:
             self._check_tensor("step", field, getattr(res, field), (n,), lambda d: d == torch.bool,
                                "a bool [num_envs] tensor", t)
         parts = getattr(res, "parts", None)
+        if parts is None and getattr(self, "_parts_seen", False):  # a task world must report parts at every step
+            raise self._contract_error("step", "parts None", "after EpisodeParts at earlier steps",
+                                       "EpisodeParts at every step (read only where an episode ends)", t)
         if parts is not None:
+            self._parts_seen = True
             for field in EpisodeParts._fields:
                 value = getattr(parts, field, None)
                 ok = (lambda d: not d.is_floating_point and d != torch.bool) if field == "task" else (

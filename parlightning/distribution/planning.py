@@ -42,7 +42,25 @@ def checked_strategy(strategy: Optional[ParallelStrategy]) -> ParallelStrategy:
             f"{FIELD}: {type(strategy).__name__}.name is {name!r} ({type(name).__name__}); a ParallelStrategy's name "
             "is a non-empty string (it labels the plan in logs and checkpoints): set name = \"my-strategy\""
         )
+    for method, args in (("plan", "n_workers, round_index, keys"), ("observe", "unit, task_id, score")):
+        fn = getattr(strategy, method, None)
+        if callable(fn) and not _takes(fn, 3):
+            raise ConfigError(f"{FIELD}: {type(strategy).__name__}.{method} does not take ({args}), which the planner "
+                              f"passes every round; define {method}(self, {args})")
     return strategy
+
+
+def _takes(fn: Any, n: int) -> bool:
+    """Whether `fn` accepts `n` positional arguments (True where it has no signature to read)."""
+    import inspect
+
+    try:
+        inspect.signature(fn).bind(*range(n))
+    except TypeError:
+        return False
+    except ValueError:
+        return True
+    return True
 
 
 class RoundPlanner:

@@ -9,6 +9,7 @@ new one, so truncation can bootstrap.
 from __future__ import annotations
 
 import abc
+import numbers
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Callable, Literal, NamedTuple, Optional, Sequence
@@ -39,6 +40,13 @@ class ActionSpec:
                                  f"give a tuple, e.g. {example} (one entry per action dimension)")
             if not isinstance(value, tuple):
                 object.__setattr__(self, field, tuple(value))
+            # negative or non-integer entries are refused here; 0 (no action at all) by the preflight probe,
+            # which names the world it came from
+            bad = [v for v in getattr(self, field) if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 0]
+            if bad:
+                what = "categories" if field == "nvec" else "numbers"
+                raise ValueError(f"ActionSpec.{field}: {getattr(self, field)!r} has {bad[0]!r}; each entry is an int >= 1 "
+                                 f"(the {what} of one action dimension), e.g. {example}")
 
     @property
     def is_discrete(self) -> bool:

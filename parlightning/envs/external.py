@@ -312,20 +312,30 @@ class ExternalBatchedEnv(BatchedEnv):
     def _obs_array(self, values: Sequence[Any], method: str = "step", actors: Optional[Sequence[int]] = None) -> np.ndarray:
         """[len(values), *observation_shape] float32 from the worlds' observations (`actors`: whose
         they are, for the error naming a malformed one)."""
+        shape = tuple(self.observation_shape)
+        flat = (int(np.prod(shape)),)
+        fits = (shape, flat, ()) if flat == (1,) else (shape, flat)  # a one-number observation may be a scalar
         try:  # one conversion for the batch (flat lists or arrays of the same length: the common case)
-            return np.asarray(values, dtype=np.float32).reshape(len(values), *self.observation_shape)
-        except (ValueError, TypeError):  # ragged or nested differently: each world's value on its own
-            rows = []
-            for k, v in enumerate(values):
-                try:
-                    rows.append(np.asarray(v, dtype=np.float32).reshape(self.observation_shape))
-                except (ValueError, TypeError):
-                    i = actors[k] if actors is not None else k
-                    want = int(np.prod(self.observation_shape))
-                    raise self._fail(i, method, f"returned observation {v!r:.80} ({type(v).__name__}); field obs "
-                                                f"must be {want} numbers (observation_shape "
-                                                f"{list(self.observation_shape)})") from None
-            return np.asarray(rows)
+            batch = np.asarray(values)
+            if batch.dtype.kind in "biuf" and batch.shape[1:] in fits:  # numbers, the declared shape or flat
+                return batch.astype(np.float32, copy=False).reshape(len(values), *shape)
+        except (ValueError, TypeError, RuntimeError):
+            pass
+        # ragged, nested differently, not plain numbers or tensors: each world's value on its own
+        rows = []
+        for k, v in enumerate(values):
+            try:
+                row = np.asarray(v.detach().cpu() if isinstance(v, torch.Tensor) else v)
+                if row.dtype.kind not in "biuf" or row.shape not in fits:  # complex, strings, [[...]]
+                    raise ValueError(f"shape {row.shape}, dtype {row.dtype}")
+                rows.append(row.astype(np.float32).reshape(shape))
+            except (ValueError, TypeError, RuntimeError):
+                i = actors[k] if actors is not None else k
+                want = int(np.prod(self.observation_shape))
+                raise self._fail(i, method, f"returned observation {v!r:.80} ({type(v).__name__}); field obs "
+                                            f"must be {want} numbers (observation_shape "
+                                            f"{list(self.observation_shape)}: real, flat or of that shape)") from None
+        return np.asarray(rows, dtype=np.float32).reshape(len(values), *shape)
 
     def _number(self, i: int, field: str, value: Any) -> float:
         """A finite float from world i's `field`, or the ExternalWorldError naming it."""

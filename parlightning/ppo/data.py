@@ -29,7 +29,7 @@ from parlightning.collection import Collector, RoundHooks, make_collector
 from parlightning.distribution.planning import RoundPlanner
 from parlightning.config_types import ClosedUnitInterval, NonNegativeInt, PositiveInt, check_args
 from parlightning.envs.base import BatchedEnv, task_ids_of
-from parlightning.errors import ConfigError
+from parlightning.errors import ConfigError, ReportedError
 from parlightning.distribution.strategies import family_of
 from parlightning.runtime.preflight import check_datamodule, env_signature
 from parlightning.parl.reward import PARLReward
@@ -64,8 +64,19 @@ class LightningHooks(RoundHooks):
             cb.on_episodes_end(self.trainer, self._module(), task_ids, parts)
 
     def on_rollout_end(self, rollout: Rollout) -> None:
+        user = []
         for cb in rollout_callbacks(self.trainer):
             cb.on_rollout_end(self.trainer, self._module(), rollout)
+            if type(cb).__module__.split(".")[0] != "parlightning":
+                user.append(type(cb).__name__)
+        buf = getattr(rollout, "buffer", None)
+        if user and buf is not None:  # the rollout was checked finite before the hooks: one host sync per rollout
+            ok = torch.isfinite(buf.advantages).all() & torch.isfinite(buf.returns).all() & torch.isfinite(buf.rewards).all()
+            if not bool(ok):
+                raise ReportedError(f"trainer.callbacks: the rollout holds NaN or inf in its rewards, advantages or "
+                                    f"returns after the on_rollout_end hooks of {', '.join(user)} (it was finite "
+                                    "when collected); a rollout hook must not write non-finite values into the "
+                                    "rollout: fix the hook")
 
     def reduce_sum(self, tensor: Tensor) -> Tensor:
         device = self.trainer.strategy.root_device

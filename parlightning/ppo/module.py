@@ -72,6 +72,11 @@ def load_policy_weights(policy: Any, path: str) -> None:
     state = {k[len("policy."):]: v for k, v in (sd or {}).items() if k.startswith("policy.")}
     if not state:
         raise ConfigError(f"model.init_from: {path} holds no policy weights; pass one written by parlightning.bc or fit")
+    bad = [k for k, v in state.items() if isinstance(v, torch.Tensor) and v.is_floating_point()
+           and not bool(torch.isfinite(v).all())]
+    if bad:  # NaN weights would end the first update as a "non-finite loss" blamed on the rewards
+        raise ConfigError(f"model.init_from: {path} holds non-finite policy weights (NaN or inf in {len(bad)} tensors, "
+                          f"first policy.{bad[0]}); start from a checkpoint of a run that did not diverge")
     try:
         policy.load_state_dict(state)
     except RuntimeError as err:

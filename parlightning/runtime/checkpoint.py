@@ -317,6 +317,7 @@ def check_resume(path: str, module: Any, datamodule: Any, probe: Optional[dict[s
     `RolloutDataModule.preflight`) adds the world and weight-shape checks; `max_epochs` the
     check that epochs are left to train."""
     checkpoint = load_checkpoint_file(path)
+    _check_lightning_version(path, checkpoint)
     if max_epochs is not None and max_epochs >= 0:
         done = _epochs_done(checkpoint)
         if done >= max_epochs:
@@ -362,6 +363,23 @@ def check_resume(path: str, module: Any, datamodule: Any, probe: Optional[dict[s
     if probe is not None:
         check_weight_shapes(path, checkpoint["state_dict"], module, probe)
     return checkpoint
+
+
+def _check_lightning_version(path: str, checkpoint: dict[str, Any]) -> None:
+    """Lightning migrates a checkpoint by the version it records; one that claims a version before
+    2.0 (edited, or from another program) is migrated into loop keys this run lacks (a KeyError
+    deep in the fit loop)."""
+    version = checkpoint.get("pytorch-lightning_version")
+    if version is None:
+        return
+    import lightning
+
+    major = re.match(r"\s*(\d+)\.", str(version))
+    ours = lightning.__version__
+    if major is None or int(major.group(1)) < 2 or int(major.group(1)) > int(ours.split(".")[0]):
+        raise ConfigError(f"--ckpt_path: {path!r} says it was written by Lightning {str(version)[:40]!r}, but this "
+                          f"run uses Lightning {ours} and wrote its checkpoints with it; the version key was edited or "
+                          "the file comes from another program: resume from a checkpoint this package wrote")
 
 
 def _epochs_done(checkpoint: dict[str, Any]) -> int:
@@ -513,6 +531,9 @@ def remove_new_outputs(dirs: list[tuple[str, bool]]) -> None:
 
     for path, own in dirs:
         try:
+            if own and os.path.isfile(path):  # a file the run wrote beside its folders (config.yaml with no logger)
+                os.remove(path)
+                continue
             shutil.rmtree(path) if own else os.rmdir(path)
         except OSError:
             pass

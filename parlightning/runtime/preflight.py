@@ -22,7 +22,7 @@ import torch
 import yaml
 from torch import Tensor
 
-from parlightning.errors import ConfigError, ReportedError
+from parlightning.errors import ConfigError, ReportedError, error_text
 
 SEED_RANGE = (0, 2**32 - 1)  # numpy's (and Lightning's seed_everything's) seed range
 PROBE_ACTORS = 2  # actors of the env built to check its contract and measure its shapes
@@ -222,6 +222,10 @@ def check_environment(trainer: Any, environ: Optional[dict] = None) -> None:
         if not value.strip().isdigit() or int(value) < low:
             raise ConfigError(f"{name}={value!r} in the environment: must be an integer >= {low}; unset it "
                               f"(`unset {name}`) or give a number")
+    unchecked = env.get("PARLIGHTNING_UNCHECKED_CHECKPOINTS")
+    if unchecked is not None and unchecked.strip() not in ("", "0", "1"):
+        raise ConfigError(f"PARLIGHTNING_UNCHECKED_CHECKPOINTS={unchecked!r} in the environment: it is 1 (load a "
+                          "checkpoint without a checksum) or 0 / unset (refuse one); nothing else is read as either")
     port = env.get("MASTER_PORT")
     if port is not None and (not port.strip().isdigit() or not 1 <= int(port) <= 65535):
         raise ConfigError(f"MASTER_PORT={port!r} in the environment: must be a port number 1..65535; unset it or give "
@@ -326,6 +330,16 @@ def _check_trainer_bounds(trainer: Any) -> None:
     if isinstance(limit, (int, float)) and not isinstance(limit, bool) and limit <= 0:
         raise ConfigError(f"trainer.limit_train_batches: {limit} trains on no minibatch; drop it (PPO trains on every "
                           "minibatch of the rollout) or give a positive value")
+    sanity = _int(trainer.get("num_sanity_val_steps"))
+    if sanity is not None and sanity < -1:
+        raise ConfigError(f"trainer.num_sanity_val_steps: must be >= -1 (-1: all, 0: none), got {sanity}; PPO has "
+                          "no validation loop, so drop it")
+    interval = trainer.get("val_check_interval")
+    if isinstance(interval, (int, float)) and not isinstance(interval, bool) and not interval > 0:
+        raise ConfigError(f"trainer.val_check_interval: must be positive, got {interval}; PPO has no validation loop, "
+                          "so drop it")
+    for entry in trainer.get("callbacks") or []:
+        _check_callback_args(entry)
     nodes = _int(trainer.get("num_nodes"))
     if nodes is not None and nodes < 1:
         raise ConfigError(f"trainer.num_nodes: must be >= 1, got {nodes}")
@@ -342,6 +356,26 @@ def _check_trainer_bounds(trainer: Any) -> None:
 
 
 INT64_MAX = 2**63 - 1
+
+# Lightning callbacks whose counts it does not check itself: (class name, argument, least value)
+_CALLBACK_LEAST = (("EarlyStopping", "patience", 0), ("ModelCheckpoint", "every_n_epochs", 0),
+                   ("ModelCheckpoint", "every_n_train_steps", 0))
+
+
+def _check_callback_args(entry: Any) -> None:
+    """A Lightning callback's count argument below what it means (EarlyStopping `patience: -1`
+    stops at the first check), named before anything is built."""
+    get = getattr(entry, "get", None)
+    if not callable(get) or not isinstance(get("class_path"), str):
+        return
+    name = get("class_path").rsplit(".", 1)[-1]
+    args = get("init_args") or {}
+    if not callable(getattr(args, "get", None)):
+        return
+    for cls, arg, least in _CALLBACK_LEAST:
+        value = args.get(arg)
+        if name == cls and isinstance(value, (int, float)) and not isinstance(value, bool) and not value >= least:
+            raise ConfigError(f"trainer.callbacks: {cls} {arg}: must be >= {least}, got {value}")
 
 
 def _check_finite(node: Any, key: str = "") -> None:
@@ -425,7 +459,7 @@ def _factory_name(factory: Callable[..., Any]) -> str:
 
 
 def _raised(err: BaseException) -> str:
-    text = " ".join(str(err).split())
+    text = error_text(err)
     return f"{type(err).__name__}: {text[:300]}" if text else type(err).__name__
 
 
@@ -522,6 +556,11 @@ def check_env(env: Any, num_envs: int, seed: int) -> None:
                               f"{attr}") from None
     _check_spaces(name, env)
     try:
+        declared = torch.device(env.device)
+    except (RuntimeError, TypeError, ValueError):
+        raise ConfigError(f"data.env: {name}.device is {env.device!r}, not a torch device; set it from the device "
+                          "argument (self.device = torch.device(device): cpu, cuda, cuda:N)") from None
+    try:
         masks = getattr(env, "action_masks", None)
     except Exception as err:  # a property raising
         raise ConfigError(f"data.env: reading {name}.action_masks raised {_raised(err)}; define action_masks() as a "
@@ -545,6 +584,11 @@ def check_env(env: Any, num_envs: int, seed: int) -> None:
     reset_kwargs = {"seed": seed, "task_index": first} if tasks is not None else {"seed": seed}
     obs = _call_world(name, "reset", env.reset, **reset_kwargs)
     _check_obs(name, "reset", "observations", obs, shape)
+    if isinstance(obs, torch.Tensor) and (obs.device.type != declared.type or (
+            declared.index is not None and obs.device.index is not None and obs.device.index != declared.index)):
+        raise ConfigError(f"data.env: {name}.device says {declared} but its reset returned tensors on {obs.device}; "
+                          "the step loop puts actions and buffers on env.device: set self.device to the device its "
+                          "tensors are on (self.device = torch.device(device))")
     _check_step_signature(name, env)
     res = _call_world(name, "step", env.step, probe_action(env.action_spec, num_envs),
                       first if tasks is not None else None)
@@ -778,12 +822,24 @@ def check_policy_memory(module: Any, probe: dict[str, Any], device: torch.device
     need = params * 4 * 4  # float32 weights, gradients and Adam's two moments
     free, where = available_memory(device)
     if need * ranks_here > free:
-        hidden = list(getattr(getattr(module, "hparams", {}), "get", lambda *_: None)("hidden_sizes") or [])
+        hparams = getattr(getattr(module, "hparams", {}), "get", lambda *_: None)
+        hidden = list(hparams("hidden_sizes") or [])
         per = f" per rank x {ranks_here} ranks" if ranks_here > 1 else ""
+        size = (f"a policy of {params:,} parameters, about {_size(need)}{per} for weights, gradients and Adam's "
+                f"moments, more than the {_size(free)} {where}")
+        name, largest = max(((n, p.numel()) for n, p in policy.named_parameters()), key=lambda item: item[1])
+        spec = probe["action_spec"]
+        categories = sum(int(n) for n in spec.nvec) if getattr(spec, "is_discrete", False) else 0
+        if largest * 2 >= params and name.startswith("rnn."):  # most of it is the recurrent core
+            raise ConfigError(f"model.rnn_hidden: {hparams('rnn_hidden')} (model.policy: {hparams('policy')}) makes "
+                              f"{size}; use a smaller rnn_hidden (64-512 is usual)")
+        if largest * 2 >= params and name.startswith("actor.") and categories > 10_000:  # one output per action category
+            raise ConfigError(f"data.env: the world's action_spec has {categories:,} action categories "
+                              f"(nvec={tuple(spec.nvec)!r:.60}), one policy output each, which makes {size}; use fewer "
+                              "categories (factor a large choice into several dimensions: multi_discrete)")
         raise ConfigError(f"model.hidden_sizes: {hidden} with observations of shape {list(probe['observation_shape'])} "
-                          f"make a policy of {params:,} parameters, about {_size(need)}{per} for weights, gradients "
-                          f"and Adam's moments, more than the {_size(free)} {where}; use smaller hidden_sizes (or a "
-                          "smaller observation: e.g. data.env.init_args.max_width)")
+                          f"make {size}; use smaller hidden_sizes (or a smaller observation: e.g. "
+                          "data.env.init_args.max_width)")
 
 
 # ---------------------------------------------------------------------------------- the first iteration's cost

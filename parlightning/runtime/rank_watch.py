@@ -191,12 +191,16 @@ class RankWatch(RolloutCallback):
 
     @property
     def active(self) -> bool:
-        return self.store is not None
+        """Watching a DDP job (a store shared by the ranks); a one-process run's stall watch is not."""
+        return self.store is not None and not isinstance(self.store, _LocalStore)
 
     # ------------------------------------------------------------------ Lightning hooks
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         import torch.distributed as dist
 
+        if trainer.world_size <= 1 and self.stall_timeout is not None and self.store is None:
+            self._watch_alone(trainer)  # one process: only its own main thread can be stuck
+            return
         if trainer.world_size <= 1 or not (dist.is_available() and dist.is_initialized()) or self.active:
             return
         self.trainer, self.rank, self.world_size = trainer, trainer.global_rank, trainer.world_size
@@ -222,6 +226,34 @@ class RankWatch(RolloutCallback):
         threading.Thread(target=self._watch_store, name="parlightning-rank-watchdog", daemon=True).start()
         self._compare_configs()
         self._beats.compared = True  # every rank has written its first beat: a missing one is now a fault
+
+    def _watch_alone(self, trainer: pl.Trainer) -> None:
+        """A one-process run: the same progress rules as a rank's (hooks, declared waits, a moving
+        stack or child), judged on this process alone, so a main thread stuck for good (a deadlocked
+        sampler, callback or world) ends the run with one line naming where, instead of hanging. No
+        signal handlers are installed and no peers are read."""
+        self.trainer, self.rank, self.world_size = trainer, 0, 1
+        self.store = _LocalStore()
+        self._beats = _Beats(self)
+        self._beats.compared = True
+        threading.Thread(target=self._watch, name="parlightning-stall-watch", daemon=True).start()
+        threading.Thread(target=self._tick_alone, name="parlightning-stall-tick", daemon=True).start()
+
+    def _tick_alone(self) -> None:
+        """The second thread of a one-process watch: it only notes that the process runs (a beat
+        that finds it silent knows the process was paused or starved, and restarts its clocks)."""
+        while not self._stop.wait(BEAT_S):
+            self._beats.store_silent_for()
+
+    def stop_watching_alone(self) -> None:
+        """End a one-process run's stall watch (the fit is over, however it ended): a watcher left
+        running would judge whatever the process does next (a test waiting on a child, a notebook)."""
+        if isinstance(self.store, _LocalStore):
+            self._done = True
+            self._stop.set()
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        self.stop_watching_alone()
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.active:
@@ -415,6 +447,8 @@ class RankWatch(RolloutCallback):
         here = "" if self.rank == 0 else f" (seen by rank {self.rank})"
         line = (f"error: {who} stopped the {self.world_size}-rank run: {record['cause']}{here}; every rank "
                 f"stopped{resume}")
+        if self.world_size == 1:
+            line = f"error: the run stopped: {record['cause']}{resume}"
         if "who" in record:
             line = f"error: the {self.world_size}-rank run stopped: {record['cause']}{here}; every rank stopped"
         launcher = getattr(getattr(self.trainer, "strategy", None), "launcher", None)
@@ -430,6 +464,32 @@ class RankWatch(RolloutCallback):
         sys.stderr.flush()
         sys.stdout.flush()
         leave(code)
+
+
+class _LocalStore:
+    """The part of a TCPStore the watcher uses, in this process (a one-process run has no store)."""
+
+    def __init__(self) -> None:
+        self._data: dict[str, bytes] = {}
+        self._lock = threading.Lock()
+
+    def set(self, key: str, value: str) -> None:
+        with self._lock:
+            self._data[key] = value.encode() if isinstance(value, str) else value
+
+    def get(self, key: str) -> bytes:
+        with self._lock:
+            return self._data[key]
+
+    def check(self, keys: list[str]) -> bool:
+        with self._lock:
+            return all(k in self._data for k in keys)
+
+    def compare_set(self, key: str, expected: str, value: str) -> bytes:
+        with self._lock:
+            if key not in self._data or self._data[key] == expected.encode():
+                self._data[key] = value.encode()
+            return self._data[key]
 
 
 def _raise_exit(code: int) -> None:
