@@ -127,6 +127,7 @@ def main(args: Optional[list[str]] = None) -> ParlCLI:
     if not cli.trainer.loggers and not os.path.exists(loose):
         fresh = [(loose, True)] + fresh  # a refused start removes it too
     _end_cleanly_when_a_rank_fails(lambda: remove_new_outputs(fresh) if cli.datamodule.last_rollout is None else None)
+    watch.cleanup = lambda: remove_new_outputs(fresh) if cli.datamodule.last_rollout is None else None
     try:
         try:
             cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=ckpt)

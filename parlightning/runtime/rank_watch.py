@@ -188,6 +188,7 @@ class RankWatch(RolloutCallback):
         self._events = 0  # hooks run (minibatches, rollouts): progress
         self._main_ident = threading.main_thread().ident
         self._done = False
+        self.cleanup: Optional[Any] = None  # a one-process run: what to remove before it ends (set by the CLI)
 
     @property
     def active(self) -> bool:
@@ -449,6 +450,11 @@ class RankWatch(RolloutCallback):
                 f"stopped{resume}")
         if self.world_size == 1:
             line = f"error: the run stopped: {record['cause']}{resume}"
+            if callable(self.cleanup):  # stuck before its first rollout finished: nothing of the run is kept
+                try:
+                    self.cleanup()
+                except Exception:  # noqa: BLE001
+                    pass
         if "who" in record:
             line = f"error: the {self.world_size}-rank run stopped: {record['cause']}{here}; every rank stopped"
         launcher = getattr(getattr(self.trainer, "strategy", None), "launcher", None)
