@@ -407,7 +407,11 @@ def build_env(factory: Callable[..., Any], num_envs: int, device: str, seed: int
     except ConfigError as err:
         raise ConfigError(_env_field(factory, str(err))) from None
     except (ValueError, TypeError) as err:
-        raise ConfigError(_env_field(factory, f"{type(err).__name__}: {err}")) from None
+        line = _env_field(factory, f"{type(err).__name__}: {err}")
+        name = _factory_name(factory)
+        if line.startswith("data.env: ") and name not in line:  # e.g. ActionSpec's own check inside the world: whose
+            line = f"data.env: {name}(num_envs={num_envs}) raised {line.removeprefix('data.env: ')}"
+        raise ConfigError(line) from None
     except (RuntimeError, MemoryError) as err:  # the allocator: a world too large to build at all
         text = str(err)
         if isinstance(err, ReportedError):
