@@ -34,6 +34,7 @@ from parlightning.cli.packaged import moved_hint, resolve_config_args
 from parlightning.callbacks.base import RolloutCallback
 from parlightning.cli.defaults import default_callbacks
 from parlightning.runtime.preflight import check_arguments, check_config, check_policy_memory, estimate_iteration
+from parlightning.runtime.processes import stop_helpers
 from parlightning.runtime.rank_watch import BEAT_S, HEARTBEAT_TIMEOUT_S, STALL_TIMEOUT_S, RankWatch, flat_config
 from parlightning.runtime.waits import GRACE_S
 
@@ -149,6 +150,7 @@ def main(args: Optional[list[str]] = None) -> ParlCLI:
         launcher = cli.trainer.strategy.launcher
         if callable(getattr(launcher, "kill", None)):
             launcher.kill(signal.SIGKILL)  # DDP: the ranks this process launched must not wait for it
+        stop_helpers()  # the fork server and resource tracker of a collector or world process end with the run
         if isinstance(err, SIGTERMException):  # preempted: never report success, so a scheduler requeues
             print("error: SIGTERM: stopped; the last checkpoint (written at the end of the last finished iteration) "
                   "is intact: resume with --ckpt_path <log_dir>/checkpoints/last.ckpt", file=sys.stderr)

@@ -279,3 +279,20 @@ def owned_command(cmd: Sequence[str], owner: Optional[int] = None) -> list[str]:
     """`cmd` (`[python, -m, module, ...]` or `[python, script.py, ...]`) as a fresh interpreter that runs
     it through `run_owned`, owned by `owner` (default: this process)."""
     return [cmd[0], "-c", OWNED, str(owner if owner is not None else os.getpid()), *cmd[1:]]
+
+
+def stop_helpers() -> None:
+    """Stop multiprocessing's fork server and resource tracker if this process started them, and
+    reap them: a run that fails leaves no helper process behind it (left to exit at interpreter
+    shutdown, they outlive the run by seconds on a loaded machine, as zombies their new parent
+    reaps late). They start again on the next use."""
+    import multiprocessing.forkserver as forkserver
+    import multiprocessing.resource_tracker as resource_tracker
+
+    for helper in (getattr(forkserver, "_forkserver", None), getattr(resource_tracker, "_resource_tracker", None)):
+        stop = getattr(helper, "_stop", None)
+        if callable(stop):
+            try:
+                stop()
+            except Exception:  # noqa: BLE001  (a private API of CPython's: best effort)
+                pass
