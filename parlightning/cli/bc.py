@@ -29,7 +29,7 @@ from torch import Tensor
 
 from parlightning.envs.base import action_mask_of
 from parlightning.errors import ConfigError, out_of_memory
-from parlightning.cli.outputs import check_output_file, write_error
+from parlightning.cli.outputs import check_output_file, raise_write_error
 from parlightning.cli.evaluate import build_env, env_spec, greedy_action, load_policy
 from parlightning.policies.actor_critic import padding_logit
 
@@ -219,10 +219,7 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         if out_of_memory(err):  # the teacher's rollout buffers: num_envs x rounds observations
             raise SystemExit(f"error: --num_envs / --rounds: {a.num_envs} actors x {a.rounds} rounds do not fit in "
                              f"memory ({' '.join(str(err).split())[:160]}); lower --num_envs or --rounds") from None
-        line = write_error(err, [("--out", a.out)])
-        if line is None:
-            raise
-        raise SystemExit(f"error: {line}") from None
+        raise_write_error(err, [("--out", a.out)])
     dist = ", ".join(f"{p:.4f}" for p in report["mean_action_probability"])
     print(f"behaviour cloning on {a.teacher}: {report['samples']} observations x {report['epochs']} epochs; "
           f"BC loss {report['bc_loss_first_epoch']:.4f} -> {report['bc_loss']:.4f}; greedy agreement "

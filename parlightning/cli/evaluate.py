@@ -29,7 +29,7 @@ from torch import Tensor
 from parlightning.envs.base import action_mask_of
 from parlightning.errors import ConfigError, out_of_memory
 from parlightning.cli.arg_types import bank_seed
-from parlightning.cli.outputs import check_output_file, write_error
+from parlightning.cli.outputs import check_output_file, raise_write_error
 from parlightning.runtime.preflight import check_config_file
 
 FIELDS = ("outcome", "critical_steps", "serial_steps", "n_subagents", "assigned", "completed")
@@ -552,10 +552,7 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         if out_of_memory(err):  # the evaluation's buffers: episodes x tasks actors
             raise SystemExit(f"error: --episodes: {a.episodes} episodes per task do not fit in memory "
                              f"({' '.join(str(err).split())[:160]}); lower --episodes") from None
-        line = write_error(err, [(f"--{o}", getattr(a, o, None)) for o in ("json", "gantt", "trace", "video")])
-        if line is None:
-            raise
-        raise SystemExit(f"error: {line}") from None
+        raise_write_error(err, [(f"--{o}", getattr(a, o, None)) for o in ("json", "gantt", "trace", "video")])
 
 
 if __name__ == "__main__":

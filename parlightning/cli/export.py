@@ -30,7 +30,7 @@ from parlightning.runtime.checkpoint import load_checkpoint_file
 from parlightning.envs.base import ActionSpec
 from parlightning.envs.normalize import ObsNormalizer, normalizer_from_checkpoint
 from parlightning.errors import ConfigError
-from parlightning.cli.outputs import check_output_file, write_error
+from parlightning.cli.outputs import check_output_file, raise_write_error
 from parlightning.policies.actor_critic import ActorCritic, CategoricalHead
 
 FORMATS = ("pt2", "onnx")
@@ -166,10 +166,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     except ConfigError as err:
         raise SystemExit(f"error: {err}") from None
     except (OSError, RuntimeError) as err:  # the write failing after the checks (a full disk)
-        line = write_error(err, [("--out", a.out)])
-        if line is None:
-            raise
-        raise SystemExit(f"error: {line}") from None
+        raise_write_error(err, [("--out", a.out)])
     masked = "" if policy.mask_width is None else f" and action masks [B, {policy.mask_width}] (bool)"
     normalised = "; observations normalised inside" if normalizer is not None else ""
     print(f"wrote {out} ({fmt}): observations [B, {', '.join(map(str, obs_shape))}]{masked} -> greedy actions "

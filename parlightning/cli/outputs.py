@@ -5,7 +5,7 @@ Plain Python (no torch, no Lightning): the light commands (plot) import it too."
 from __future__ import annotations
 
 import os
-from typing import Iterable, Optional, Tuple
+from typing import Iterable, NoReturn, Optional, Tuple
 
 from parlightning.errors import ConfigError
 
@@ -84,3 +84,12 @@ def write_error(err: BaseException, outputs: Iterable[Tuple[str, Optional[str]]]
     full = isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT)
     return (f"{flag}: writing {path!r} failed ({why}{room}); {'free some space' if full else 'check the disk'} or "
             "write it elsewhere")
+
+
+def raise_write_error(err: BaseException, outputs: Iterable[Tuple[str, Optional[str]]]) -> NoReturn:
+    """In a command's `except (OSError, RuntimeError)`: end with `write_error`'s one line when `err` is
+    a failed write of one of `outputs`, or re-raise it (a bug: its traceback is kept)."""
+    line = write_error(err, outputs)
+    if line is None:
+        raise err
+    raise SystemExit(f"error: {line}") from None

@@ -26,7 +26,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from parlightning.errors import ConfigError
-from parlightning.cli.outputs import check_output_file, write_error
+from parlightning.cli.outputs import check_output_file, raise_write_error
 
 T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
@@ -258,10 +258,7 @@ def main(argv: Optional[Sequence[str]] = None) -> list[Curve]:
     except ConfigError as err:
         raise SystemExit(f"error: {err}") from None
     except OSError as err:  # an output's write failing after the checks (a full disk)
-        line = write_error(err, [("--out", a.out), ("--csv", a.csv)])
-        if line is None:
-            raise
-        raise SystemExit(f"error: {line}") from None
+        raise_write_error(err, [("--out", a.out), ("--csv", a.csv)])
 
 
 if __name__ == "__main__":
