@@ -1042,6 +1042,48 @@ def make_fixtures(fx: Path, cases: list[Case]) -> None:
 
 
 # ------------------------------------------------------------------------------------ main
+# ------------------------------------------------------------------ what later rounds (6 on) write cases with
+Q = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
+TINY = ["--config", "swarm", "--trainer.max_epochs", "1", "--data.num_envs", "8", "--data.num_steps", "8"] + Q
+CART = ["--config", "cartpole_fast", "--trainer.max_epochs", "1", "--data.num_envs", "8", "--data.num_steps", "8",
+        "--data.num_minibatches", "2"] + Q
+UW = ["--config", "{fx}/user.yaml"]  # the round's fixture configs (user_yaml / ext_yaml / pool_yaml texts)
+EXTC = ["--config", "{fx}/ext.yaml"]
+POOLC = ["--config", "{fx}/pool.yaml"]
+
+
+class CaseBook:
+    """A later round's case-writing helpers: each call appends one `Case` to `cases`. `worlds` names
+    the module of the round's tensor worlds: `world(name, "Bad", ...)` trains `--data.env <worlds>.Bad`
+    over the user config."""
+
+    def __init__(self, worlds: str) -> None:
+        self.cases: list[Case] = []
+        self.worlds = worlds
+
+    def case(self, name: str, category: str, kind: str, args: Any, expect: Any = (), **kw: Any) -> None:
+        if isinstance(expect, str):
+            expect = (expect,)
+        self.cases.append(Case(name, category, kind, args, tuple(expect), **kw))
+
+    def fit(self, name: str, category: str, args: list, expect: Any, **kw: Any) -> None:
+        self.case(name, category, "fit", args, expect, **kw)
+
+    def yaml_case(self, name: str, category: str, body: str, expect: Any, base: Optional[list] = None, **kw: Any) -> None:
+        """A config file `c.yaml` layered over `base` (default: the tiny swarm run)."""
+        files = {"c.yaml": body, **kw.pop("files", {})}
+        self.fit(name, category, (TINY if base is None else base) + ["--config", "c.yaml"] + kw.pop("extra", []),
+                 expect, files=files, **kw)
+
+    def world(self, name: str, cls: str, expect: Any, base: Optional[list] = None, **kw: Any) -> None:
+        self.fit(name, "world", (UW if base is None else base) + ["--data.env", f"{self.worlds}.{cls}"], expect, **kw)
+
+    def ext(self, name: str, init_args: str, expect: Any, **kw: Any) -> None:
+        body = ("data:\n  env:\n    class_path: parlightning.envs.external.ExternalBatchedEnv\n"
+                f"    init_args: {init_args}\n")
+        self.yaml_case(name, "external", body, expect, base=EXTC, **kw)
+
+
 def run_corpus(argv: Optional[list[str]], *, round_no: int, description: str, cases_all: list, valid: list,
                dropped: dict, make_fixtures: Any) -> int:
     """The command line of a later round (6 on) on this harness: --quick / --only / --list / --verbose /

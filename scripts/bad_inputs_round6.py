@@ -747,40 +747,19 @@ def cluster_of(task_id: str) -> str:
 BROKEN_IMPORT = "raise ImportError('r6broken needs a package that is not installed: superlib')\n"
 
 # ------------------------------------------------------------------------------------ configs
-Q = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
-TINY = ["--config", "swarm", "--trainer.max_epochs", "1", "--data.num_envs", "8", "--data.num_steps", "8"] + Q
-CART = ["--config", "cartpole_fast", "--trainer.max_epochs", "1", "--data.num_envs", "8", "--data.num_steps", "8",
-        "--data.num_minibatches", "2"] + Q
+Q, TINY, CART, UW, EXTC, POOLC = r5.Q, r5.TINY, r5.CART, r5.UW, r5.EXTC, r5.POOLC
 MEM = ["--config", "memory", "--trainer.max_epochs", "1", "--data.num_envs", "8", "--data.num_steps", "16",
        "--data.num_minibatches", "2"] + Q
 GYM = ["--config", "cartpole", "--trainer.max_epochs", "1", "--data.num_envs", "2", "--data.num_steps", "8",
        "--data.num_minibatches", "2"] + Q
-UW = ["--config", "{fx}/user.yaml"]
-EXTC = ["--config", "{fx}/ext.yaml"]
-POOLC = ["--config", "{fx}/pool.yaml"]
 
 USER_YAML = r5.user_yaml("r6worlds.Base")
 EXT_YAML = r5.ext_yaml("r6ext:Good")
 POOL_YAML = r5.pool_yaml(world_kwargs="{families: [solo, fanout], tasks_per_family: 2, max_width: 2, n_skills: 2}")
 
-CASES: list[Case] = []
-
-
-def case(name: str, category: str, kind: str, args: Any, expect: Any = (), **kw: Any) -> None:
-    if isinstance(expect, str):
-        expect = (expect,)
-    CASES.append(Case(name, category, kind, args, tuple(expect), **kw))
-
-
-def fit(name: str, category: str, args: list, expect: Any, **kw: Any) -> None:
-    case(name, category, "fit", args, expect, **kw)
-
-
-def yaml_case(name: str, category: str, body: str, expect: Any, base: Optional[list] = None, **kw: Any) -> None:
-    """A config file `c.yaml` layered over `base` (default: the tiny swarm run)."""
-    files = {"c.yaml": body, **kw.pop("files", {})}
-    fit(name, category, (TINY if base is None else base) + ["--config", "c.yaml"] + kw.pop("extra", []), expect,
-        files=files, **kw)
+BOOK = r5.CaseBook(worlds="r6worlds")  # case / fit / yaml_case append to CASES
+CASES: list[Case] = BOOK.cases
+case, fit, yaml_case = BOOK.case, BOOK.fit, BOOK.yaml_case
 
 
 def pool_yaml(pool: str, world_kwargs: str = "{families: [solo, fanout], tasks_per_family: 2, max_width: 2, n_skills: 2}") -> str:

@@ -1001,47 +1001,16 @@ def fn_returns_tuple(instruction):
 '''
 
 # ------------------------------------------------------------------------------------ configs
-Q = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
-TINY = ["--config", "swarm", "--trainer.max_epochs", "1", "--data.num_envs", "8", "--data.num_steps", "8"] + Q
-CART = ["--config", "cartpole_fast", "--trainer.max_epochs", "1", "--data.num_envs", "8", "--data.num_steps", "8",
-        "--data.num_minibatches", "2"] + Q
-UW = ["--config", "{fx}/user.yaml"]
+Q, TINY, CART, UW, EXTC, POOLC = r5.Q, r5.TINY, r5.CART, r5.UW, r5.EXTC, r5.POOLC
 TW = ["--config", "{fx}/user.yaml", "--data.env", "r8worlds.W8Tasks"]
-EXTC = ["--config", "{fx}/ext.yaml"]
-POOLC = ["--config", "{fx}/pool.yaml"]
 
 USER_YAML = r5.user_yaml("r8worlds.W8", num_steps=10)
 EXT_YAML = r5.ext_yaml("r8ext:Good", num_steps=6)
 POOL_YAML = r5.pool_yaml(world_kwargs="{families: [solo, fanout], tasks_per_family: 2, max_width: 2, n_skills: 2}")
 
-CASES: list[Case] = []
-
-
-def case(name: str, category: str, kind: str, args: Any, expect: Any = (), **kw: Any) -> None:
-    if isinstance(expect, str):
-        expect = (expect,)
-    CASES.append(Case(name, category, kind, args, tuple(expect), **kw))
-
-
-def fit(name: str, category: str, args: list, expect: Any, **kw: Any) -> None:
-    case(name, category, "fit", args, expect, **kw)
-
-
-def yaml_case(name: str, category: str, body: str, expect: Any, base: Optional[list] = None, **kw: Any) -> None:
-    """A config file `c.yaml` layered over `base` (default: the tiny swarm run)."""
-    files = {"c.yaml": body, **kw.pop("files", {})}
-    fit(name, category, (TINY if base is None else base) + ["--config", "c.yaml"] + kw.pop("extra", []), expect,
-        files=files, **kw)
-
-
-def world(name: str, cls: str, expect: Any, base: Optional[list] = None, **kw: Any) -> None:
-    fit(name, "world", (UW if base is None else base) + ["--data.env", f"r8worlds.{cls}"], expect, **kw)
-
-
-def ext(name: str, init_args: str, expect: Any, **kw: Any) -> None:
-    body = ("data:\n  env:\n    class_path: parlightning.envs.external.ExternalBatchedEnv\n"
-            f"    init_args: {init_args}\n")
-    yaml_case(name, "external", body, expect, base=EXTC, **kw)
+BOOK = r5.CaseBook(worlds="r8worlds")  # case / fit / yaml_case / world / ext append to CASES
+CASES: list[Case] = BOOK.cases
+case, fit, yaml_case, world, ext = BOOK.case, BOOK.fit, BOOK.yaml_case, BOOK.world, BOOK.ext
 
 
 def pool(name: str, pool_spec: str, expect: Any, extra_init: str = "", **kw: Any) -> None:
