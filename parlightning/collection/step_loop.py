@@ -144,6 +144,8 @@ class StepLoop:
         self.step_lock: Any = contextlib.nullcontext()  # a Lock where another thread reads the state mid-round
         self.restart_pending = False  # an inexact resume: every actor restarts on a fresh pick next round
         self.mask_width: Optional[int] = None  # the world's action-mask columns (its first mask's), None: unmasked
+        self._picks_in_step = 0  # next_task calls during the current env step (the contract allows one)
+        self._parts_seen = False  # the world has returned EpisodeParts: from then on it must at every step
 
     def new_buffer(self) -> RolloutBuffer:
         spec = self.env.action_spec
@@ -171,7 +173,7 @@ class StepLoop:
         self.mask_width = None if mask is None else int(mask.shape[1])
 
     def _pick(self, context: RoundContext, reset_mask: Tensor) -> Tensor:
-        self._picks_in_step = getattr(self, "_picks_in_step", 0) + 1  # a Python count: no host sync
+        self._picks_in_step += 1  # a Python count: no host sync
         picked = self.picks.pick(context, reset_mask)
         self.current_task = torch.where(reset_mask, picked, self.current_task)  # the actors that reset start these
         return picked
@@ -310,7 +312,7 @@ class StepLoop:
             self._check_tensor("step", field, getattr(res, field), (n,), lambda d: d == torch.bool,
                                "a bool [num_envs] tensor", t)
         parts = getattr(res, "parts", None)
-        if parts is None and getattr(self, "_parts_seen", False):  # a task world must report parts at every step
+        if parts is None and self._parts_seen:  # a task world must report parts at every step
             raise self._contract_error("step", "parts None", "after EpisodeParts at earlier steps",
                                        "EpisodeParts at every step (read only where an episode ends)", t)
         if parts is not None:
