@@ -331,7 +331,13 @@ def page(summary: Optional[dict], plan: dict, images: dict[str, str], progress: 
              "- **Added after the first 1x results** (no run met the subagent half of the collapse definition: weak "
              "policies still delegate, badly): the table also counts the seeds whose (a) success is within "
              f"{COLLAPSE_SUCCESS_GAP} of serial (near serial), and the anneal-horizon axis also runs in cells where most "
-             "(a) seeds are near serial.", ""]
+             "(a) seeds are near serial."]
+    if any(c["world"] == "wide" for c in p["cells"]):
+        lines.append(f"- **Added after the wide row's first runs**: the subagent half of the collapse definition "
+                     f"(fewer than {COLLAPSE_SUBAGENTS:g} per episode) was set for the default world (12 slots); on the "
+                     "wide world a policy at the serial policy's success can spawn hundreds of subagents per episode "
+                     "and gain nothing from them, so for the wide row the near-serial count is the informative one.")
+    lines.append("")
     if summary is None:
         lines += ["## Results", "", "**Not yet run at full budget.** The full map takes many hours on 2 cores and "
                   "resumes across sessions:", "", "    python scripts/collapse_study.py --jobs 2 --wide-row --out runs/collapse "
