@@ -95,6 +95,9 @@ def test_output_paths(tmp_path: Path) -> None:
     (tmp_path / "x").write_text("")
     assert "is a file, not a folder" in refused(t.output_folder, str(tmp_path / "x"))
     assert "cannot be created" in refused(t.output_folder, "/proc/parl_nope")
+    assert t.output_path(str(tmp_path / "new" / "page.md")) == str(tmp_path / "new" / "page.md")  # folder made later
+    assert "its folder" in refused(t.output_path, str(tmp_path / "x" / "page.md"))  # under a file
+    assert "a file path to write" in refused(t.output_path, str(tmp_path))
     as_path = t.as_path(t.output_folder)
     assert as_path(str(tmp_path)) == tmp_path and as_path.__name__ == "output_folder"
 

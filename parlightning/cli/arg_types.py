@@ -2,13 +2,12 @@
 `prog: error: argument --x: ...` line (exit 2), naming what the argument accepts, before anything
 runs or is written (instead of a run that does nothing, loops forever or fails on a huge allocation).
 
-Counts: `positive_int`, `non_negative_int`, `bounded_int(low, high)` (the counts that size an
-allocation: `actor_count`, `step_count`, `episode_count`; processes: `job_count`,
-`worker_count`); numbers: `finite_float`,
-`positive_float`, `non_negative_float`, `unit_interval`, `open_unit_interval`, `positive_fraction`,
-`bounded_float`;
-seeds: `random_seed`, `bank_seed`; paths: `existing_file`, `existing_folder`, `config_file`, `output_file`,
-`output_folder`, `as_path`; lists: `comma_list(item_type)`, `one_of(*names)`, `text_item`; `device_name`, `boolean`.
+Counts: `positive_int`, `non_negative_int`, `bounded_int(low, high)`; counts that size an allocation:
+`actor_count`, `step_count`, `episode_count`; processes: `job_count`, `worker_count`. Numbers:
+`finite_float`, `positive_float`, `non_negative_float`, `unit_interval`, `open_unit_interval`,
+`positive_fraction`, `bounded_float`. Seeds: `random_seed`, `bank_seed`. Paths: `existing_file`,
+`existing_folder`, `config_file`, `output_file`, `output_path`, `output_folder`, `as_path`. Lists and
+names: `comma_list(item_type)`, `one_of(*names)`, `text_item`; `device_name`, `boolean`.
 Everything here imports only the standard library at module level (a script checks its arguments
 before it imports torch)."""
 
@@ -253,6 +252,20 @@ def output_file(text: str) -> str:
         check_output_file("", text)
     except ConfigError as err:
         raise argparse.ArgumentTypeError(str(err).lstrip(": ")) from None
+    return text
+
+
+def output_path(text: str) -> str:
+    """A file the program writes into a folder it creates if missing (a results page and its images)."""
+    path = os.path.abspath(os.path.expanduser(text)) if text else ""
+    if not text or os.path.isdir(path):
+        raise _refuse("a file path to write (its folder is created if missing)", repr(text) if text else "an empty path")
+    if os.path.isdir(os.path.dirname(path)):
+        return output_file(text)
+    try:
+        output_folder(os.path.dirname(path))
+    except argparse.ArgumentTypeError as err:
+        raise argparse.ArgumentTypeError(f"{text!r}: its folder {err}") from None
     return text
 
 
