@@ -54,8 +54,8 @@ from experiment import (  # noqa: E402
 )
 
 from parlightning.cli.arg_types import (  # noqa: E402
-    actor_count, as_path, comma_list, config_file, episode_count, non_negative_float, open_unit_interval, output_path,
-    output_folder, positive_fraction, positive_int, step_count,
+    actor_count, as_path, comma_list, config_file, episode_count, job_count, non_negative_float, open_unit_interval,
+    output_folder, output_path, positive_fraction, positive_int, step_count,
 )
 
 ARMS = ("perf_only", "annealed", "constant")
@@ -519,7 +519,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--wide-prior", dest="wide_prior", type=prior_value, default="0.99999", help="the wide row's prior (a per-slot "
                    "probability: over 64 slots a prior is weaker per round than over 12)")
     p.add_argument("--wide-lam", dest="wide_lam", type=non_negative_float, default=1.0, help="the wide row's λ scale")
-    p.add_argument("--jobs", type=positive_int, default=1)
+    p.add_argument("--jobs", type=job_count, default=1)
     p.add_argument("--out", type=as_path(output_folder), default=None, help="output folder (default runs/collapse/<time>); resumes")
     p.add_argument("--store", type=as_path(output_folder), default=None, help="where study.json and results/<run>.json live (default "
                    "--out); small enough to commit, so a study resumes in another checkout: the full map uses "
@@ -536,8 +536,6 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p = build_parser()
     a = p.parse_args(argv)
-    if not a.config.is_file():
-        raise SystemExit(f"error: --config: no config file at {a.config}")
     cfg = yaml.safe_load(a.config.read_text())
     q = a.quick
     a.priors = a.priors or list(QUICK_PRIORS if q else PRIORS)
@@ -553,11 +551,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     a.episodes = pick(a.episodes, 1, 4)
     if q:
         a.bc_rounds, a.bc_epochs = min(a.bc_rounds, 4), min(a.bc_epochs, 5)
-    for name in ("seeds", "epochs", "eval_seeds", "episodes", "jobs", "bc_rounds", "bc_epochs"):
-        if getattr(a, name) <= 0:
-            raise SystemExit(f"error: --{name.replace('_', '-')}: must be positive, got {getattr(a, name)}")
-    if any(b <= 0 for b in a.budgets) or any(not 0 < h <= 1 for h in a.horizons) or not 0 < a.anneal_frac <= 1:
-        raise SystemExit("error: --budgets must be positive multiples and --horizons / --anneal-frac lie in (0, 1]")
+    if a.epochs <= 0:  # the config's trainer.max_epochs (the arguments are checked by their types)
+        raise SystemExit(f"error: --config: trainer.max_epochs must be positive, got {a.epochs}; or pass --epochs")
     if a.report and a.out is None and a.store is None:
         raise SystemExit("error: --report: summarizes an existing study; give its --store (or --out)")
     if a.plan and a.docs is None:

@@ -31,7 +31,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 from parlightning.cli.arg_types import (  # noqa: E402  (stdlib only: a cheap import)
-    as_path, comma_list, config_file, episode_count, output_folder, positive_int, text_item,
+    as_path, comma_list, config_file, episode_count, job_count, output_folder, positive_int, text_item,
 )
 from parlightning.cli.script_main import last_error_line  # noqa: E402  (stdlib only)
 
@@ -597,7 +597,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--banks", type=positive_int, default=3, help="held-out banks (default 3)")
     p.add_argument("--eval-seeds", dest="eval_seeds", type=positive_int, default=1, help="evaluation seeds per bank")
     p.add_argument("--episodes", type=episode_count, default=None, help="evaluation episodes per task (default evaluate's)")
-    p.add_argument("--jobs", type=positive_int, default=1)
+    p.add_argument("--jobs", type=job_count, default=1)
     p.add_argument("--out", type=as_path(output_folder), default=None, help="output folder (default runs/experiment/<time>); resumes")
     p.add_argument("--launch", choices=("exec", "fork"), default=None)
     p.add_argument("--quick", action="store_true", help="2 seeds, 2 iterations of 16 x 8, 1 episode per task")
@@ -610,16 +610,10 @@ def main(argv: Optional[list[str]] = None) -> list[dict]:
     p = build_parser()
     a = p.parse_args(argv)
     configs = a.config or [str(ROOT / "configs" / "swarm.yaml")]
-    for c in configs:
-        if not Path(c).is_file():
-            raise SystemExit(f"error: --config: no config file at {c}")
     extra = list(a.set)
     if a.quick:
         extra = ["--trainer.max_epochs=2", "--data.num_envs=16", "--data.num_steps=8", *extra]
     seeds = a.seeds if a.seeds is not None else (2 if a.quick else 3)
-    for name, v in (("--seeds", seeds), ("--banks", a.banks), ("--eval-seeds", a.eval_seeds), ("--jobs", a.jobs)):
-        if v <= 0:
-            raise SystemExit(f"error: {name}: must be positive, got {v}")
     axes = dict(parse_axis(x) for x in a.axis)
     check_fit_args(configs, axes, extra)  # an unknown key or a bad value: one line, before any run or folder
     plan = grid_plan(configs, axes, range(seeds), extra, bank_seeds(a.banks), range(a.eval_seeds),

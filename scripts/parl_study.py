@@ -45,8 +45,8 @@ from experiment import (  # noqa: E402
     log_dir, nested, open_study, read_curves as read_tags, run_jobs, tail_of, write_json_atomic, axis_spec,
 )
 from parlightning.cli.arg_types import (  # noqa: E402
-    actor_count, as_path, comma_list, config_file, episode_count, existing_folder, non_negative_float, output_file,
-    output_folder, positive_fraction, positive_int, random_seed, step_count,
+    actor_count, as_path, comma_list, config_file, episode_count, existing_folder, job_count, non_negative_float,
+    output_file, output_folder, positive_fraction, positive_int, random_seed, step_count,
 )
 
 ARM_LABELS = {"perf_only": "(a) r_perf only", "parl_annealed": "(b) PARL annealed", "parl_constant": "(c) PARL constant"}
@@ -527,7 +527,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--banks", type=positive_int, default=3, help="held-out task banks every run is evaluated on (default 3)")
     p.add_argument("--eval-seeds", dest="eval_seeds", type=positive_int, default=1,
                    help="evaluation seeds per bank (default 1; their spread is inside the table's std)")
-    p.add_argument("--jobs", type=positive_int, default=1, help="runs in parallel processes (one CPU thread each)")
+    p.add_argument("--jobs", type=job_count, default=1, help="runs in parallel processes (one CPU thread each)")
     p.add_argument("--out", type=as_path(output_folder), default=None, help="output folder (default: a fresh runs/parl_study/<time>); "
                    "an existing study folder is resumed")
     p.add_argument("--bootstrap-seed", dest="bootstrap_seed", type=random_seed, default=0, help="seed of the bootstrap CIs")
@@ -547,9 +547,7 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p = build_parser()
     args = p.parse_args(argv)
-    config = yaml.safe_load(args.config.read_text()) if args.config.is_file() else None
-    if config is None:
-        raise SystemExit(f"error: --config: no config file at {args.config}")
+    config = yaml.safe_load(args.config.read_text())
     q = args.quick
     args.axis = args.axis if args.axis is not None else (QUICK_AXES if q else DEFAULT_AXES)
     pick = lambda value, quick, full: value if value is not None else (quick if q else full)  # noqa: E731
@@ -560,13 +558,11 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     args.episodes = pick(args.episodes, 1, None)
     args.blame_episodes = pick(args.blame_episodes, 2, 8)
     args.launch = args.launch or default_launch(q)
-    for name in ("seeds", "epochs", "num_envs", "num_steps", "jobs", "banks", "eval_seeds"):
+    for name in ("epochs", "num_envs", "num_steps"):  # the config's values when not given (arguments: their types)
         if getattr(args, name) <= 0:
             raise SystemExit(f"error: --{name.replace('_', '-')}: must be positive, got {getattr(args, name)}")
     args.banks = bank_seeds(args.banks)
     args.eval_seeds = list(range(args.eval_seeds))
-    if not 0.0 < args.anneal_frac <= 1.0:
-        raise SystemExit(f"error: --anneal-frac: must lie in (0, 1], got {args.anneal_frac}")
     return args
 
 

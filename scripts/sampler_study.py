@@ -45,8 +45,8 @@ from experiment import (  # noqa: E402
     open_study, publish_page, pyplot, read_curves, run_jobs, tail_of, write_json_atomic,
 )
 from parlightning.cli.arg_types import (  # noqa: E402
-    actor_count, as_path, comma_list, config_file, episode_count, existing_file, one_of, output_path, output_folder,
-    positive_fraction, positive_int, step_count,
+    actor_count, as_path, comma_list, config_file, episode_count, existing_file, job_count, one_of, output_folder,
+    output_path, positive_fraction, positive_int, step_count,
 )
 
 ARMS = {
@@ -594,7 +594,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-seeds", dest="eval_seeds", type=positive_int, default=1, help="evaluation seeds per bank")
     p.add_argument("--episodes", type=episode_count, default=None, help="evaluation episodes per task (default 2; --quick 1)")
     p.add_argument("--no-ddp", dest="no_ddp", action="store_true", help="skip the 2-rank DDP repeat")
-    p.add_argument("--jobs", type=positive_int, default=1)
+    p.add_argument("--jobs", type=job_count, default=1)
     p.add_argument("--out", type=as_path(output_folder), default=None, help="output folder (default runs/samplers/<time>); resumes")
     p.add_argument("--docs", type=as_path(output_path), default=None, help="also write the page here and the images beside it")
     p.add_argument("--launch", choices=("exec", "fork"), default=None)
@@ -611,8 +611,6 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     a = p.parse_args(argv)
     if a.evaluate_list is not None:
         return a
-    if not a.config.is_file():
-        raise SystemExit(f"error: --config: no config file at {a.config}")
     q = a.quick
     a.arms = a.arms or (["round_robin", "sfl"] if q else list(ARMS))
     a.banks = a.banks or (["scarce", "noisy"] if q else list(BANKS))
@@ -623,16 +621,11 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     a.epochs, a.every = pick(a.epochs, 2, 40), pick(a.every, 1, 8)
     a.num_envs, a.num_steps = pick(a.num_envs, 16, 128), pick(a.num_steps, 8, 16)
     a.episodes = pick(a.episodes, 1, 2)
-    for name in ("seeds", "repeat_seeds", "epochs", "every", "num_envs", "num_steps", "eval_seeds", "episodes", "jobs"):
-        if getattr(a, name) <= 0:
-            raise SystemExit(f"error: --{name.replace('_', '-')}: must be positive, got {getattr(a, name)}")
     if a.epochs % a.every:
         raise SystemExit(f"error: --every: {a.every} must divide --epochs {a.epochs} (the last checkpoint is the "
                          "final policy)")
     if a.num_envs % 2:
         raise SystemExit(f"error: --num-envs: {a.num_envs} must be even (the DDP repeat halves it per rank)")
-    if not 0 < a.anneal_frac <= 1:
-        raise SystemExit("error: --anneal-frac must lie in (0, 1]")
     a.variants = ["lockstep", "lag1"] + ([] if (q or a.no_ddp) else ["ddp2"])
     a.launch = a.launch or default_launch(True)  # the preloaded fork server (DDP runs start fresh interpreters)
     return a

@@ -144,11 +144,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main() -> None:
-    parser = build_parser()
-    args = parser.parse_args()
+    args = build_parser().parse_args()
     seeds = args.seeds or (3 if args.quick else 10)
-    if seeds < 1 or args.workers < 1:
-        parser.error("--seeds and --workers must be >= 1")
     budgets = [200] if args.quick else [200, 400, 1000]
     regimes = [(0.0, 1), (0.0, IN_FLIGHT), (NOISE, 1), (NOISE, IN_FLIGHT)]
     jobs = [(name, noise, fl, seeds, tuple(budgets)) for noise, fl in regimes for name in SAMPLERS]

@@ -37,7 +37,7 @@ def refused(check, text: str) -> str:
     (t.open_unit_interval, {"0.5": 0.5}, ["0", "1", "nan"], "a number in (0, 1)"),
     (t.positive_fraction, {"1": 1.0, "0.2": 0.2}, ["0", "1.5"], "a number in (0, 1]"),
     (t.boolean, {"true": True, "No": False, "1": True, "off": False}, ["maybe", ""], "true or false"),
-    (t.device_name, {"cpu": "cpu", "cuda:1": "cuda:1", "mps": "mps"}, ["gpu", "cuda:x", ""], "cpu, cuda, cuda:N or mps"),
+    (t.device_name, {"cpu": "cpu", "cuda:1": "cuda:1", "mps": "mps", "cpu:5": "cpu:5"}, ["gpu", "cuda:x", "meta", ""], "cpu, cuda, cuda:N or mps"),
     (t.one_of("a", "b"), {"a": "a"}, ["c", ""], "one of a, b"),
     (t.text_item, {" x ": "x"}, ["", "  "], "a non-empty name"),
 ])

@@ -175,10 +175,11 @@ def text_item(text: str) -> str:
 # ---- devices and paths ----
 
 def device_name(text: str) -> str:
-    """A torch device this program can run on: cpu, cuda, cuda:N or mps (checked without importing torch)."""
+    """A torch device name this program can run on: cpu, cuda, cuda:N or mps (cpu:N and mps:N as torch
+    reads them); checked without importing torch (whether this machine has it is the program's check)."""
     import re
 
-    if not re.fullmatch(r"cpu|cuda(:\d+)?|mps", text):
+    if not re.fullmatch(r"(cpu|cuda|mps)(:\d+)?", text):
         raise _refuse("cpu, cuda, cuda:N or mps", repr(text))
     return text
 

@@ -25,7 +25,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from parlightning.cli.arg_types import bounded_int, comma_list, output_file, text_item
+from parlightning.cli.arg_types import bounded_int, comma_list, output_file, positive_int, text_item
 from parlightning.errors import ConfigError
 from parlightning.cli.outputs import check_output_file, raise_write_error
 
@@ -175,7 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tag", default="charts/episodic_return", help="the scalar to plot (default: episodic return)")
     p.add_argument("--out", type=output_file, default="curves.png", help="the PNG to write")
     p.add_argument("--csv", type=output_file, help="also write the curves' numbers to this CSV")
-    p.add_argument("--smooth", type=bounded_int(1, MAX_POINTS), default=1, help="trailing moving average over N logged points")
+    p.add_argument("--smooth", type=positive_int, default=1, help="trailing moving average over N logged points")
     p.add_argument("--band", choices=("ci", "std"), default="ci", help="95%% CI of the mean (default) or ± 1 std")
     p.add_argument("--points", type=bounded_int(2, MAX_POINTS), default=200, help="grid points when runs log different steps")
     p.add_argument("--title")  # free text (drawn as the figure's title; checked by _check_title)
