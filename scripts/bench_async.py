@@ -44,7 +44,7 @@ from parlightning.ppo.data import RolloutDataModule  # noqa: E402
 from parlightning.envs.external import ExternalBatchedEnv  # noqa: E402
 from parlightning.cli.evaluate import greedy_action, run_episodes  # noqa: E402
 from parlightning.ppo.module import PPOModule  # noqa: E402
-from parlightning.cli.arg_types import non_negative_int, output_file, positive_int  # noqa: E402
+from parlightning.cli.arg_types import actor_count, output_file, positive_int, worker_count  # noqa: E402
 from parlightning.parl.reward import LinearSchedule, PARLReward  # noqa: E402
 from parlightning.subagents.world import AsyncPoolOrchestrationWorld, PoolOrchestrationWorld  # noqa: E402
 from experiment import mean_ci, nested_diff_ci  # noqa: E402
@@ -244,23 +244,27 @@ def mean_std(xs: list[float]) -> tuple[float, float]:
     return statistics.mean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0)
 
 
-def main(argv: list[str] | None = None) -> dict:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="small N and budgets (seconds; a test runs it)")
-    p.add_argument("--sizes", type=positive_int, nargs="+", default=None, help="N values for the utilisation table")
+    p.add_argument("--sizes", type=actor_count, nargs="+", default=None, help="N values for the utilisation table")
     p.add_argument("--seeds", type=positive_int, default=None, help="seeds of the learning check")
     p.add_argument("--learn_epochs", type=positive_int, default=None, help="PPO iterations per learning run")
     p.add_argument("--world", choices=("async", "thread"), default="async",
                    help="the utilisation table's worlds: async def on one event loop (default) or a thread each")
-    p.add_argument("--workers", type=non_negative_int, nargs="+", default=list(WORKERS),
+    p.add_argument("--workers", type=worker_count, nargs="+", default=list(WORKERS),
                    help="world processes of the 'per-actor, P workers' rows, one row per P (0: none)")
     p.add_argument("--epochs", type=positive_int, default=None,
                    help="PPO iterations per utilisation row (default 20, 8 at N >= 1000; the first is start-up)")
-    p.add_argument("--parts", type=int, nargs="+", default=[1, 2, 3], choices=(1, 2, 3),
+    p.add_argument("--parts", type=positive_int, nargs="+", default=[1, 2, 3], choices=(1, 2, 3),
                    help="which sections to run (1 2 3)")
     p.add_argument("--write", type=output_file, default=None,
                    help="results page to write (default docs/results/async.md, not with --quick)")
-    a = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> dict:
+    a = build_parser().parse_args(argv)
     torch.set_num_threads(1)
     sizes = a.sizes or ([16] if a.quick else [160, 1600])
     latency = (0.005, 0.8) if a.quick else (0.02, 0.8)
@@ -344,4 +348,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    from parlightning.cli.script_main import run_main
+
+    run_main(main)

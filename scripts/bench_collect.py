@@ -25,7 +25,7 @@ from pathlib import Path
 if not os.environ.get("PYTHONPATH"):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from parlightning.cli.arg_types import non_negative_int, output_file, positive_int  # noqa: E402  (light: no torch)
+from parlightning.cli.arg_types import actor_count, non_negative_int, output_file, positive_int, step_count  # noqa: E402  (light: no torch)
 
 MODES = {"sync": {}, "thread": {"max_policy_lag": 1}, "process": {"max_policy_lag": 1, "collect_in": "process"}}
 
@@ -63,17 +63,22 @@ def run(mode: str, a: argparse.Namespace) -> dict[str, float]:
     return {"rollout_sps": statistics.median(r for r, _ in rows), "iteration_sps": statistics.median(i for _, i in rows)}
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
-    p.add_argument("--num-envs", type=positive_int, default=256)
-    p.add_argument("--num-steps", type=positive_int, default=32)
+    p.add_argument("--num-envs", type=actor_count, default=256)
+    p.add_argument("--num-steps", type=step_count, default=32)
     p.add_argument("--update-epochs", type=positive_int, default=1)
     p.add_argument("--num-minibatches", type=positive_int, default=2)
     p.add_argument("--epochs", type=positive_int, default=30, help="PPO iterations per mode")
     p.add_argument("--warmup", type=non_negative_int, default=3, help="iterations not counted")
     p.add_argument("--json", type=output_file, default=None, help="also write the results here")
     p.add_argument("--quick", action="store_true", help="smoke run: N=64, 6 iterations per mode")
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = build_parser()
     a = p.parse_args(argv)
     if a.quick:
         a.num_envs, a.epochs, a.warmup = 64, 6, 2
@@ -94,4 +99,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from parlightning.cli.script_main import run_main
+
+    run_main(main)

@@ -34,6 +34,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from parlightning.cli.arg_types import comma_list, non_negative_float, positive_float, text_item  # noqa: E402
+from parlightning.cli.script_main import sub_run_failed  # noqa: E402
+
+ROW_MAX = 1_000_000  # in-flight calls or calls per row: past this a row exhausts file handles or memory
+
 
 def rss_mb() -> float:
     with open("/proc/self/status") as f:
@@ -114,44 +119,37 @@ def server_call(base_url: str, path: str, method: str = "GET") -> dict:
         return json.loads(response.read())
 
 
-def _non_negative_float(text: str) -> float:
-    """argparse type: a finite number >= 0."""
-    value = float(text)
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, got {text}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    """argparse type: a finite number > 0."""
-    value = float(text)
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text}")
-    return value
+def _row(spec: str) -> str:
+    """One row: kind:workers:calls, kind async or threads, counts 1..ROW_MAX."""
+    parts = spec.split(":")
+    if len(parts) != 3 or parts[0] not in ("async", "threads") or not all(
+            p.isdigit() and 0 < int(p) <= ROW_MAX for p in parts[1:]):
+        raise argparse.ArgumentTypeError(f"must be kind:workers:calls (kind async or threads, counts 1..{ROW_MAX}; "
+                                         f"e.g. async:1000:10000), got {spec!r}")
+    return spec
 
 
 def _rows(text: str) -> str:
-    """argparse type: comma-separated kind:workers:calls, kind async or threads, positive counts."""
-    for spec in text.split(","):
-        parts = spec.split(":")
-        if len(parts) != 3 or parts[0] not in ("async", "threads") or not all(
-                p.isdigit() and int(p) > 0 for p in parts[1:]):
-            raise argparse.ArgumentTypeError(f"expected kind:workers:calls (kind async or threads, positive counts; "
-                                             f"e.g. async:1000:10000), got {spec!r}")
+    """argparse type: comma-separated rows (`_row`), kept as text."""
+    comma_list(_row)(text)
     return text
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="seconds: 100 in flight, 50 ms latency")
-    parser.add_argument("--latency", type=_non_negative_float, nargs="+", default=None,
+    parser.add_argument("--latency", type=non_negative_float, nargs="+", default=None,
                         help="server seconds per call, one table each (default 0.2 2.0)")
     parser.add_argument("--rows", type=_rows, default=None,
                         help="comma-separated kind:workers:calls, kind async or threads (default: "
                              + "; ".join(f"{k} s: {v}" for k, v in DEFAULT_ROWS.items()) + ")")
-    parser.add_argument("--timeout", type=_positive_float, default=60.0, help="per-call timeout of both pools")
-    parser.add_argument("--child", nargs=4, metavar=("KIND", "URL", "WORKERS", "CALLS"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    parser.add_argument("--timeout", type=positive_float, default=60.0, help="per-call timeout of both pools")
+    parser.add_argument("--child", nargs=4, type=text_item, metavar=("KIND", "URL", "WORKERS", "CALLS"), help=argparse.SUPPRESS)
+    return parser
+
+
+def main() -> None:
+    args = build_parser().parse_args()
     if args.child:
         kind, url, workers, calls = args.child
         print(json.dumps(child(kind, url, int(workers), int(calls), args.timeout)))
@@ -163,9 +161,7 @@ def main() -> None:
                              DEFAULT_ROWS.get(latency, DEFAULT_ROWS[0.2]))
         plans[latency] = []
         for spec in rows.split(","):
-            kind, workers, calls = spec.split(":")
-            if kind not in ("async", "threads"):
-                parser.error(f"--rows: kind must be async or threads, got {kind!r} in {spec!r}")
+            kind, workers, calls = _row(spec).split(":")
             plans[latency].append((kind, int(workers), int(calls)))
     load_before = os.getloadavg()
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {os.cpu_count()} CPUs; python "
@@ -197,7 +193,7 @@ def table(latency: float, plan: list, timeout: float) -> None:
             out = subprocess.run([sys.executable, __file__, "--timeout", str(timeout), "--child", kind, base_url,
                                   str(workers), str(calls)], capture_output=True, text=True, env=env)
             if out.returncode != 0:
-                raise SystemExit(f"error: the {kind} row failed: {out.stderr.strip().splitlines()[-1:]}")
+                raise sub_run_failed(f"the {kind} row", out.returncode, out.stderr)
             r = json.loads(out.stdout.strip().splitlines()[-1])
             s = server_call(base_url, "/stats")
             name = "AsyncHTTPPool" if kind == "async" else "HTTPPool"
@@ -214,4 +210,6 @@ def table(latency: float, plan: list, timeout: float) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from parlightning.cli.script_main import run_main
+
+    run_main(main)

@@ -65,7 +65,10 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 import lightning.pytorch as pl  # noqa: E402
 import torch  # noqa: E402
 
-from parlightning.cli.arg_types import non_negative_int, positive_float, positive_int  # noqa: E402
+from parlightning.cli.arg_types import (  # noqa: E402
+    MAX_PROCESSES, actor_count, as_path, non_negative_int, output_folder, positive_float, positive_int, step_count,
+    worker_count,
+)
 
 from parlightning.ppo.data import RolloutDataModule  # noqa: E402
 from parlightning.envs.external import ExternalBatchedEnv  # noqa: E402
@@ -108,9 +111,16 @@ def worlds_name(workers: int) -> str:
 def parse_mode(text: str) -> tuple[str, int]:
     """`--modes` entry `collector:workers` (e.g. thread:0, thread:2, process:0) -> (collect_in, workers)."""
     where, _, workers = text.partition(":")
-    if where not in ("thread", "process") or not workers.isdigit():
-        raise SystemExit(f"error: --modes: {text!r} is not collector:workers, e.g. thread:0, thread:2, process:0")
+    if where not in ("thread", "process") or not workers.isdigit() or int(workers) > MAX_PROCESSES:
+        raise argparse.ArgumentTypeError(f"must be collector:workers, collector thread or process and workers "
+                                         f"0..{MAX_PROCESSES}, e.g. thread:0, thread:2, process:0 (got {text!r})")
     return where, int(workers)
+
+
+def mode_spec(text: str) -> str:
+    """--modes: an entry `parse_mode` reads, kept as text."""
+    parse_mode(text)
+    return text
 
 
 def mode_name(mode: tuple[str, int]) -> str:
@@ -277,7 +287,7 @@ def load() -> str:
     return "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="smoke test: 2 latencies, 1 seed, few epochs")
     parser.add_argument("--parts", nargs="+", default=["overhead", "balanced", "fixed", "learn", "swarm"],
@@ -290,24 +300,28 @@ def main() -> None:
     parser.add_argument("--learn-latency", type=positive_float, default=0.01, help="latency of the learning comparison")
     parser.add_argument("--epochs", type=positive_int, default=10, help="PPO iterations per throughput run")
     parser.add_argument("--learn-epochs", type=positive_int, default=40, help="PPO iterations per learning run")
-    parser.add_argument("--workers", type=non_negative_int, nargs="+", default=[0, 2],
+    parser.add_argument("--workers", type=worker_count, nargs="+", default=[0, 2],
                         help="worlds modes of the overhead table: 0 threads, P worker processes")
-    parser.add_argument("--modes", nargs="+", default=["thread:0", "thread:2", "process:0"],
+    parser.add_argument("--modes", nargs="+", type=mode_spec, default=["thread:0", "thread:2", "process:0"],
                         help="balanced table: collector:workers, the collector in a thread or a process (data.collect_in) "
                              "and the worlds on threads (0) or in P worker processes")
     parser.add_argument("--learn-collect-in", nargs="+", default=["thread", "process"], choices=["thread", "process"],
                         help="where the lagged runs of the learning comparisons collect")
-    parser.add_argument("--num-envs", type=positive_int, default=16)
-    parser.add_argument("--num-steps", type=positive_int, default=16)
+    parser.add_argument("--num-envs", type=actor_count, default=16)
+    parser.add_argument("--num-steps", type=step_count, default=16)
     parser.add_argument("--update-epochs", type=positive_int, default=4, help="the fixed table's update epochs")
     parser.add_argument("--minibatches", type=positive_int, default=4)
     parser.add_argument("--probe-epochs", type=positive_int, default=4, help="update epochs of the first calibration probe")
     parser.add_argument("--probe-iters", type=positive_int, default=5, help="PPO iterations per calibration probe")
     parser.add_argument("--max-update-epochs", type=positive_int, default=200)
-    parser.add_argument("--swarm-envs", type=positive_int, default=256)
+    parser.add_argument("--swarm-envs", type=actor_count, default=256)
     parser.add_argument("--swarm-epochs", type=positive_int, default=20)
-    parser.add_argument("--out", type=Path, default=None, help="output folder (default runs/bench_lag-<time>)")
-    args = parser.parse_args()
+    parser.add_argument("--out", type=as_path(output_folder), default=None, help="output folder (default runs/bench_lag-<time>)")
+    return parser
+
+
+def main() -> None:
+    args = build_parser().parse_args()
     if args.quick:
         args.latencies, args.seeds, args.epochs, args.learn_epochs = [0.001, 0.01], 1, 4, 4
         args.repeats, args.probe_iters, args.swarm_envs, args.swarm_epochs = 1, 3, 64, 4
@@ -451,4 +465,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from parlightning.cli.script_main import run_main
+
+    run_main(main)

@@ -44,21 +44,10 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 sys.path.insert(0, str(ROOT / "scripts"))
 CONFIG = ROOT / "configs" / "swarm.yaml"
 
-
-def non_negative_int(text: str) -> int:
-    """argparse type: an integer >= 0."""
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {value}")
-    return value
-
-
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1 (argparse prints `error: argument --x: ...` and exits 2)."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
-    return value
+from parlightning.cli.arg_types import (  # noqa: E402  (stdlib only: torch loads in the runs)
+    actor_count, device_name, existing_file, job_count, non_negative_int, output_file, positive_int, step_count,
+)
+from parlightning.cli.script_main import sub_run_failed  # noqa: E402
 
 
 # ---------------------------------------------------------------------------------- children
@@ -441,8 +430,7 @@ def run_child(kind: str, n: int, a: argparse.Namespace) -> dict[str, Any]:
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     try:
         if proc.returncode != 0:
-            sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
-            raise SystemExit(f"error: the {kind} run at N={n} failed (exit {proc.returncode})")
+            raise sub_run_failed(f"the {kind} run at N={n}", proc.returncode, proc.stdout[-4000:] + proc.stderr[-4000:])
         with open(out) as f:
             return json.load(f)
     finally:
@@ -531,18 +519,18 @@ def env_line(a: argparse.Namespace, env: dict[str, list[float]]) -> str:
             f"{c[0] / 1e6:.2f}M per CPU-second [{c[1] / 1e6:.2f}-{c[2] / 1e6:.2f}] (blocks of 64 steps)")
 
 
-def parse(argv: Optional[list[str]] = None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--num-envs", type=positive_int, nargs="+", default=[256, 1024, 4096], help="actors N to measure")
-    p.add_argument("--num-steps", type=positive_int, default=128, help="rollout length T")
+    p.add_argument("--num-envs", type=actor_count, nargs="+", default=[256, 1024, 4096], help="actors N to measure")
+    p.add_argument("--num-steps", type=step_count, default=128, help="rollout length T")
     p.add_argument("--update-epochs", type=positive_int, default=4)
     p.add_argument("--num-minibatches", type=positive_int, default=4)
     p.add_argument("--repeats", type=positive_int, default=3, help="fresh runs per (N, path)")
     p.add_argument("--iterations", type=positive_int, default=3, help="measured iterations per run")
     p.add_argument("--warmup", type=non_negative_int, default=1, help="iterations per run not counted")
-    p.add_argument("--device", default="cpu", help="cpu or cuda")
-    p.add_argument("--threads", type=positive_int, default=1, help="torch intra-op threads per process")
-    p.add_argument("--env-n", type=positive_int, default=4096, help="actors for the SwarmEnv.step measurement")
+    p.add_argument("--device", type=device_name, default="cpu", help="cpu or cuda")
+    p.add_argument("--threads", type=job_count, default=1, help="torch intra-op threads per process")
+    p.add_argument("--env-n", type=actor_count, default=4096, help="actors for the SwarmEnv.step measurement")
     p.add_argument("--skip-env", action="store_true", help="do not measure SwarmEnv.step alone")
     p.add_argument("--compile", action="store_true",
                    help="measure SwarmEnv.step alone with compile=True (its C++ kernels; same trajectories)")
@@ -551,12 +539,17 @@ def parse(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="smoke run: N in {256, 1024}, T=32, one repeat")
     p.add_argument("--profile", action="store_true",
                    help="instead of the table: where the CPU time of (a) and (b) goes, by piece, for each N")
-    p.add_argument("--json", default=None, help="also write every run's raw timings here")
-    p.add_argument("--from-json", default=None,
+    p.add_argument("--json", type=output_file, default=None, help="also write every run's raw timings here")
+    p.add_argument("--from-json", type=existing_file, default=None,
                    help="print the table of a run saved with --json (its settings, not these flags) and exit")
     p.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
-    p.add_argument("--n", type=int, help=argparse.SUPPRESS)
-    p.add_argument("--out", help=argparse.SUPPRESS)
+    p.add_argument("--n", type=actor_count, help=argparse.SUPPRESS)
+    p.add_argument("--out", type=output_file, help=argparse.SUPPRESS)
+    return p
+
+
+def parse(argv: Optional[list[str]] = None) -> argparse.Namespace:
+    p = build_parser()
     a = p.parse_args(argv)
     if a.device not in ("cpu",):  # before any run starts: one line, not a failed run per N
         import torch
@@ -620,4 +613,6 @@ def main(argv: Optional[list[str]] = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from parlightning.cli.script_main import run_main
+
+    run_main(main)

@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from parlightning.cli.arg_types import device_name, positive_int  # noqa: E402  (torch loads in bench(), after the arguments are checked)
+from parlightning.cli.arg_types import actor_count, device_name, job_count, positive_int, step_count  # noqa: E402  (torch loads in bench(), after the arguments are checked)
 
 
 def bench(configs: list[str], n: int, device: str, blocks: int, steps: int, compiled: bool = False) -> dict:
@@ -64,19 +64,23 @@ def line(name: str, r: dict) -> str:
     return text + (f"; peak GPU memory {r['peak_mib']:.0f} MiB" if r["peak_mib"] is not None else "")
 
 
-def main(argv=None) -> None:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", type=device_name, default="cpu")
-    p.add_argument("--threads", type=positive_int, default=1)
-    p.add_argument("--n", type=positive_int, default=4096, help="actors on the default config")
-    p.add_argument("--wide-n", type=positive_int, default=1024, help="actors on the wide config")
+    p.add_argument("--threads", type=job_count, default=1)
+    p.add_argument("--n", type=actor_count, default=4096, help="actors on the default config")
+    p.add_argument("--wide-n", type=actor_count, default=1024, help="actors on the wide config")
     p.add_argument("--blocks", type=positive_int, default=5)
-    p.add_argument("--steps", type=positive_int, default=32, help="env steps per block")
+    p.add_argument("--steps", type=step_count, default=32, help="env steps per block")
     p.add_argument("--quick", action="store_true", help="2 blocks of 8 steps")
     p.add_argument("--step", choices=["both", "eager", "compiled"], default=None,
                    help="which step to measure: eager, compiled (SwarmEnv(compile=True), CPU only) or both side by "
                         "side (default: both on CPU, eager elsewhere)")
-    a = p.parse_args(argv)
+    return p
+
+
+def main(argv=None) -> None:
+    a = build_parser().parse_args(argv)
     if a.quick:
         a.blocks, a.steps = 2, 8
     import torch
@@ -94,4 +98,6 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from parlightning.cli.script_main import run_main
+
+    run_main(main)

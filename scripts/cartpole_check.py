@@ -33,7 +33,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 from parlightning.callbacks.base import RolloutCallback  # noqa: E402
-from parlightning.cli.arg_types import non_negative_int, output_file, output_folder, positive_int  # noqa: E402
+from parlightning.cli.arg_types import as_path, output_file, output_folder, positive_int, random_seed  # noqa: E402
 
 CONFIGS = {"gym": ROOT / "configs" / "cartpole.yaml", "tensor": ROOT / "configs" / "cartpole_tensor.yaml"}
 LABELS = {"gym": "parlightning, GymVectorEnv", "tensor": "parlightning, CartPoleEnv (tensor)", "sb3": "Stable-Baselines3 PPO"}
@@ -182,15 +182,20 @@ def markdown(results: dict[str, dict[int, dict[str, Any]]], total: int) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seeds", type=non_negative_int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--seeds", type=random_seed, nargs="+", default=[0, 1, 2])
     parser.add_argument("--steps", type=positive_int, default=499_712, help="env steps per run (a multiple of 512)")
     parser.add_argument("--paths", nargs="+", choices=["gym", "tensor", "sb3"], default=["gym", "tensor", "sb3"])
     parser.add_argument("--quick", action="store_true", help="1 seed x 25,600 steps: checks the script runs")
-    parser.add_argument("--logdir", type=lambda t: Path(output_folder(t)), default=Path("runs") / "cartpole_check",
+    parser.add_argument("--logdir", type=as_path(output_folder), default=Path("runs") / "cartpole_check",
                         help="untracked scratch folder")
     parser.add_argument("--json", type=output_file, default=None, help="also write the raw results here")
+    return parser
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = build_parser()
     a = parser.parse_args(argv)
     if a.steps % 512:
         parser.error(f"argument --steps: {a.steps} is not a multiple of 512 (each iteration is 4 envs x 128 steps): "
@@ -226,4 +231,6 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from parlightning.cli.script_main import run_main
+
+    run_main(main)

@@ -53,6 +53,11 @@ from experiment import (  # noqa: E402
     open_study, publish_page, pyplot, read_curves, result_path, run_jobs, tail_of, write_json_atomic,
 )
 
+from parlightning.cli.arg_types import (  # noqa: E402
+    actor_count, as_path, comma_list, config_file, episode_count, job_count, non_negative_float, open_unit_interval,
+    output_folder, output_path, positive_fraction, positive_int, step_count,
+)
+
 ARMS = ("perf_only", "annealed", "constant")
 LABEL = {"perf_only": "(a) r_perf only", "annealed": "(b) annealed", "constant": "(c) constant"}
 PRIORS = ("none", "0.9", "0.99", "0.998", "0.9999", "0.99999", "bc")
@@ -481,54 +486,62 @@ def write_csv(results: list[dict], path: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- main
-def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
+def prior_value(text: str) -> str:
+    """A row's prior: none, bc, or a per-slot probability in (0, 1) (kept as the text the run names)."""
+    if text in ("none", "bc"):
+        return text
+    try:
+        open_unit_interval(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"must be none, bc or a number in (0, 1) (got {text!r})") from None
+    return text
+
+
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", type=Path, default=ROOT / "configs" / "swarm.yaml")
-    p.add_argument("--priors", default=None, help=f"comma-separated (default {','.join(PRIORS)})")
-    p.add_argument("--lams", default=None, help="λ scales (default 0.1,1.0)")
-    p.add_argument("--budgets", default=None, help="budget multiples (default 1,3)")
-    p.add_argument("--seeds", type=int, default=None, help="seeds per cell and arm (default 5; --quick 2)")
-    p.add_argument("--epochs", type=int, default=None, help="PPO iterations of the 1x budget (default: the config's)")
-    p.add_argument("--num-envs", dest="num_envs", type=int, default=None)
-    p.add_argument("--num-steps", dest="num_steps", type=int, default=None)
-    p.add_argument("--anneal-frac", dest="anneal_frac", type=float, default=0.6)
-    p.add_argument("--horizons", default="0.2,0.6,1.0", help="anneal horizons in the collapse region (share of the budget)")
-    p.add_argument("--eval-seeds", dest="eval_seeds", type=int, default=None, help="evaluation seeds per bank (default 2)")
-    p.add_argument("--episodes", type=int, default=None, help="evaluation episodes per task (default 4; --quick 1)")
-    p.add_argument("--bc-rounds", dest="bc_rounds", type=int, default=32)
-    p.add_argument("--bc-epochs", dest="bc_epochs", type=int, default=30)
+    p.add_argument("--config", type=as_path(config_file), default=ROOT / "configs" / "swarm.yaml")
+    p.add_argument("--priors", type=comma_list(prior_value), default=None, help=f"comma-separated (default {','.join(PRIORS)})")
+    p.add_argument("--lams", type=comma_list(non_negative_float), default=None, help="λ scales (default 0.1,1.0)")
+    p.add_argument("--budgets", type=comma_list(positive_int), default=None, help="budget multiples (default 1,3)")
+    p.add_argument("--seeds", type=positive_int, default=None, help="seeds per cell and arm (default 5; --quick 2)")
+    p.add_argument("--epochs", type=positive_int, default=None, help="PPO iterations of the 1x budget (default: the config's)")
+    p.add_argument("--num-envs", dest="num_envs", type=actor_count, default=None)
+    p.add_argument("--num-steps", dest="num_steps", type=step_count, default=None)
+    p.add_argument("--anneal-frac", dest="anneal_frac", type=positive_fraction, default=0.6)
+    p.add_argument("--horizons", type=comma_list(positive_fraction), default=None,
+                   help="anneal horizons in the collapse region (share of the budget; default 0.2,0.6,1.0)")
+    p.add_argument("--eval-seeds", dest="eval_seeds", type=positive_int, default=None, help="evaluation seeds per bank (default 2)")
+    p.add_argument("--episodes", type=episode_count, default=None, help="evaluation episodes per task (default 4; --quick 1)")
+    p.add_argument("--bc-rounds", dest="bc_rounds", type=step_count, default=32)
+    p.add_argument("--bc-epochs", dest="bc_epochs", type=positive_int, default=30)
     p.add_argument("--wide-row", dest="wide_row", action="store_true", help="add the Kimi-scale row")
-    p.add_argument("--wide-prior", dest="wide_prior", default="0.99999", help="the wide row's prior (a per-slot "
+    p.add_argument("--wide-prior", dest="wide_prior", type=prior_value, default="0.99999", help="the wide row's prior (a per-slot "
                    "probability: over 64 slots a prior is weaker per round than over 12)")
-    p.add_argument("--wide-lam", dest="wide_lam", type=float, default=1.0, help="the wide row's λ scale")
-    p.add_argument("--jobs", type=int, default=1)
-    p.add_argument("--out", type=Path, default=None, help="output folder (default runs/collapse/<time>); resumes")
-    p.add_argument("--store", type=Path, default=None, help="where study.json and results/<run>.json live (default "
+    p.add_argument("--wide-lam", dest="wide_lam", type=non_negative_float, default=1.0, help="the wide row's λ scale")
+    p.add_argument("--jobs", type=job_count, default=1)
+    p.add_argument("--out", type=as_path(output_folder), default=None, help="output folder (default runs/collapse/<time>); resumes")
+    p.add_argument("--store", type=as_path(output_folder), default=None, help="where study.json and results/<run>.json live (default "
                    "--out); small enough to commit, so a study resumes in another checkout: the full map uses "
                    "docs/results/data/collapse")
-    p.add_argument("--docs", type=Path, default=None, help="also write the results page here")
+    p.add_argument("--docs", type=as_path(output_path), default=None, help="also write the results page here")
     p.add_argument("--plan", action="store_true", help="write the page without running anything (needs --docs)")
     p.add_argument("--report", action="store_true", help="run nothing: summarize the finished runs in --out (partial "
                    "allowed; the page says how many) and write the page and plots")
     p.add_argument("--launch", choices=("exec", "fork"), default=None)
     p.add_argument("--quick", action="store_true", help="2 priors x λ 1.0 x 1x budget x 2 seeds, 2 iterations of 16 x 8")
+    return p
+
+
+def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
+    p = build_parser()
     a = p.parse_args(argv)
-    if not a.config.is_file():
-        raise SystemExit(f"error: --config: no config file at {a.config}")
     cfg = yaml.safe_load(a.config.read_text())
     q = a.quick
-    try:
-        a.priors = [x for x in (a.priors or ",".join(QUICK_PRIORS if q else PRIORS)).split(",") if x]
-        for x in [*a.priors, a.wide_prior]:
-            if x not in ("none", "bc") and not 0.0 < float(x) < 1.0:
-                raise ValueError(x)
-        a.lams = [float(x) for x in (a.lams or ("1.0" if q else "0.1,1.0")).split(",")]
-        a.budgets = [int(x) for x in (a.budgets or ("1" if q else "1,3")).split(",")]
-        a.horizons = [float(x) for x in (a.horizons if not q or a.horizons != "0.2,0.6,1.0" else "0.3,0.6").split(",")]
-    except ValueError as err:
-        raise SystemExit(f"error: --priors / --wide-prior / --lams / --budgets / --horizons: bad value ({err}); e.g. --priors none,0.9,bc "
-                         "--lams 0.1,1.0 --budgets 1,3 --horizons 0.2,0.6,1.0") from None
+    a.priors = a.priors or list(QUICK_PRIORS if q else PRIORS)
+    a.lams = a.lams or ([1.0] if q else [0.1, 1.0])
+    a.budgets = a.budgets or ([1] if q else [1, 3])
+    a.horizons = a.horizons or ([0.3, 0.6] if q else [0.2, 0.6, 1.0])
     pick = lambda v, quick, full: v if v is not None else (quick if q else full)  # noqa: E731
     a.seeds = pick(a.seeds, 2, 5)
     a.epochs = pick(a.epochs, 2, int(cfg["trainer"]["max_epochs"]))
@@ -538,11 +551,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     a.episodes = pick(a.episodes, 1, 4)
     if q:
         a.bc_rounds, a.bc_epochs = min(a.bc_rounds, 4), min(a.bc_epochs, 5)
-    for name in ("seeds", "epochs", "eval_seeds", "episodes", "jobs", "bc_rounds", "bc_epochs"):
-        if getattr(a, name) <= 0:
-            raise SystemExit(f"error: --{name.replace('_', '-')}: must be positive, got {getattr(a, name)}")
-    if any(b <= 0 for b in a.budgets) or any(not 0 < h <= 1 for h in a.horizons) or not 0 < a.anneal_frac <= 1:
-        raise SystemExit("error: --budgets must be positive multiples and --horizons / --anneal-frac lie in (0, 1]")
+    if a.epochs <= 0:  # the config's trainer.max_epochs (the arguments are checked by their types)
+        raise SystemExit(f"error: --config: trainer.max_epochs must be positive, got {a.epochs}; or pass --epochs")
     if a.report and a.out is None and a.store is None:
         raise SystemExit("error: --report: summarizes an existing study; give its --store (or --out)")
     if a.plan and a.docs is None:
@@ -605,4 +615,6 @@ def main(argv: Optional[list[str]] = None) -> Optional[dict]:
 
 
 if __name__ == "__main__":
-    main()
+    from parlightning.cli.script_main import run_main
+
+    run_main(main)

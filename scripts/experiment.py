@@ -30,17 +30,12 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
-from parlightning.cli.arg_types import output_folder  # noqa: E402  (stdlib only: a cheap import)
+from parlightning.cli.arg_types import (  # noqa: E402  (stdlib only: a cheap import)
+    as_path, comma_list, config_file, episode_count, job_count, output_folder, positive_int, text_item,
+)
+from parlightning.cli.script_main import last_error_line  # noqa: E402  (stdlib only)
 
 EVAL_BANKS = (1234, 2234, 3234)  # held-out banks every study reports over (1234 is SwarmEnv's default bank)
-
-
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1 (argparse prints `error: argument --x: ...` and exits 2)."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
-    return value
 
 
 def bank_seeds(n: int) -> list[int]:
@@ -260,8 +255,10 @@ class Job:
                 return None
             if self.proc.returncode != 0:
                 log = self.work / f"{self.phase}.log"
-                tail = "\n".join(log.read_text(errors="replace").splitlines()[-12:])
-                raise RuntimeError(f"{self.spec['id']}: {self.phase} failed (exit {self.proc.returncode}); log {log}:\n{tail}")
+                text = log.read_text(errors="replace") if log.is_file() else ""
+                own = last_error_line(text)
+                why = own.removeprefix("error:").strip() if own else "\n" + "\n".join(text.splitlines()[-12:])
+                raise RuntimeError(f"{self.spec['id']}: {self.phase} failed (exit {self.proc.returncode}; log {log}): {why}")
             if self._next():
                 return None
         record = self.finisher(self)
@@ -430,19 +427,46 @@ METRICS = ("success_rate", "serial_success_rate", "speedup_vs_serial", "critical
            "finish_rate", "ceiling_success_rate", "ceiling_speedup_vs_serial")
 
 
-def parse_axis(text: str) -> tuple[str, list[Any]]:
-    """`KEY=v1,v2,v3` -> (KEY, [v1, v2, v3]) with YAML-typed values; KEY a dotted config key."""
+def axis_values(text: str) -> tuple[str, list[Any]]:
+    """`KEY=v1,v2,v3` -> (KEY, [v1, v2, v3]) with YAML-typed values; a malformed one raises
+    argparse.ArgumentTypeError naming what is accepted."""
     import yaml
 
     key, sep, values = text.partition("=")
+    example = "write KEY=v1,v2,... (e.g. data.env.init_args.merge_cost=0.05,0.2,0.5)"
     if not sep or not key or not values:
-        raise SystemExit(f"error: --axis {text!r}: write KEY=v1,v2,... (e.g. data.env.init_args.merge_cost=0.05,0.2,0.5)")
+        raise argparse.ArgumentTypeError(f"{text!r}: {example}")
     if not key.startswith(("data.", "model.", "trainer.")):
-        raise SystemExit(f"error: --axis {text!r}: KEY must be a dotted config key such as data.env.init_args.NAME")
-    parsed = [yaml.safe_load(v) for v in values.split(",")]
+        raise argparse.ArgumentTypeError(f"{text!r}: KEY must be a dotted config key such as data.env.init_args.NAME")
+    try:
+        items = comma_list(text_item)(values)
+        parsed = [yaml.safe_load(v) for v in items]
+    except (argparse.ArgumentTypeError, yaml.YAMLError) as err:
+        raise argparse.ArgumentTypeError(f"{text!r}: the values: {' '.join(str(err).split())}; {example}") from None
     if len(set(map(str, parsed))) != len(parsed):
-        raise SystemExit(f"error: --axis {text!r}: repeated values")
+        raise argparse.ArgumentTypeError(f"{text!r}: repeated values")
     return key, parsed
+
+
+def axis_spec(text: str) -> str:
+    """--axis KEY=v1,v2,...: checked by `axis_values`, kept as text (`parse_axis` reads it)."""
+    axis_values(text)
+    return text
+
+
+def fit_argument(text: str) -> str:
+    """--set: one `python -m parlightning.fit` argument, `--KEY=VALUE` (checked against the fit's parser later)."""
+    if not text.startswith("--") or len(text) < 3:
+        raise argparse.ArgumentTypeError(f"must be a fit argument such as --trainer.max_epochs=20 (got {text!r})")
+    return text
+
+
+def parse_axis(text: str) -> tuple[str, list[Any]]:
+    """`KEY=v1,v2,v3` -> (KEY, [v1, v2, v3]) with YAML-typed values; KEY a dotted config key."""
+    try:
+        return axis_values(text)
+    except argparse.ArgumentTypeError as err:
+        raise SystemExit(f"error: --axis {err}") from None
 
 
 def check_fit_args(configs: Sequence[str], axes: dict[str, list[Any]], extra: Sequence[str]) -> None:
@@ -561,37 +585,35 @@ def curve_plot(results: Sequence[dict], curve: str, path: Path, title: str) -> O
     return None
 
 
-def main(argv: Optional[list[str]] = None) -> list[dict]:
-    import argparse
-    from datetime import datetime, timezone
-
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description="A grid of configs x seeds: each run trained with python -m "
                                 "parlightning.fit and evaluated over held-out banks; resumable.",
                                 epilog=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", action="append", default=None, help="fit config(s) (default configs/swarm.yaml)")
-    p.add_argument("--axis", action="append", default=[], help="KEY=v1,v2,... (repeatable)")
+    p.add_argument("--config", action="append", type=config_file, default=None, help="fit config(s) (default configs/swarm.yaml)")
+    p.add_argument("--axis", action="append", type=axis_spec, default=[], help="KEY=v1,v2,... (repeatable)")
     p.add_argument("--seeds", type=positive_int, default=None, help="seeds per cell (default 3; --quick 2)")
-    p.add_argument("--set", action="append", default=[], help="an extra fit argument for every run, e.g. "
+    p.add_argument("--set", action="append", type=fit_argument, default=[], help="an extra fit argument for every run, e.g. "
                    "--set=--trainer.max_epochs=20 (repeatable)")
     p.add_argument("--banks", type=positive_int, default=3, help="held-out banks (default 3)")
     p.add_argument("--eval-seeds", dest="eval_seeds", type=positive_int, default=1, help="evaluation seeds per bank")
-    p.add_argument("--episodes", type=positive_int, default=None, help="evaluation episodes per task (default evaluate's)")
-    p.add_argument("--jobs", type=positive_int, default=1)
-    p.add_argument("--out", type=lambda t: Path(output_folder(t)), default=None, help="output folder (default runs/experiment/<time>); resumes")
+    p.add_argument("--episodes", type=episode_count, default=None, help="evaluation episodes per task (default evaluate's)")
+    p.add_argument("--jobs", type=job_count, default=1)
+    p.add_argument("--out", type=as_path(output_folder), default=None, help="output folder (default runs/experiment/<time>); resumes")
     p.add_argument("--launch", choices=("exec", "fork"), default=None)
     p.add_argument("--quick", action="store_true", help="2 seeds, 2 iterations of 16 x 8, 1 episode per task")
+    return p
+
+
+def main(argv: Optional[list[str]] = None) -> list[dict]:
+    from datetime import datetime, timezone
+
+    p = build_parser()
     a = p.parse_args(argv)
     configs = a.config or [str(ROOT / "configs" / "swarm.yaml")]
-    for c in configs:
-        if not Path(c).is_file():
-            raise SystemExit(f"error: --config: no config file at {c}")
     extra = list(a.set)
     if a.quick:
         extra = ["--trainer.max_epochs=2", "--data.num_envs=16", "--data.num_steps=8", *extra]
     seeds = a.seeds if a.seeds is not None else (2 if a.quick else 3)
-    for name, v in (("--seeds", seeds), ("--banks", a.banks), ("--eval-seeds", a.eval_seeds), ("--jobs", a.jobs)):
-        if v <= 0:
-            raise SystemExit(f"error: {name}: must be positive, got {v}")
     axes = dict(parse_axis(x) for x in a.axis)
     check_fit_args(configs, axes, extra)  # an unknown key or a bad value: one line, before any run or folder
     plan = grid_plan(configs, axes, range(seeds), extra, bank_seeds(a.banks), range(a.eval_seeds),
@@ -608,4 +630,6 @@ def main(argv: Optional[list[str]] = None) -> list[dict]:
 
 
 if __name__ == "__main__":
-    main()
+    from parlightning.cli.script_main import run_main
+
+    run_main(main)

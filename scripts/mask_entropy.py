@@ -53,10 +53,14 @@ def ignored_share(policy_name: str, seed: int, num_envs: int, rounds: int, maske
     return ignored / total
 
 
-def main(argv=None) -> dict:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true")
-    a = p.parse_args(argv)
+    return p
+
+
+def main(argv=None) -> dict:
+    a = build_parser().parse_args(argv)
     seeds, N, T = ([0], 64, 8) if a.quick else ([0, 1, 2], 512, 32)
     torch.set_num_threads(1)
     out = {}
@@ -76,4 +80,6 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    from parlightning.cli.script_main import run_main
+
+    run_main(main)

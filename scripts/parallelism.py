@@ -27,6 +27,10 @@ from pathlib import Path
 from tempfile import TemporaryDirectory
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run from a checkout without installing
+
+from parlightning.cli.arg_types import output_folder, positive_float  # noqa: E402  (stdlib only)
+
 STRATEGIES = {  # row label -> configs/parallel/<file>.yaml
     "DataParallel()": "dp",
     "BlockPlanner() [custom]": "block",
@@ -69,14 +73,6 @@ def rank_main(out: str, quick: bool) -> None:
         Path(out, "rows.json").write_text(json.dumps(rows))
 
 
-def _positive_seconds(text: str) -> float:
-    """argparse type: a finite number of seconds > 0."""
-    value = float(text)
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
-    return value
-
-
 def launch(out: str, quick: bool, timeout: float) -> None:
     """torchrun with 2 local ranks, killed as a group if it outlives `timeout` (a hang)."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={WORLD}",
@@ -104,12 +100,16 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a smoke run (3 iterations, 32 actors per rank)")
-    parser.add_argument("--timeout", type=_positive_seconds, default=1800, help="seconds before the ranks are killed")
-    parser.add_argument("--rank-main", metavar="DIR", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    parser.add_argument("--timeout", type=positive_float, default=1800, help="seconds before the ranks are killed")
+    parser.add_argument("--rank-main", metavar="DIR", type=output_folder, help=argparse.SUPPRESS)
+    return parser
+
+
+def main() -> None:
+    args = build_parser().parse_args()
     if args.rank_main:
         rank_main(args.rank_main, args.quick)
         return
@@ -131,4 +131,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from parlightning.cli.script_main import run_main
+
+    run_main(main)

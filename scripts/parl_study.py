@@ -42,7 +42,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/: the shared
 
 from experiment import (  # noqa: E402
     ROOT, bank_seeds, cell_name, Job, nested_diff_ci, parse_axis, default_launch, eval_cmd, fit_cmd as run_fit_cmd, flat_eval, load_results as load_all,
-    log_dir, nested, open_study, read_curves as read_tags, run_jobs, tail_of, write_json_atomic,
+    log_dir, nested, open_study, read_curves as read_tags, run_jobs, tail_of, write_json_atomic, axis_spec,
+)
+from parlightning.cli.arg_types import (  # noqa: E402
+    actor_count, as_path, comma_list, config_file, episode_count, existing_folder, job_count, non_negative_float,
+    output_file, output_folder, positive_fraction, positive_int, random_seed, step_count,
 )
 
 ARM_LABELS = {"perf_only": "(a) r_perf only", "parl_annealed": "(b) PARL annealed", "parl_constant": "(c) PARL constant"}
@@ -64,11 +68,23 @@ CURVE_TAGS = {  # curve name -> TensorBoard tags to try, first found wins
 
 
 # ---------------------------------------------------------------------------------------------- planning
+def arm_path(arm: str) -> Path:
+    return Path(arm) if arm.endswith((".yaml", ".yml")) else ROOT / "configs" / "arms" / f"{arm}.yaml"
+
+
+def arm_name(arm: str) -> str:
+    """An item of --arms: a name in configs/arms/ or a .yaml path that exists."""
+    if not arm_path(arm).is_file():
+        raise argparse.ArgumentTypeError(f"no arm config {arm_path(arm)}; name a file in configs/arms/ or pass a .yaml path")
+    return arm
+
+
 def arm_config(arm: str) -> Path:
-    path = Path(arm) if arm.endswith((".yaml", ".yml")) else ROOT / "configs" / "arms" / f"{arm}.yaml"
-    if not path.is_file():
-        raise SystemExit(f"error: --arms: no arm config {path}; name a file in configs/arms/ or pass a .yaml path")
-    return path
+    try:
+        arm_name(arm)
+    except argparse.ArgumentTypeError as err:
+        raise SystemExit(f"error: --arms: {err}") from None
+    return arm_path(arm)
 
 
 def annealed_lambdas(arm: str) -> list[str]:
@@ -492,43 +508,46 @@ def heatmaps(summary: dict, path: Path) -> Optional[str]:
 
 
 # ---------------------------------------------------------------------------------------------- main
-def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", type=Path, default=ROOT / "configs" / "swarm.yaml", help="base config (default configs/swarm.yaml)")
-    p.add_argument("--arms", default=f"{A},{B},{C}", help="comma-separated configs/arms/ names or .yaml paths")
-    p.add_argument("--axis", action="append", default=None,
+    p.add_argument("--config", type=as_path(config_file), default=ROOT / "configs" / "swarm.yaml", help="base config (default configs/swarm.yaml)")
+    p.add_argument("--arms", type=comma_list(arm_name), default=f"{A},{B},{C}", help="comma-separated configs/arms/ names or .yaml paths")
+    p.add_argument("--axis", action="append", type=axis_spec, default=None,
                    help=f"KEY=v1,v2,... (repeatable); default {' '.join(DEFAULT_AXES)}")
-    p.add_argument("--seeds", type=int, default=None, help="seeds per arm and cell (default 5; --quick 2)")
-    p.add_argument("--epochs", type=int, default=None, help="PPO iterations per run (default: the config's)")
-    p.add_argument("--num-envs", dest="num_envs", type=int, default=None, help="actors per run (default: the config's)")
-    p.add_argument("--num-steps", dest="num_steps", type=int, default=None, help="rollout length (default: the config's)")
-    p.add_argument("--anneal-frac", dest="anneal_frac", type=float, default=0.6,
+    p.add_argument("--seeds", type=positive_int, default=None, help="seeds per arm and cell (default 5; --quick 2)")
+    p.add_argument("--epochs", type=positive_int, default=None, help="PPO iterations per run (default: the config's)")
+    p.add_argument("--num-envs", dest="num_envs", type=actor_count, default=None, help="actors per run (default: the config's)")
+    p.add_argument("--num-steps", dest="num_steps", type=step_count, default=None, help="rollout length (default: the config's)")
+    p.add_argument("--anneal-frac", dest="anneal_frac", type=positive_fraction, default=0.6,
                    help="annealed arms reach λ = 0 at this fraction of the budget (default 0.6)")
-    p.add_argument("--episodes", type=int, default=None, help="held-out evaluation episodes per task (default: evaluate's; --quick 1)")
-    p.add_argument("--blame-episodes", dest="blame_episodes", type=int, default=None,
+    p.add_argument("--episodes", type=episode_count, default=None, help="held-out evaluation episodes per task (default: evaluate's; --quick 1)")
+    p.add_argument("--blame-episodes", dest="blame_episodes", type=episode_count, default=None,
                    help="held-out episodes per run replayed stage by stage with PipelineChain (default 8; --quick 2)")
-    p.add_argument("--banks", type=int, default=3, help="held-out task banks every run is evaluated on (default 3)")
-    p.add_argument("--eval-seeds", dest="eval_seeds", type=int, default=1,
+    p.add_argument("--banks", type=positive_int, default=3, help="held-out task banks every run is evaluated on (default 3)")
+    p.add_argument("--eval-seeds", dest="eval_seeds", type=positive_int, default=1,
                    help="evaluation seeds per bank (default 1; their spread is inside the table's std)")
-    p.add_argument("--jobs", type=int, default=1, help="runs in parallel processes (one CPU thread each)")
-    p.add_argument("--out", type=Path, default=None, help="output folder (default: a fresh runs/parl_study/<time>); "
+    p.add_argument("--jobs", type=job_count, default=1, help="runs in parallel processes (one CPU thread each)")
+    p.add_argument("--out", type=as_path(output_folder), default=None, help="output folder (default: a fresh runs/parl_study/<time>); "
                    "an existing study folder is resumed")
-    p.add_argument("--bootstrap-seed", dest="bootstrap_seed", type=int, default=0, help="seed of the bootstrap CIs")
-    p.add_argument("--flat-tol", dest="flat_tol", type=float, default=0.1,
+    p.add_argument("--bootstrap-seed", dest="bootstrap_seed", type=random_seed, default=0, help="seed of the bootstrap CIs")
+    p.add_argument("--flat-tol", dest="flat_tol", type=non_negative_float, default=0.1,
                    help="a curve counts as flat when its last 20%% moved at most this share of its range")
     p.add_argument("--launch", choices=("exec", "fork"), default=None,
                    help="exec: every run a fresh `python -m parlightning.fit` / `evaluate` interpreter (default); fork: the same "
                    "CLI modules run as __main__ in children of a fork server that imported them once (saves ~6 s of "
                    "imports per process: default with --quick)")
-    p.add_argument("--blame-run", dest="blame_run", type=Path, default=None, help=argparse.SUPPRESS)  # internal phase
-    p.add_argument("--blame-json", dest="blame_json", type=Path, default=None, help=argparse.SUPPRESS)
-    p.add_argument("--blame-seed", dest="blame_seed", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--blame-run", dest="blame_run", type=as_path(existing_folder), default=None, help=argparse.SUPPRESS)  # internal phase
+    p.add_argument("--blame-json", dest="blame_json", type=as_path(output_file), default=None, help=argparse.SUPPRESS)
+    p.add_argument("--blame-seed", dest="blame_seed", type=random_seed, default=0, help=argparse.SUPPRESS)
     p.add_argument("--quick", action="store_true", help="smoke run: 2 cells, 2 seeds, 2 iterations of 16 x 8")
+    return p
+
+
+def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
+    p = build_parser()
     args = p.parse_args(argv)
-    config = yaml.safe_load(args.config.read_text()) if args.config.is_file() else None
-    if config is None:
-        raise SystemExit(f"error: --config: no config file at {args.config}")
+    config = yaml.safe_load(args.config.read_text())
     q = args.quick
     args.axis = args.axis if args.axis is not None else (QUICK_AXES if q else DEFAULT_AXES)
     pick = lambda value, quick, full: value if value is not None else (quick if q else full)  # noqa: E731
@@ -539,16 +558,11 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     args.episodes = pick(args.episodes, 1, None)
     args.blame_episodes = pick(args.blame_episodes, 2, 8)
     args.launch = args.launch or default_launch(q)
-    args.arms = [a for a in args.arms.split(",") if a]
-    for arm in args.arms:
-        arm_config(arm)
-    for name in ("seeds", "epochs", "num_envs", "num_steps", "jobs", "banks", "eval_seeds"):
+    for name in ("epochs", "num_envs", "num_steps"):  # the config's values when not given (arguments: their types)
         if getattr(args, name) <= 0:
             raise SystemExit(f"error: --{name.replace('_', '-')}: must be positive, got {getattr(args, name)}")
     args.banks = bank_seeds(args.banks)
     args.eval_seeds = list(range(args.eval_seeds))
-    if not 0.0 < args.anneal_frac <= 1.0:
-        raise SystemExit(f"error: --anneal-frac: must lie in (0, 1], got {args.anneal_frac}")
     return args
 
 
@@ -578,4 +592,6 @@ def main(argv: Optional[list[str]] = None) -> Optional[dict]:
 
 
 if __name__ == "__main__":
-    main()
+    from parlightning.cli.script_main import run_main
+
+    run_main(main)

@@ -28,7 +28,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 from parlightning.buffer import RolloutBuffer, gather_rows
 from parlightning.envs.swarm import SwarmEnv
 from parlightning.ppo.loss import ppo_loss
-from parlightning.policies.actor_critic import ActorCritic
+from parlightning.policies.actor_critic import ACTIVATIONS, ActorCritic
+from parlightning.cli.arg_types import (
+    actor_count, as_path, boolean, bounded_int, config_file, device_name, job_count, non_negative_float, positive_float,
+    positive_int, random_seed, step_count, unit_interval,
+)
 from parlightning.parl.reward import LinearSchedule, PARLReward
 from parlightning.distribution.samplers import RoundRobin
 
@@ -213,44 +217,57 @@ def train(args: Args, verbose: bool = False, on_iteration: Optional[Callable[[in
     return timings
 
 
-POSITIVE = ("num_envs", "num_steps", "update_epochs", "num_minibatches", "iterations", "lr", "adam_eps", "clip_coef",
-            "max_grad_norm", "max_subagents", "lambda_horizon", "threads")
+WIDTH_MAX = 65_536  # a hidden layer's width: its weights are allocated
+FIELD_TYPES: dict[str, Callable[[str], object]] = {  # every plain `Args` field's argparse type (a new field needs one)
+    "num_envs": actor_count, "num_steps": step_count, "update_epochs": positive_int, "num_minibatches": positive_int,
+    "iterations": positive_int, "lr": positive_float, "anneal_lr": boolean, "adam_eps": positive_float,
+    "clip_coef": positive_float, "ent_coef": non_negative_float, "vf_coef": non_negative_float, "norm_adv": boolean,
+    "clip_vloss": boolean, "max_grad_norm": positive_float, "gamma": unit_interval, "gae_lambda": unit_interval,
+    "hidden_sizes": bounded_int(1, WIDTH_MAX), "max_subagents": positive_int, "lambda_start": non_negative_float,
+    "lambda_end": non_negative_float, "lambda_horizon": positive_int, "seed": random_seed, "device": device_name,
+    "threads": job_count,
+}
+
+
+def _config_parser() -> argparse.ArgumentParser:
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--config", type=as_path(config_file), default=CONFIG, help="a parlightning.fit YAML config")
+    pre.add_argument("--quick", action="store_true", help="smoke run: 2 iterations of 64 actors x 16 steps")
+    return pre
+
+
+def build_parser(config: Path = CONFIG) -> argparse.ArgumentParser:
+    """`--config`, `--quick`, then a flag for every plain `Args` field (defaults from `config`)."""
+    parser = argparse.ArgumentParser(description=__doc__, parents=[_config_parser()],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    for name, value in vars(Args.from_config(config)).items():
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, dict):
+            continue
+        if name == "activation":
+            parser.add_argument(flag, choices=sorted(ACTIVATIONS), default=value)
+        else:
+            parser.add_argument(flag, type=FIELD_TYPES[name], nargs="+" if isinstance(value, tuple) else None,
+                                default=value)
+    return parser
 
 
 def parse_args(argv: Optional[list[str]] = None) -> Args:
     """`--config` (default configs/swarm.yaml), then a flag for every plain `Args` field (dashes for underscores)."""
-    pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--config", type=Path, default=CONFIG, help="a parlightning.fit YAML config")
-    pre.add_argument("--quick", action="store_true", help="smoke run: 2 iterations of 64 actors x 16 steps")
-    known, _ = pre.parse_known_args(argv)
-    parser = argparse.ArgumentParser(description=__doc__, parents=[pre],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    if not known.config.is_file():
-        parser.error(f"argument --config: no file at {str(known.config)!r}; pass a parlightning.fit YAML config")
-    defaults = Args.from_config(known.config)
-    for name, value in vars(defaults).items():
-        flag = "--" + name.replace("_", "-")
-        if isinstance(value, dict):
-            continue
-        if isinstance(value, bool):
-            parser.add_argument(flag, type=lambda s: s.lower() in ("1", "true", "yes"), default=value)
-        elif isinstance(value, tuple):
-            parser.add_argument(flag, type=int, nargs="+", default=value)
-        elif value is None:
-            parser.add_argument(flag, type=int, default=value)
-        else:
-            parser.add_argument(flag, type=type(value), default=value)
-    ns = vars(parser.parse_args(argv))
-    for name in POSITIVE:  # counts and step sizes: 0 or less trains nothing (or forever)
-        value = ns.get(name)
-        if value is not None and not value > 0:
-            parser.error(f"argument --{name.replace('_', '-')}: must be positive, got {value}")
+    known, _ = _config_parser().parse_known_args(argv)
+    ns = vars(build_parser(known.config).parse_args(argv))
     ns.pop("config")
     if ns.pop("quick"):
         ns.update(iterations=2, num_envs=64, num_steps=16)
     ns["hidden_sizes"] = tuple(ns["hidden_sizes"])
-    return Args(**{**vars(defaults), **ns})
+    return Args(**{**vars(Args.from_config(known.config)), **ns})
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    train(parse_args(argv), verbose=True)
 
 
 if __name__ == "__main__":
-    train(parse_args(), verbose=True)
+    from parlightning.cli.script_main import run_main
+
+    run_main(main)

@@ -22,28 +22,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
+from parlightning.cli.arg_types import actor_count, positive_int, random_seed, step_count  # noqa: E402
+
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 # task -> (configs for the MLP, configs for a recurrent policy, the metric per rollout)
 TASKS = {
     "memory": (["memory.yaml"], ["memory.yaml"], "charts/episodic_return"),
     "swarm": (["swarm.yaml"], ["swarm.yaml", "swarm_gru.yaml"], "rollout/success_rate"),
 }
-
-
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1 (argparse prints `error: argument --x: ...` and exits 2)."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
-    return value
-
-
-def seed_type(text: str) -> int:
-    """argparse type: a seed in numpy's range 0..2**32 - 1 (checked before torch loads)."""
-    value = int(text)
-    if not 0 <= value < 2**32:
-        raise argparse.ArgumentTypeError(f"a seed lies in 0..4294967295, got {value}")
-    return value
 
 
 def run(task: str, policy: str, seed: int, root: str, extra: list[str]) -> tuple[list[float], float]:
@@ -70,17 +56,21 @@ def solved_at(returns: list[float], level: float = 0.9) -> str:
     return next((str(i + 1) for i, r in enumerate(returns) if r >= level), "-")
 
 
-def main_(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", choices=sorted(TASKS), default="memory")
     parser.add_argument("--policies", nargs="+", choices=["mlp", "gru", "lstm"], default=["mlp", "gru", "lstm"])
-    parser.add_argument("--seeds", nargs="+", type=seed_type, default=[0, 1, 2])
+    parser.add_argument("--seeds", nargs="+", type=random_seed, default=[0, 1, 2])
     parser.add_argument("--epochs", type=positive_int, default=None, help="trainer.max_epochs (default: the config's)")
-    parser.add_argument("--num_envs", type=positive_int, default=None, help="data.num_envs (default: the config's)")
-    parser.add_argument("--delay", type=positive_int, default=None, help="memory: steps between cue and query")
+    parser.add_argument("--num_envs", type=actor_count, default=None, help="data.num_envs (default: the config's)")
+    parser.add_argument("--delay", type=step_count, default=None, help="memory: steps between cue and query")
     parser.add_argument("--n_cues", type=positive_int, default=None, help="memory: number of cues")
     parser.add_argument("--quick", action="store_true", help="smoke run: mlp and gru, seed 0, 2 iterations of 32 actors")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main_(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     if args.quick:
         args.policies, args.seeds, args.epochs, args.num_envs = args.policies[:2], args.seeds[:1], 2, 32
     extra = []
@@ -115,4 +105,6 @@ def main_(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main_()
+    from parlightning.cli.script_main import run_main
+
+    run_main(main_)

@@ -44,6 +44,10 @@ from experiment import (  # noqa: E402
     ROOT, Job, bank_seeds, default_launch, eval_cmd, fit_cmd, flat_eval, load_results, log_dir, nested_diff_ci,
     open_study, publish_page, pyplot, read_curves, run_jobs, tail_of, write_json_atomic,
 )
+from parlightning.cli.arg_types import (  # noqa: E402
+    actor_count, as_path, comma_list, config_file, episode_count, existing_file, job_count, one_of, output_folder,
+    output_path, positive_fraction, positive_int, step_count,
+)
 
 ARMS = {
     "round_robin": {"class_path": "parlightning.distribution.samplers.RoundRobin"},
@@ -571,45 +575,45 @@ def family_plot(plan: dict, results: list[dict], path: Path) -> Optional[str]:
 
 
 # ---------------------------------------------------------------------------------------------- main
-def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", type=Path, default=ROOT / "configs" / "swarm.yaml")
-    p.add_argument("--arms", default=None, help=f"comma-separated (default {','.join(ARMS)})")
-    p.add_argument("--banks", default=None, help=f"comma-separated (default {','.join(BANKS)})")
-    p.add_argument("--seeds", type=int, default=None, help="training seeds per arm and bank (default 5; --quick 2)")
-    p.add_argument("--repeat-seeds", dest="repeat_seeds", type=int, default=None,
+    p.add_argument("--config", type=as_path(config_file), default=ROOT / "configs" / "swarm.yaml")
+    p.add_argument("--arms", type=comma_list(one_of(*ARMS)), default=None, help=f"comma-separated (default {','.join(ARMS)})")
+    p.add_argument("--banks", type=comma_list(one_of(*BANKS)), default=None, help=f"comma-separated (default {','.join(BANKS)})")
+    p.add_argument("--seeds", type=positive_int, default=None, help="training seeds per arm and bank (default 5; --quick 2)")
+    p.add_argument("--repeat-seeds", dest="repeat_seeds", type=positive_int, default=None,
                    help="seeds of the DDP and lag repeats (default 3; --quick 1)")
-    p.add_argument("--epochs", type=int, default=None, help="PPO iterations per run (default 40; --quick 2)")
-    p.add_argument("--every", type=int, default=None, help="checkpoint (and evaluate) every N iterations "
+    p.add_argument("--epochs", type=positive_int, default=None, help="PPO iterations per run (default 40; --quick 2)")
+    p.add_argument("--every", type=positive_int, default=None, help="checkpoint (and evaluate) every N iterations "
                    "(default 8; --quick 1)")
-    p.add_argument("--num-envs", dest="num_envs", type=int, default=None, help="actors (default 128; --quick 16)")
-    p.add_argument("--num-steps", dest="num_steps", type=int, default=None, help="steps per rollout (default 16; "
+    p.add_argument("--num-envs", dest="num_envs", type=actor_count, default=None, help="actors (default 128; --quick 16)")
+    p.add_argument("--num-steps", dest="num_steps", type=step_count, default=None, help="steps per rollout (default 16; "
                    "--quick 8)")
-    p.add_argument("--anneal-frac", dest="anneal_frac", type=float, default=0.6)
-    p.add_argument("--eval-seeds", dest="eval_seeds", type=int, default=1, help="evaluation seeds per bank")
-    p.add_argument("--episodes", type=int, default=None, help="evaluation episodes per task (default 2; --quick 1)")
+    p.add_argument("--anneal-frac", dest="anneal_frac", type=positive_fraction, default=0.6)
+    p.add_argument("--eval-seeds", dest="eval_seeds", type=positive_int, default=1, help="evaluation seeds per bank")
+    p.add_argument("--episodes", type=episode_count, default=None, help="evaluation episodes per task (default 2; --quick 1)")
     p.add_argument("--no-ddp", dest="no_ddp", action="store_true", help="skip the 2-rank DDP repeat")
-    p.add_argument("--jobs", type=int, default=1)
-    p.add_argument("--out", type=Path, default=None, help="output folder (default runs/samplers/<time>); resumes")
-    p.add_argument("--docs", type=Path, default=None, help="also write the page here and the images beside it")
+    p.add_argument("--jobs", type=job_count, default=1)
+    p.add_argument("--out", type=as_path(output_folder), default=None, help="output folder (default runs/samplers/<time>); resumes")
+    p.add_argument("--docs", type=as_path(output_path), default=None, help="also write the page here and the images beside it")
     p.add_argument("--launch", choices=("exec", "fork"), default=None)
     p.add_argument("--quick", action="store_true", help="2 arms x 2 banks x 2 seeds, 2 iterations of 16 x 8; the "
                    "lag repeat, no DDP")
     p.add_argument("--report-only", dest="report_only", action="store_true", help="write the page from the runs "
                    "finished so far in --out (nothing is run); the page lists the missing runs")
-    p.add_argument("--evaluate-list", dest="evaluate_list", type=Path, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--evaluate-list", dest="evaluate_list", type=as_path(existing_file), default=None, help=argparse.SUPPRESS)
+    return p
+
+
+def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
+    p = build_parser()
     a = p.parse_args(argv)
     if a.evaluate_list is not None:
         return a
-    if not a.config.is_file():
-        raise SystemExit(f"error: --config: no config file at {a.config}")
     q = a.quick
-    a.arms = [x for x in (a.arms or ("round_robin,sfl" if q else ",".join(ARMS))).split(",") if x]
-    a.banks = [x for x in (a.banks or ("scarce,noisy" if q else ",".join(BANKS))).split(",") if x]
-    bad = [x for x in a.arms if x not in ARMS] + [x for x in a.banks if x not in BANKS]
-    if bad:
-        raise SystemExit(f"error: --arms / --banks: unknown {bad}; arms are {list(ARMS)}, banks {list(BANKS)}")
+    a.arms = a.arms or (["round_robin", "sfl"] if q else list(ARMS))
+    a.banks = a.banks or (["scarce", "noisy"] if q else list(BANKS))
     if PRIMARY not in a.arms:
         raise SystemExit(f"error: --arms: every comparison is against {PRIMARY}; include it")
     pick = lambda v, quick, full: v if v is not None else (quick if q else full)  # noqa: E731
@@ -617,16 +621,11 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     a.epochs, a.every = pick(a.epochs, 2, 40), pick(a.every, 1, 8)
     a.num_envs, a.num_steps = pick(a.num_envs, 16, 128), pick(a.num_steps, 8, 16)
     a.episodes = pick(a.episodes, 1, 2)
-    for name in ("seeds", "repeat_seeds", "epochs", "every", "num_envs", "num_steps", "eval_seeds", "episodes", "jobs"):
-        if getattr(a, name) <= 0:
-            raise SystemExit(f"error: --{name.replace('_', '-')}: must be positive, got {getattr(a, name)}")
     if a.epochs % a.every:
         raise SystemExit(f"error: --every: {a.every} must divide --epochs {a.epochs} (the last checkpoint is the "
                          "final policy)")
     if a.num_envs % 2:
         raise SystemExit(f"error: --num-envs: {a.num_envs} must be even (the DDP repeat halves it per rank)")
-    if not 0 < a.anneal_frac <= 1:
-        raise SystemExit("error: --anneal-frac must lie in (0, 1]")
     a.variants = ["lockstep", "lag1"] + ([] if (q or a.no_ddp) else ["ddp2"])
     a.launch = a.launch or default_launch(True)  # the preloaded fork server (DDP runs start fresh interpreters)
     return a
@@ -670,4 +669,6 @@ def main(argv: Optional[list[str]] = None) -> Optional[dict]:
 
 
 if __name__ == "__main__":
-    main()
+    from parlightning.cli.script_main import run_main
+
+    run_main(main)

@@ -27,7 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 from parlightning.distribution.samplers import DifficultyWeighted, PosteriorSignal, RoundRobin  # noqa: E402
-from parlightning.cli.arg_types import positive_int  # noqa: E402
+from parlightning.cli.arg_types import job_count, positive_int  # noqa: E402
 
 PUBLISHED_CLEAN = {"c=1.4": 15.5, "c=0.7": 19.3, "c=0.4": 21.0, "c=0.2": 23.4, "c=0.1": 27.4, "round-robin": 14.5}
 PUBLISHED_NOISY = {"c=0.4": 11.5, "c=0.2": 16.3, "c=0.1": 18.1, "round-robin": 7.3}
@@ -135,15 +135,17 @@ def print_table(title: str, rows: Rows, budgets: list[int], published: Optional[
         print(f"| {name} | {pub}" + " | ".join(cells) + " |")
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="3 seeds, budget 200, no hypotheses: a few seconds")
     parser.add_argument("--seeds", type=positive_int, default=None, help="seeds per cell (default 10, --quick 3)")
-    parser.add_argument("--workers", type=positive_int, default=min(2, os.cpu_count() or 1), help="processes (default 2)")
-    args = parser.parse_args()
+    parser.add_argument("--workers", type=job_count, default=min(2, os.cpu_count() or 1), help="processes (default 2)")
+    return parser
+
+
+def main() -> None:
+    args = build_parser().parse_args()
     seeds = args.seeds or (3 if args.quick else 10)
-    if seeds < 1 or args.workers < 1:
-        parser.error("--seeds and --workers must be >= 1")
     budgets = [200] if args.quick else [200, 400, 1000]
     regimes = [(0.0, 1), (0.0, IN_FLIGHT), (NOISE, 1), (NOISE, IN_FLIGHT)]
     jobs = [(name, noise, fl, seeds, tuple(budgets)) for noise, fl in regimes for name in SAMPLERS]
@@ -181,4 +183,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from parlightning.cli.script_main import run_main
+
+    run_main(main)

@@ -33,21 +33,10 @@ from collections import deque
 from pathlib import Path
 from typing import Any, Optional
 
-from parlightning.cli.arg_types import non_negative_int, output_folder  # stdlib only: a cheap import
+from parlightning.cli.arg_types import as_path, output_file, output_folder, positive_int, random_seed  # stdlib only: a cheap import
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = {"fast": ROOT / "configs" / "cartpole_fast.yaml", "gym": ROOT / "configs" / "cartpole.yaml"}
-
-
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1 (kept here: this script times interpreter start-up, so it imports little)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
-    return value
 LABELS = {"fast": "parlightning, configs/cartpole_fast.yaml", "gym": "parlightning, configs/cartpole.yaml (Gymnasium)",
           "sb3": "Stable-Baselines3 PPO, rl-zoo tuned"}
 BUDGET = {"fast": None, "gym": None, "sb3": 100_000}  # env steps; None: the config's trainer.max_epochs; sb3: rl-zoo's
@@ -159,7 +148,9 @@ def run(path: str, seed: int, budget: Optional[int], logdir: Path) -> dict[str, 
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
-        raise SystemExit(f"error: the {path} run for seed {seed} failed:\n{proc.stderr[-3000:]}")
+        from parlightning.cli.script_main import sub_run_failed
+
+        raise sub_run_failed(f"the {path} run for seed {seed}", proc.returncode, proc.stderr)
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     out["process_s"] = out["wall_end"] - start if "wall_end" in out else None
     out["cpu_s"] = (cpu1.ru_utime + cpu1.ru_stime) - (cpu0.ru_utime + cpu0.ru_stime)  # the whole process (to exit)
@@ -233,22 +224,26 @@ def startup(repeats: int = 3) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seeds", type=non_negative_int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--seeds", type=random_seed, nargs="+", default=[0, 1, 2])
     parser.add_argument("--paths", nargs="+", choices=list(LABELS), default=list(LABELS))
     parser.add_argument("--quick", action="store_true",
                         help="1 seed, the fast path only, 8,192 env steps: checks the script runs (does not solve)")
     parser.add_argument("--budget", type=positive_int, default=None,
                         help="env steps per run (default: the configs' trainer.max_epochs; SB3 rl-zoo's 100,000)")
-    parser.add_argument("--logdir", type=lambda t: Path(output_folder(t)), default=Path("runs") / "time_to_solve",
+    parser.add_argument("--logdir", type=as_path(output_folder), default=Path("runs") / "time_to_solve",
                         help="untracked scratch folder")
-    parser.add_argument("--json", type=Path, default=None, help="also write the raw results here")
+    parser.add_argument("--json", type=as_path(output_file), default=None, help="also write the raw results here")
     parser.add_argument("--startup", action="store_true",
                         help="only the start-up table: each path's imports in fresh processes, and where "
                              "`import lightning.pytorch` spends its time (it also ends a full run)")
     parser.add_argument("--child", choices=list(LABELS), default=None, help=argparse.SUPPRESS)
-    a = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    a = build_parser().parse_args(argv)
     if a.startup:
         print(startup())
         return 0
@@ -280,4 +275,6 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from parlightning.cli.script_main import run_main
+
+    run_main(main)

@@ -26,7 +26,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from parlightning.cli.arg_types import positive_int  # noqa: E402
+from parlightning.cli.arg_types import config_file, output_folder, positive_int, random_seed  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -73,17 +73,28 @@ def _check_overrides(fit: Any, config: str, overrides: list[str]) -> None:
         raise SystemExit(text if text.startswith("error:") else f"error: --override: {text}") from None
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
+def override_item(item: str) -> str:
+    """--override: one fit override `key=value` (e.g. model.ent_coef=0.0)."""
+    if "=" not in item or item.startswith("=") or item.startswith("-"):
+        raise argparse.ArgumentTypeError(f"must be key=value (e.g. model.ent_coef=0.0), got {item!r}")
+    return item
+
+
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", default=str(ROOT / "configs" / "cartpole_tensor.yaml"), help="the fit config to tune")
+    p.add_argument("--config", type=config_file, default=str(ROOT / "configs" / "cartpole_tensor.yaml"), help="the fit config to tune")
     p.add_argument("--trials", type=positive_int, default=20)
     p.add_argument("--iterations", type=positive_int, default=40, help="PPO iterations (trainer.max_epochs) per trial")
     p.add_argument("--last", type=positive_int, default=5, help="score: mean episodic return of the last N iterations")
-    p.add_argument("--seed", type=int, default=0, help="the sampler's seed and every trial's fit seed")
-    p.add_argument("--out", default="runs/tune", help="study folder: one run folder per trial, study.json")
-    p.add_argument("--override", action="append", default=[], help="extra fit override for every trial (key=value)")
+    p.add_argument("--seed", type=random_seed, default=0, help="the sampler's seed and every trial's fit seed")
+    p.add_argument("--out", type=output_folder, default="runs/tune", help="study folder: one run folder per trial, study.json")
+    p.add_argument("--override", action="append", type=override_item, default=[], help="extra fit override for every trial (key=value)")
     p.add_argument("--quick", action="store_true", help="2 trials of 2 tiny iterations (seconds)")
-    a = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    a = build_parser().parse_args(argv)
     try:
         import optuna
     except ImportError:
@@ -91,9 +102,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from parlightning import fit
 
     overrides = list(a.override)
-    for item in overrides:  # before the study folder is made
-        if "=" not in item or item.startswith("=") or item.startswith("-"):
-            raise SystemExit(f"error: --override: expected key=value (e.g. model.ent_coef=0.0), got {item!r}")
     if a.quick:
         a.trials, a.iterations, a.last = 2, 2, 1
         overrides += ["data.num_envs=8", "data.num_steps=16", "data.num_minibatches=2"]
@@ -141,4 +149,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 if __name__ == "__main__":
     os.environ.setdefault("PYTHONWARNINGS", "ignore")
-    main()
+    from parlightning.cli.script_main import run_main
+
+    run_main(main)

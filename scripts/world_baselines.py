@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from parlightning.cli.evaluate import build_env, by_family, env_spec, run_episodes, summarise  # noqa: E402
-from parlightning.cli.arg_types import non_negative_int, output_file, positive_int  # noqa: E402
+from parlightning.cli.arg_types import episode_count, non_negative_int, output_file, positive_int  # noqa: E402
 
 T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26}
 
@@ -40,16 +40,20 @@ def mean_ci(xs: list[float]) -> tuple[float, float, float]:
     return m, s, T95.get(len(xs) - 1, 1.96) * s / len(xs) ** 0.5
 
 
-def main(argv=None) -> dict:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--wide", action="store_true", help="configs/swarm_wide.yaml instead of configs/swarm.yaml")
     p.add_argument("--seeds", type=positive_int, default=5)
-    p.add_argument("--episodes", type=positive_int, default=4, help="episodes per task per seed")
+    p.add_argument("--episodes", type=episode_count, default=4, help="episodes per task per seed")
     p.add_argument("--split", default="heldout", choices=("heldout", "train"))
     p.add_argument("--quick", action="store_true", help="2 seeds x 1 episode per task")
     p.add_argument("--json", type=output_file, help="also write the results here")
     p.add_argument("--banks", type=non_negative_int, default=0, help="also compare optimal with oracle on this many banks")
-    a = p.parse_args(argv)
+    return p
+
+
+def main(argv=None) -> dict:
+    a = build_parser().parse_args(argv)
     if a.quick:
         a.seeds, a.episodes = 2, 1
     configs = [str(ROOT / "configs" / "swarm.yaml")] + ([str(ROOT / "configs" / "swarm_wide.yaml")] if a.wide else [])
@@ -140,4 +144,6 @@ def compare_banks(cls, init_args: dict, a) -> list[dict]:
 
 
 if __name__ == "__main__":
-    main()
+    from parlightning.cli.script_main import run_main
+
+    run_main(main)

@@ -26,18 +26,19 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/: the shared experiment runner
 
 from experiment import (  # noqa: E402
-    ROOT, bank_seeds, default_launch, grid_plan, mean_std_ci, output_folder, positive_int, run_grid, welch_p,
+    ROOT, bank_seeds, default_launch, grid_plan, mean_std_ci, run_grid, welch_p,
 )
+from parlightning.cli.arg_types import job_count, output_folder, positive_int, random_seed  # noqa: E402
 
 CURVE = ("success_rate", "critical_steps", "subagents", "finish_rate", "delegation_share")
 KEYS = ("success_rate", "serial_success_rate", "ceiling_success_rate", "critical_steps", "speedup_vs_serial",
         "ceiling_speedup_vs_serial", "subagents_per_episode", "finish_rate")
 
 
-def main(argv=None) -> dict:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--policies", nargs="+", default=["mlp"], choices=["mlp", "slots"])
-    p.add_argument("--seeds", nargs="+", type=int, default=[0])
+    p.add_argument("--seeds", nargs="+", type=random_seed, default=[0])
     p.add_argument("--epochs", type=positive_int, default=None, help="PPO iterations (default: the config's)")
     p.add_argument("--wide", action="store_true", help="add configs/swarm_wide.yaml")
     p.add_argument("--quick", action="store_true", help="2 iterations of 32 actors x 8 steps, 1 episode per task")
@@ -46,11 +47,15 @@ def main(argv=None) -> dict:
     p.add_argument("--every", type=positive_int, default=5, help="print the learning curve every N iterations")
     p.add_argument("--banks", type=positive_int, default=3, help="held-out task banks (default 3)")
     p.add_argument("--eval-seeds", dest="eval_seeds", type=positive_int, default=1, help="evaluation seeds per bank")
-    p.add_argument("--jobs", type=positive_int, default=1, help="runs in parallel processes")
-    p.add_argument("--threads", type=positive_int, default=None, help="torch intra-op threads per run (default 1)")
+    p.add_argument("--jobs", type=job_count, default=1, help="runs in parallel processes")
+    p.add_argument("--threads", type=job_count, default=None, help="torch intra-op threads per run (default 1)")
     p.add_argument("--compile", action="store_true",
                    help="SwarmEnv(compile=True): the env step as C++ kernels (the same trajectories, faster)")
-    a = p.parse_args(argv)
+    return p
+
+
+def main(argv=None) -> dict:
+    a = build_parser().parse_args(argv)
     for name, v in (("--banks", a.banks), ("--eval-seeds", a.eval_seeds), ("--jobs", a.jobs), ("--every", a.every)):
         if v <= 0:
             raise SystemExit(f"error: {name}: must be positive, got {v}")
@@ -89,4 +94,6 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    from parlightning.cli.script_main import run_main
+
+    run_main(main)

@@ -29,11 +29,14 @@ from torch import Tensor
 
 from parlightning.envs.base import action_mask_of
 from parlightning.errors import ConfigError, out_of_memory
+from parlightning.cli.arg_types import (actor_count, bounded_float, config_file, existing_file, output_file, positive_float, positive_int,
+                                         random_seed, step_count)
 from parlightning.cli.outputs import check_output_file, raise_write_error
 from parlightning.cli.evaluate import build_env, env_spec, greedy_action, load_policy
 from parlightning.policies.actor_critic import padding_logit
 
 BC_POLICIES = ("mlp", "slots")
+TEACHERS = ("serial", "oracle", "optimal", "random")  # the worlds' scripted policies (evaluate's --policy)
 
 
 def model_config(configs: list[str]) -> dict[str, Any]:
@@ -190,23 +193,36 @@ def clone(configs: list[str], teacher: str, out: str, rounds: int = 32, num_envs
     return report
 
 
-def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
+def teacher_name(text: str) -> str:
+    """--teacher: a scripted policy's name or a checkpoint file."""
+    if text in TEACHERS:
+        return text
+    if text.endswith(".ckpt") or os.path.sep in text:
+        return existing_file(text)
+    raise argparse.ArgumentTypeError(f"must be one of {', '.join(TEACHERS)} or a .ckpt file (got {text!r})")
+
+
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m parlightning.bc", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", action="append", default=[], required=True, help="the fit config(s) (repeatable)")
-    p.add_argument("--teacher", default="serial", help="serial | oracle | optimal | random | a .ckpt (default serial)")
-    p.add_argument("--out", required=True, help="the checkpoint to write (start PPO with --model.init_from OUT)")
-    p.add_argument("--rounds", type=int, default=32, help="teacher steps per actor")
-    p.add_argument("--num_envs", type=int, default=256)
-    p.add_argument("--epochs", type=int, default=30)
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--minibatch", type=int, default=4096)
-    p.add_argument("--label_smoothing", type=float, default=0.0)
-    p.add_argument("--seed", type=int, default=None, help="default: the config's seed_everything")
-    p.add_argument("--json", help="also write the report here")
+    p.add_argument("--config", action="append", default=[], required=True, type=config_file, help="the fit config(s) (repeatable)")
+    p.add_argument("--teacher", type=teacher_name, default="serial", help="serial | oracle | optimal | random | a .ckpt (default serial)")
+    p.add_argument("--out", required=True, type=output_file, help="the checkpoint to write (start PPO with --model.init_from OUT)")
+    p.add_argument("--rounds", type=step_count, default=32, help="teacher steps per actor")
+    p.add_argument("--num_envs", type=actor_count, default=256)
+    p.add_argument("--epochs", type=positive_int, default=30)
+    p.add_argument("--lr", type=positive_float, default=1e-3)
+    p.add_argument("--minibatch", type=positive_int, default=4096)
+    p.add_argument("--label_smoothing", type=bounded_float(0.0, 1.0, high_open=True), default=0.0)
+    p.add_argument("--seed", type=random_seed, default=None, help="default: the config's seed_everything")
+    p.add_argument("--json", type=output_file, help="also write the report here")
+    return p
+
+
+def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     from parlightning.cli.packaged import resolve_config_args  # `--config swarm`: the packaged file, as in fit
 
-    a = p.parse_args(resolve_config_args(sys.argv[1:] if argv is None else argv))
+    a = build_parser().parse_args(resolve_config_args(sys.argv[1:] if argv is None else argv))
     try:
         reads = [("--config", c) for c in a.config] + [("--teacher", a.teacher)]
         check_output_file("--out", a.out, reads)  # before the teacher plays or anything is written

@@ -28,7 +28,9 @@ from torch import Tensor
 
 from parlightning.envs.base import action_mask_of
 from parlightning.errors import ConfigError, out_of_memory
-from parlightning.cli.arg_types import bank_seed
+from parlightning.cli.arg_types import (bank_seed, config_file, device_name, episode_count, existing_file, output_file,
+                                         random_seed)
+from parlightning.envs.swarm_tasks import SPLITS
 from parlightning.cli.outputs import check_output_file, raise_write_error
 from parlightning.runtime.preflight import check_config_file
 
@@ -296,29 +298,33 @@ def record_video(env_id: str, policy: Optional[torch.nn.Module], path: str, seed
 
 
 # ---------------------------------------------------------------------------------- main
-def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m parlightning.evaluate", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", action="append", default=[], help="the fit config(s) naming data.env (repeatable)")
-    p.add_argument("--ckpt_path", help="a checkpoint written by python -m parlightning.fit")
+    p.add_argument("--config", action="append", default=[], type=config_file, help="the fit config(s) naming data.env (repeatable)")
+    p.add_argument("--ckpt_path", type=existing_file, help="a checkpoint written by python -m parlightning.fit")
     p.add_argument("--policy", choices=("serial", "oracle", "optimal", "random"),
                    help="a scripted baseline of the world instead (optimal: the round-optimal oracle, the ceiling)")
-    p.add_argument("--split", help="task bank to evaluate on: heldout (default for worlds with splits) or train")
-    p.add_argument("--episodes", type=int, default=4, help="episodes per task (Gymnasium worlds: in all)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--split", choices=SPLITS, help="task bank to evaluate on: heldout (default for worlds with splits) or train")
+    p.add_argument("--episodes", type=episode_count, default=4, help="episodes per task (Gymnasium worlds: in all)")
+    p.add_argument("--seed", type=random_seed, default=0)
     p.add_argument("--bank_seeds", type=bank_seed, nargs="+", help="several task banks (bank_seed each): per-bank rows, "
                    "mean and spread")
-    p.add_argument("--seeds", type=int, nargs="+", help="several evaluation seeds (with or without --bank_seeds)")
+    p.add_argument("--seeds", type=random_seed, nargs="+", help="several evaluation seeds (with or without --bank_seeds)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--greedy", dest="greedy", action="store_true", default=True, help="most likely action (default)")
     g.add_argument("--sample", dest="greedy", action="store_false", help="sample actions from the policy")
-    p.add_argument("--json", help="write the numbers (overall and per family) to this file")
-    p.add_argument("--gantt", help="draw actor 0's episode as a timeline to this .png")
-    p.add_argument("--trace", help="write every evaluated episode, round by round, to this .jsonl (one JSON object "
+    p.add_argument("--json", type=output_file, help="write the numbers (overall and per family) to this file")
+    p.add_argument("--gantt", type=output_file, help="draw actor 0's episode as a timeline to this .png")
+    p.add_argument("--trace", type=output_file, help="write every evaluated episode, round by round, to this .jsonl (one JSON object "
                    "per episode: stages, what each slot did, subagent outcomes)")
-    p.add_argument("--video", help="Gymnasium worlds that render: write one episode to this file (needs imageio)")
-    p.add_argument("--device", default="cpu")
-    return p.parse_args(argv)
+    p.add_argument("--video", type=output_file, help="Gymnasium worlds that render: write one episode to this file (needs imageio)")
+    p.add_argument("--device", type=device_name, default="cpu")
+    return p
+
+
+def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
+    return build_parser().parse_args(argv)
 
 
 def check_device(flag: str, device: Any, types: Optional[tuple[str, ...]] = ("cpu", "cuda", "mps")) -> None:

@@ -30,6 +30,7 @@ from parlightning.runtime.checkpoint import load_checkpoint_file
 from parlightning.envs.base import ActionSpec
 from parlightning.envs.normalize import ObsNormalizer, normalizer_from_checkpoint
 from parlightning.errors import ConfigError
+from parlightning.cli.arg_types import existing_file, output_file
 from parlightning.cli.outputs import check_output_file, raise_write_error
 from parlightning.policies.actor_critic import ActorCritic, CategoricalHead
 
@@ -141,14 +142,18 @@ def export_policy(policy: ActorCritic, observation_shape: Sequence[int], out: st
     return out
 
 
-def main(argv: Optional[list[str]] = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m parlightning.export", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ckpt_path", required=True, help="a checkpoint written by python -m parlightning.fit")
-    parser.add_argument("--out", required=True, help="the file to write (policy.pt2, policy.onnx)")
+    parser.add_argument("--ckpt_path", required=True, type=existing_file, help="a checkpoint written by python -m parlightning.fit")
+    parser.add_argument("--out", required=True, type=output_file, help="the file to write (policy.pt2, policy.onnx)")
     parser.add_argument("--format", choices=FORMATS, default=None,
                         help="pt2 (torch.export, default) or onnx (needs the onnx extra); default from --out's suffix")
-    a = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    a = build_parser().parse_args(argv)
     fmt = a.format or ("onnx" if a.out.endswith(".onnx") else "pt2")
     try:
         suffix = Path(a.out).suffix

@@ -25,6 +25,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from parlightning.cli.arg_types import bounded_int, comma_list, output_file, positive_int, text_item
 from parlightning.errors import ConfigError
 from parlightning.cli.outputs import check_output_file, raise_write_error
 
@@ -150,23 +151,40 @@ def write_csv(curves: Sequence[Curve], path: str) -> None:
                 w.writerow([c.name, len(c.runs), *(f"{v:.6g}" for v in row)])
 
 
-def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
+MAX_POINTS = 1_000_000
+
+
+def group_spec(text: str) -> str:
+    """--group NAME=PATTERN[,PATTERN...]: a name, `=`, and patterns with no empty one."""
+    name, sep, patterns = text.partition("=")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError(f"must be NAME=PATTERN (e.g. mlp='runs/mlp_*'), got {text!r}")
+    try:
+        comma_list(text_item)(patterns)
+    except argparse.ArgumentTypeError as err:
+        raise argparse.ArgumentTypeError(f"the patterns after {name}=: {err}") from None
+    return text
+
+
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m parlightning.plot", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("runs", nargs="*", help="run folders or glob patterns: one group named 'runs'")
-    p.add_argument("--group", action="append", default=[], metavar="NAME=PATTERN",
+    p.add_argument("--group", action="append", default=[], type=group_spec, metavar="NAME=PATTERN",
                    help="a named group of runs (repeatable; the pattern may be repeated with commas)")
     p.add_argument("--tag", default="charts/episodic_return", help="the scalar to plot (default: episodic return)")
-    p.add_argument("--out", default="curves.png", help="the PNG to write")
-    p.add_argument("--csv", help="also write the curves' numbers to this CSV")
-    p.add_argument("--smooth", type=int, default=1, help="trailing moving average over N logged points")
+    p.add_argument("--out", type=output_file, default="curves.png", help="the PNG to write")
+    p.add_argument("--csv", type=output_file, help="also write the curves' numbers to this CSV")
+    p.add_argument("--smooth", type=positive_int, default=1, help="trailing moving average over N logged points")
     p.add_argument("--band", choices=("ci", "std"), default="ci", help="95%% CI of the mean (default) or ± 1 std")
-    p.add_argument("--points", type=int, default=200, help="grid points when runs log different steps")
-    p.add_argument("--title")
-    return p.parse_args(argv)
+    p.add_argument("--points", type=bounded_int(2, MAX_POINTS), default=200, help="grid points when runs log different steps")
+    p.add_argument("--title")  # free text (drawn as the figure's title; checked by _check_title)
+    return p
 
 
-MAX_POINTS = 1_000_000
+def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
+    return build_parser().parse_args(argv)
+
 
 
 def _check_title(title: Optional[str]) -> None:
