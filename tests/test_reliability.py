@@ -102,7 +102,7 @@ BAD_INPUT = [  # (arguments, the field the message names, a piece of the fix it 
     (["--data.gamma", "1.5"], "data.gamma", "[0, 1]"),
     (["--model.lr", "0"], "model.lr", "must be positive"),
     (["--model.activation", "swish"], "model.activation", "choose one of"),
-    (["--model.hidden_sizes", "[64, 0]"], "model.hidden_sizes", "positive integer widths"),
+    (["--model.hidden_sizes", "[64, 0]"], "model.hidden_sizes", "positive integer"),
     (["--torch_threads", "0"], "--torch_threads", "positive integer"),
     (["--stall_timeout", "1"], "--stall_timeout", "at least 3 seconds or null"),
     (["--heartbeat_timeout", "-5"], "--heartbeat_timeout", "at least 3 seconds or null"),

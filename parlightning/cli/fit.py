@@ -23,12 +23,14 @@ from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from parlightning.runtime.checkpoint import (
-    check_output_dirs, check_resume, claim_version, clean_stale_partials, new_output_dirs, remove_new_outputs,
-    use_atomic_checkpoints,
+    check_checkpoint_path, check_output_dirs, check_resume, claim_version, clean_stale_partials, new_output_dirs,
+    remove_new_outputs, use_atomic_checkpoints,
 )
 from parlightning.cli.config_log import LoggedConfig
 from parlightning.ppo.data import RolloutDataModule
-from parlightning.errors import ConfigError, ReportedError, error_text, parser_error_line, root_error_line
+from parlightning.errors import (
+    ConfigError, ReportedError, check_call_shape, error_text, parser_error_line, root_error_line,
+)
 from parlightning.ppo.module import PPOModule
 from parlightning.cli.packaged import moved_hint, resolve_config_args
 from parlightning.callbacks.base import RolloutCallback
@@ -83,8 +85,11 @@ class ParlCLI(LightningCLI):
     def before_instantiate_classes(self) -> None:
         config = self.config
         ckpt = config.get("ckpt_path")
-        if ckpt is not None and not os.path.isfile(ckpt):
-            raise SystemExit(f"error: --ckpt_path: no checkpoint file at {ckpt!r}; pass an existing .ckpt file or drop the flag")
+        if ckpt is not None:
+            try:
+                check_checkpoint_path(ckpt, "--ckpt_path", "pass an existing .ckpt file or drop the flag")
+            except ConfigError as err:
+                raise SystemExit(f"error: {err}") from None
         threads = config.get("torch_threads")
         if threads is not None:
             if threads <= 0:
@@ -373,14 +378,8 @@ def _check_hook_signatures(cb: Any) -> None:
         method = getattr(cb, hook, None)
         if not callable(method) or getattr(type(cb), hook, None) is getattr(RolloutCallback, hook, None):
             continue
-        try:
-            inspect.signature(method).bind(None, None, *rest)
-        except TypeError:
-            args = ", ".join(("trainer", "pl_module") + rest)
-            raise ConfigError(f"{where}.{hook} does not take the rollout's arguments: it is called as {hook}({args}); "
-                              f"define it as def {hook}(self, {args})") from None
-        except ValueError:  # no signature (a builtin): let the call tell
-            pass
+        check_call_shape("trainer.callbacks", f"{cls.__module__}.{cls.__qualname__}", hook, method,
+                         ("trainer", "pl_module", *rest), caller="the rollout")
 
 
 def _check_checkpoint_filename(cb: Any) -> None:

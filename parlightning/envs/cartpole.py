@@ -16,7 +16,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from parlightning.config_types import PositiveInt, check_args
+from parlightning.config_types import PositiveInt, Seed, check_args
 from parlightning.envs.base import ActionSpec, BatchedEnv, StepResult
 
 # Gymnasium's constants (gymnasium/envs/classic_control/cartpole.py).
@@ -46,12 +46,10 @@ class CartPoleEnv(BatchedEnv):
 
     checkpoint_exact = True  # state_dict resumes the very same trajectories
 
-    def __init__(self, num_envs: PositiveInt, device: str | torch.device = "cpu", seed: int = 0,
+    def __init__(self, num_envs: PositiveInt, device: str | torch.device = "cpu", seed: Seed = 0,
                  max_episode_steps: PositiveInt = 500):
-        typed = check_args("", CartPoleEnv.__init__, locals())  # the annotated ranges (config_types)
-        self.num_envs, self.max_episode_steps = typed["num_envs"], typed["max_episode_steps"]
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise ValueError(f"seed must be an int, got {seed!r}")
+        typed = check_args("CartPoleEnv", CartPoleEnv.__init__, locals())  # the annotated ranges (config_types)
+        self.num_envs, self.max_episode_steps, seed = typed["num_envs"], typed["max_episode_steps"], typed["seed"]
         self.device = torch.device(device)
         self.observation_shape = (4,)
         self.action_spec = ActionSpec("discrete", nvec=(2,))

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from parlightning.config_types import PositiveInt, Seed, check_args
 from parlightning.envs.base import ActionSpec, BatchedEnv, StepResult
 from parlightning.errors import ConfigError
 
@@ -115,9 +116,9 @@ class GymVectorEnv(BatchedEnv):
 
     def __init__(
         self,
-        num_envs: int,
+        num_envs: PositiveInt,
         device: str | torch.device = "cpu",
-        seed: int = 0,
+        seed: Seed = 0,
         *,
         env_id: str,
         vectorization: str = "sync",
@@ -137,13 +138,12 @@ class GymVectorEnv(BatchedEnv):
                 "pip install -U 'parlightning[gym]'"
             ) from e
         if isinstance(num_envs, str):
-            raise TypeError(f"env_id is keyword-only: GymVectorEnv(num_envs, env_id={num_envs!r})")
-        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs <= 0:
-            raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
-        if not isinstance(env_id, str) or not env_id:
-            raise ValueError(f"env_id must be a registered Gymnasium env id such as 'CartPole-v1', got {env_id!r}")
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise ValueError(f"seed must be an int, got {seed!r}")
+            raise ConfigError(f"GymVectorEnv.num_envs: must be a positive integer, got {num_envs!r}; env_id is "
+                              f"keyword-only: GymVectorEnv(num_envs, env_id={num_envs!r})")
+        num_envs, seed = check_args("GymVectorEnv", GymVectorEnv.__init__, locals()).values()
+        if not env_id:
+            raise ConfigError("GymVectorEnv.env_id: must be a registered Gymnasium env id such as 'CartPole-v1', "
+                              "got ''")
         if vectorization not in _VECTORIZATIONS:
             raise ConfigError(f"vectorization: unknown {vectorization!r}; choose one of {', '.join(_VECTORIZATIONS)}")
         env_kwargs = {**(env_kwargs or {}), **kwargs}
