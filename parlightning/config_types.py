@@ -103,10 +103,13 @@ def check_value(field: str, annotation: Any, value: Any) -> Any:
             if isinstance(value, (str, bytes)) or not isinstance(value, AbcSequence):
                 raise ValueError(value)
             plain = [tp._type(tp(_number(v, tp))) for v in value]
-            return type(value)(plain) if isinstance(value, tuple) else plain
-        return tp._type(tp(_number(value, tp)))
+        else:
+            plain = tp._type(tp(_number(value, tp)))
     except (ValueError, TypeError, OverflowError):
         raise ConfigError(f"{field}: {_requirement_of(tp, optional, sequence)}, got {value!r}") from None
+    for v in plain if sequence else (plain,):
+        _fits_64_bits(field, v)
+    return type(value)(plain) if sequence and isinstance(value, tuple) else plain
 
 
 _PLAIN = {  # a plain annotation's check: (accepts, what a value must be)
@@ -125,9 +128,10 @@ def _is_nan(value: Any) -> bool:
         return False
 
 
-def plain_of(annotation: Any) -> Optional[tuple[type, bool]]:
-    """(the plain type, optional) an annotation names when it is `int`, `float`, `bool`, `str` or
-    `Optional` of one of them; None for anything else (unions, containers, classes)."""
+def plain_of(annotation: Any) -> Optional[tuple[type, bool, bool]]:
+    """(the plain type, optional, sequence) an annotation names when it is `int`, `float`, `bool`,
+    `str`, a sequence of one (`Sequence[str]`, `list[float]`, `tuple[int, ...]`) or `Optional` of
+    either; None for anything else (unions, mappings, classes)."""
     optional = False
     if typing.get_origin(annotation) in (Union, types.UnionType):
         args = typing.get_args(annotation)
@@ -135,22 +139,40 @@ def plain_of(annotation: Any) -> Optional[tuple[type, bool]]:
         if len(rest) != 1:
             return None
         optional, annotation = len(rest) < len(args), rest[0]
-    return (annotation, optional) if annotation in _PLAIN else None
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (list, tuple, AbcSequence) and args and args[0] in _PLAIN \
+            and (origin is not tuple or len(args) == 1 or args[1] is Ellipsis):
+        return args[0], optional, True
+    return (annotation, optional, False) if annotation in _PLAIN else None
 
 
 def check_plain(field: str, annotation: Any, value: Any) -> Any:
     """`value` checked against a plain annotation (`plain_of`): a bool is not an int, a float not an
-    int count, nan not a number, a number not a string; a ConfigError naming `field` otherwise."""
+    int count, nan not a number, a number not a string, one string not a list of them, an integer
+    beyond 64 bits not one torch can hold; a ConfigError naming `field` otherwise."""
     found = plain_of(annotation)
     if found is None:
         return value
-    tp, optional = found
+    tp, optional, sequence = found
     if value is None and optional:
         return None
     accepts, need = _PLAIN[tp]
-    if not accepts(value):
+    if sequence:
+        ok = not isinstance(value, (str, bytes)) and isinstance(value, AbcSequence) and all(map(accepts, value))
+        need = f"must be a list, each item {need.removeprefix('must be ')}"
+    else:
+        ok = accepts(value)
+    if not ok:
         raise ConfigError(f"{field}: {need}{', or null' if optional else ''}, got {value!r:.80}")
+    for item in value if sequence else (value,):
+        _fits_64_bits(field, item)
     return value
+
+
+def _fits_64_bits(field: str, value: Any) -> None:
+    if isinstance(value, numbers.Integral) and not -2**63 <= value < 2**63:
+        raise ConfigError(f"{field}: must fit a 64-bit integer (at most {2**63 - 1:,}), got {value}; give a "
+                          "realistic value")
 
 
 def _number(value: Any, tp: type) -> Any:

@@ -51,7 +51,11 @@ CLASSES = {
 HUGE = [  # sizes whose tables would not fit any machine: refused before anything is allocated
     (SwarmEnv, "max_width", 10**6), (CueMemoryEnv, "n_cues", 10**12), (CueMemoryEnv, "delay", 10**9),
     (PoolOrchestrationWorld, "max_width", 10**9), (SwarmEnv, "seed", 2**64), (CartPoleEnv, "seed", -1),
-    (SimulatedPool, "seed", 2**64), (DifficultyWeighted, "seed", -1),
+    (SimulatedPool, "seed", 2**64), (DifficultyWeighted, "seed", -1), (CartPoleEnv, "num_envs", 10**12),
+    (SwarmEnv, "tasks_per_family", 10**9), (PoolOrchestrationWorld, "n_skills", 10**12),
+    # a device torch does not know, or one this machine does not have
+    (SwarmEnv, "device", "tpu"), (CartPoleEnv, "device", "cuda:99"), (CueMemoryEnv, "device", "gpu"),
+    (ExternalBatchedEnv, "device", 3),
 ]
 
 
@@ -60,15 +64,18 @@ def bad_values(annotation) -> list:
     -1 where it starts at 0 or above, a float where an integer is needed."""
     plain = plain_of(annotation)
     if plain is not None:
-        tp = plain[0]
-        return {int: ["3", True, 2.5, math.nan], float: ["0.5", True, math.nan], bool: ["yes", 1, None],
-                str: [3, b"x", True]}[tp] + ([] if plain[1] else [None] if tp is not bool else [])
+        tp, optional, sequence = plain
+        values = {int: ["3", True, 2.5, math.nan, 2**70], float: ["0.5", True, math.nan],
+                  bool: ["yes", 1, None], str: [3, b"x", True]}[tp]
+        if sequence:  # one string is not a list of them; each item is checked
+            return ["abc", *([v] for v in values)] + ([] if optional else [None])
+        return values + ([] if optional else [None] if tp is not bool else [])
     tp, _optional, sequence = constraint_of(annotation)
     restrictions = dict(tp._restrictions) if isinstance(tp._restrictions, dict) else {
         op: v for op, v in tp._restrictions}
     values = ["1", True, math.nan]
     if tp._type is int:
-        values.append(1.5)
+        values += [1.5, 2**70]  # not a count; beyond the 64 bits torch holds
     if any(op in ("<", "<=") and v != math.inf for op, v in restrictions.items()) or tp._type is float:
         values.append(math.inf)
     if any(op in (">", ">=") and v >= 0 for op, v in restrictions.items()):
@@ -116,7 +123,8 @@ def test_sizes_and_seeds_beyond_what_can_be_built(cls, name, value) -> None:
     with pytest.raises(ValueError) as err:
         cls(**{**needs, name: value})
     message = str(err.value)
-    assert owner in message and name in message and ("must" in message or "needs about" in message), message
+    assert owner in message and name in message and any(s in message for s in (
+        "must", "needs about", "device", "64-bit")), message
 
 
 @pytest.mark.parametrize("args, says", [
@@ -136,3 +144,27 @@ def test_through_the_cli_one_error_line_and_nothing_written(tmp_path, capsys, ar
     assert says in message, message
     assert "Traceback" not in capsys.readouterr().err
     assert not list(tmp_path.rglob("version_*")) and not list(tmp_path.rglob("*"))
+
+
+class RaisingSampler:  # a user's class whose own __init__ fails: named with its file and line, not as "'boom'"
+    def __init__(self, k: int = 1) -> None:
+        raise KeyError("boom")
+
+    def pick(self, keys, round_index):
+        return keys[0]
+
+    def record(self, task_id, score):
+        pass
+
+
+def test_a_users_class_failing_in_its_own_init_is_named(tmp_path, capsys) -> None:
+    from parlightning.cli.fit import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--config", str(ROOT / "configs" / "swarm.yaml"), "--trainer.default_root_dir", str(tmp_path),
+              "--data.sampler", f"{__name__}.RaisingSampler", "--data.num_envs", "8", "--data.num_steps", "4"])
+    message = exit_.value.code
+    assert isinstance(message, str) and "\n" not in message, message
+    assert message.startswith("error: RaisingSampler.__init__ (test_constructor_args_enumerated.py:") \
+        and "raised KeyError: 'boom'" in message, message
+    assert not list(tmp_path.rglob("*"))

@@ -235,7 +235,7 @@ def build_cli(args: list[str]) -> ParlCLI:
     except ArgumentError as err:  # the parser: unknown keys, wrong types, bad class paths, bad --config file
         raise SystemExit(f"error: {moved_hint(parser_error_line(str(err)))}") from None
     except (ValueError, TypeError, MisconfigurationException) as err:  # __init__ checks (ours and the Trainer's)
-        raise SystemExit(f"error: {root_error_line(err)}") from None
+        raise SystemExit(f"error: {_construction_error(err)}") from None
     except ImportError as err:  # an accelerator, strategy or logger whose package is not installed (torch_xla, ...)
         raise SystemExit(f"error: trainer: {_choices(args)}needs a package that is not installed "
                          f"({root_error_line(err)[:200]}); install it or pick another (e.g. trainer.accelerator: "
@@ -248,6 +248,20 @@ def build_cli(args: list[str]) -> ParlCLI:
         raise SystemExit(f"error: trainer.callbacks: two {name} callbacks with the same settings (state key); "
                          "Lightning cannot save both in a checkpoint: drop one (the config may list one already) or "
                          "give it another monitor / every_n_epochs") from None
+
+
+def _construction_error(err: BaseException) -> str:
+    """One line for a class that failed to build from the config: the package's own check (a
+    ConfigError, the Trainer's) as it is; an exception raised in the user's own `__init__` (a sampler,
+    callback or reward class of theirs) named with its class, file and line (`user_code_error`)."""
+    root = err
+    while root.__cause__ is not None:
+        root = root.__cause__
+    if not isinstance(root, (ConfigError, MisconfigurationException)):
+        user = user_code_error(root)
+        if user is not None:
+            return user
+    return root_error_line(err)
 
 
 def _choices(args: list[str]) -> str:

@@ -54,7 +54,7 @@ from torch import Tensor
 from parlightning.config_types import (
     ClosedUnitInterval, NonNegativeInt, PositiveFinite, PositiveInt, Seed, check_args,
 )
-from parlightning.envs.base import ActionSpec, BatchedEnv, EpisodeParts, StepResult
+from parlightning.envs.base import ActionSpec, BatchedEnv, EpisodeParts, StepResult, checked_device
 from parlightning.envs.world_processes import WorkerLost, WorkerProcesses
 from parlightning.envs.world_runner import (WorldCallFailed, WorldRunner, _check_plain_types, build_shared, close_all,
                                              resolve)
@@ -200,7 +200,7 @@ class ExternalBatchedEnv(BatchedEnv):
         if on_error not in ON_ERROR:
             raise ConfigError(f"data.env.init_args.on_error: must be one of {list(ON_ERROR)}, got {on_error!r}")
         self.on_error, self.drop_budget = on_error, float(drop_budget)
-        self.num_envs, self.device = num_envs, torch.device(device)
+        self.num_envs, self.device = num_envs, checked_device("ExternalBatchedEnv.device", device)
         self.step_timeout, self.retries = float(step_timeout), retries
         self._closed = False
         self._switch_interval = None

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from parlightning.config_types import PositiveInt, Seed, check_args
-from parlightning.envs.base import ActionSpec, BatchedEnv, StepResult
+from parlightning.envs.base import ActionSpec, BatchedEnv, StepResult, checked_device
 from parlightning.errors import ConfigError
 
 _VECTORIZATIONS = ("sync", "async", "vector_entry_point")
@@ -174,7 +174,7 @@ class GymVectorEnv(BatchedEnv):
         self.env_id = env_id
         self.num_envs = num_envs
         self.seed = seed
-        self.device = torch.device(device)
+        self.device = checked_device("GymVectorEnv.device", device)
         try:
             self.env = gymnasium.make_vec(
                 env_id, num_envs=num_envs, vectorization_mode=vectorization, vector_kwargs=vector_kwargs, **env_kwargs

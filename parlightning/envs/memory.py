@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from parlightning.config_types import PositiveInt, Seed, check_allocation, check_args, restricted_number_type
-from parlightning.envs.base import ActionSpec, BatchedEnv, StepResult
+from parlightning.envs.base import ActionSpec, BatchedEnv, StepResult, checked_device
 
 Cues = restricted_number_type("Cues", int, [(">=", 2)], docstring="the number of cues, at least 2")
 # an episode is delay + 1 steps: a million blank steps is far past what any rollout or BPTT chunk can span
@@ -32,11 +32,11 @@ class CueMemoryEnv(BatchedEnv):
     def __init__(self, num_envs: PositiveInt, device: str | torch.device = "cpu", seed: Seed = 0,
                  n_cues: Cues = 2, delay: Delay = 4) -> None:
         num_envs, seed, n_cues, delay = check_args("CueMemoryEnv", CueMemoryEnv.__init__, locals()).values()
+        self.device = checked_device("CueMemoryEnv.device", device)
         # per actor: the observation [n_cues + 1], its one-hot and the concatenation (float32)
         check_allocation(f"CueMemoryEnv(num_envs={num_envs}, n_cues={n_cues})", 4 * 3 * num_envs * (n_cues + 1),
-                         device, "lower n_cues or num_envs")
+                         self.device, "lower n_cues or num_envs")
         self.num_envs, self.n_cues, self.delay = num_envs, n_cues, delay
-        self.device = torch.device(device)
         self.observation_shape = (n_cues + 1,)
         self.action_spec = ActionSpec("discrete", nvec=(n_cues,))
         self.generator = torch.Generator(device=self.device).manual_seed(seed)

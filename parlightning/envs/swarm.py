@@ -51,7 +51,7 @@ from torch import Tensor
 from parlightning.config_types import (
     ClosedUnitInterval, PositiveInt, Seed, check_allocation, check_args, check_value, restricted_number_type,
 )
-from parlightning.envs.base import ActionSpec, BatchedEnv, EpisodeParts, StepResult
+from parlightning.envs.base import ActionSpec, BatchedEnv, EpisodeParts, StepResult, checked_device
 from parlightning.envs.swarm_tasks import FAMILIES, HARD, LOCAL, N_KINDS, PLAIN, SPLITS, Costs, TaskBank, oracle_split_index
 from parlightning.errors import ConfigError
 
@@ -157,7 +157,7 @@ class SwarmEnv(BatchedEnv):
         # private: not part of the world a checkpoint records (the verifier's noise, not the tasks), so
         # checkpoints from before the option resume as they did
         self._outcome_noise = typed["outcome_noise"]
-        self.num_envs, self.device = num_envs, torch.device(device)
+        self.num_envs, self.device = num_envs, checked_device("SwarmEnv.device", device)
         self.max_width, self.max_levels, self.max_cost, self.max_subagents = max_width, max_levels, max_cost, max_subagents
         self.splits, self.split = splits, split
         self.costs = Costs(splits, float(spawn_steps), float(merge_cost), float(brief_cost))

@@ -529,14 +529,15 @@ def _env_field(factory: Callable[..., Any], message: str) -> str:
     head = message.split(":", 1)[0].strip()
     if isinstance(factory, functools.partial):  # jsonargparse's class_path + init_args: the class is an argument
         factory = next((a for a in reversed(factory.args) if isinstance(a, type)), factory.func)
-    owner = f"{getattr(factory, '__name__', '')}."
-    if head.startswith(owner):  # the class's own check (config_types.check_args): `SwarmEnv.max_width: ...`
-        message, head = message[len(owner):], head[len(owner):]
     try:
         params = inspect.signature(factory).parameters
     except (TypeError, ValueError):
         params = {}
-    if head in params and head not in ("num_envs", "device", "seed"):
+    given = [name for name in params if name not in ("num_envs", "device", "seed")]  # the config's init_args
+    owner = f"{getattr(factory, '__name__', '')}."
+    if head.startswith(owner) and head[len(owner):] in given:  # the class's own check: `SwarmEnv.max_width: ...`
+        message, head = message[len(owner):], head[len(owner):]
+    if head in given:
         return f"data.env.init_args.{message}"
     return f"data.env: {message}"
 
