@@ -103,6 +103,29 @@ def test_a_rollout_hook_of_the_wrong_shape() -> None:  # a strategy's: tests/tes
                                           r"\(trainer, pl_module, round_index\)"):
         _check_hook_signatures(Hook())
 
+    class EpochEnd(RolloutCallback):  # a Lightning hook: Lightning calls on_train_epoch_end(trainer, pl_module)
+        def on_train_epoch_end(self, trainer):
+            pass
+
+    class Setup(RolloutCallback):  # Lightning passes stage by keyword
+        def setup(self, trainer, pl_module, when=None):
+            pass
+
+    with pytest.raises(ConfigError, match=r"EpochEnd\.on_train_epoch_end does not take \(trainer, pl_module\): it is "
+                                          r"defined as on_train_epoch_end\(self, trainer\); Lightning calls it"):
+        _check_hook_signatures(EpochEnd())
+    with pytest.raises(ConfigError, match=r"Setup\.setup does not take \(trainer, pl_module, stage=\.\.\.\)"):
+        _check_hook_signatures(Setup())
+
+    class Fine(RolloutCallback):
+        def on_train_epoch_end(self, trainer, pl_module):
+            pass
+
+        def setup(self, trainer, pl_module, stage):
+            pass
+
+    _check_hook_signatures(Fine())
+
 
 def test_a_process_pool_function_that_takes_no_instruction() -> None:
     with pytest.raises(ConfigError, match=r"^ProcessPool\.fn: tests\.subagent_fns\.no_argument does not take "

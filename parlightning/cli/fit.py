@@ -376,7 +376,8 @@ _ROLLOUT_HOOK_ARGS = {"on_rollout_start": ("round_index",), "on_episodes_end": (
 def _check_hook_signatures(cb: Any) -> None:
     """A callback's own hooks must be plain methods that take what their caller passes: an
     `async def` hook would never be awaited (it would silently do nothing), and a rollout hook
-    without its third argument fails at the first rollout."""
+    without its third argument, or a Lightning hook without Lightning's arguments (e.g.
+    `on_train_epoch_end(self, trainer)`), fails at its first call, after an iteration was written."""
     import inspect
 
     cls = type(cb)
@@ -388,12 +389,25 @@ def _check_hook_signatures(cb: Any) -> None:
         if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
             raise ConfigError(f"{where}.{name} is an async def, which Lightning and the rollout never await (it would "
                               f"silently do nothing): make it a plain def (run async work with asyncio.run inside it)")
+    owner = f"{cls.__module__}.{cls.__qualname__}"
     for hook, rest in _ROLLOUT_HOOK_ARGS.items():
         method = getattr(cb, hook, None)
         if not callable(method) or getattr(type(cb), hook, None) is getattr(RolloutCallback, hook, None):
             continue
-        check_call_shape("trainer.callbacks", f"{cls.__module__}.{cls.__qualname__}", hook, method,
-                         ("trainer", "pl_module", *rest), caller="the rollout")
+        check_call_shape("trainer.callbacks", owner, hook, method, ("trainer", "pl_module", *rest),
+                         caller="the rollout")
+    from lightning.pytorch import Callback
+
+    if cls.__module__.split(".")[0] in ("lightning", "pytorch_lightning"):
+        return
+    for hook in dir(Callback):  # Lightning's own hooks a user's class overrides: the arguments Lightning passes
+        base = getattr(Callback, hook)
+        if not (hook.startswith("on_") or hook in ("setup", "teardown")) or getattr(cls, hook, base) is base:
+            continue
+        params = [p for p in inspect.signature(base).parameters if p != "self"]
+        keywords = ("stage",) if hook in ("setup", "teardown") else ()  # Lightning passes stage by keyword
+        check_call_shape("trainer.callbacks", owner, hook, getattr(cb, hook),
+                         tuple(p for p in params if p not in keywords), keywords, caller="Lightning")
 
 
 def _check_checkpoint_filename(cb: Any) -> None:
