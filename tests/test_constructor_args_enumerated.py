@@ -165,6 +165,6 @@ def test_a_users_class_failing_in_its_own_init_is_named(tmp_path, capsys) -> Non
               "--data.sampler", f"{__name__}.RaisingSampler", "--data.num_envs", "8", "--data.num_steps", "4"])
     message = exit_.value.code
     assert isinstance(message, str) and "\n" not in message, message
-    assert message.startswith("error: RaisingSampler.__init__ (test_constructor_args_enumerated.py:") \
+    assert message.startswith("error: data.sampler: RaisingSampler.__init__ (test_constructor_args_enumerated.py:") \
         and "raised KeyError: 'boom'" in message, message
     assert not list(tmp_path.rglob("*"))

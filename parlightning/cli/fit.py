@@ -302,12 +302,17 @@ def user_code_error(err: BaseException) -> Optional[str]:
     frame = user.tb_frame
     owner = frame.f_locals.get("self")
     where = f"{type(owner).__qualname__}.{frame.f_code.co_name}" if owner is not None else frame.f_code.co_name
-    field = ""
-    if isinstance(owner, lightning.Callback):
-        field = "trainer.callbacks: "
-    else:
-        from parlightning.envs.base import BatchedEnv
-        field = "data.env: " if isinstance(owner, BatchedEnv) else ""
+    from parlightning.distribution.planning import FIELD as STRATEGY
+    from parlightning.distribution.samplers import TaskSampler
+    from parlightning.distribution.strategies import ParallelStrategy
+    from parlightning.envs.base import BatchedEnv
+
+    kinds = ((lightning.Callback, "trainer.callbacks"), (BatchedEnv, "data.env"), (TaskSampler, "data.sampler"),
+             (ParallelStrategy, STRATEGY))
+    try:  # the runtime protocols read the object's attributes: one that raises names no field
+        field = next((f"{name}: " for kind, name in kinds if owner is not None and isinstance(owner, kind)), "")
+    except Exception:  # noqa: BLE001
+        field = ""
     text = error_text(err)[:300]
     return (f"{field}{where} ({os.path.basename(frame.f_code.co_filename)}:{user.tb_lineno}) raised "
             f"{type(err).__name__}{': ' + text if text else ''}; the error is in that code, not in parlightning: "
