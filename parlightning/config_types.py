@@ -23,7 +23,10 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import numbers
+import os
 import sys
+import types
 import typing
 from collections.abc import Sequence as AbcSequence
 from typing import Any, Callable, Optional, Union
@@ -40,13 +43,17 @@ from parlightning.errors import ConfigError, requirement
 
 __all__ = [
     "ClosedUnitInterval", "NonNegativeFinite", "NonNegativeInt", "OpenUnitInterval", "PositiveFinite", "PositiveInt",
-    "check_args", "check_value", "constraint_of", "restricted_number_type",
+    "Seed", "available_memory", "check_allocation", "check_args", "check_value", "constraint_of",
+    "restricted_number_type", "size_text",
 ]
 
 PositiveFinite = restricted_number_type("PositiveFinite", float, [(">", 0.0), ("<", math.inf)],
                                         docstring="a finite number > 0")
 NonNegativeFinite = restricted_number_type("NonNegativeFinite", float, [(">=", 0.0), ("<", math.inf)],
                                            docstring="a finite number >= 0")
+SEED_MAX = 2**32 - 1  # numpy's (and Lightning's seed_everything's) seed range; torch takes it too
+Seed = restricted_number_type("Seed", int, [(">=", 0), ("<=", SEED_MAX)],
+                              docstring="a random seed, an integer in [0, 2**32 - 1] (numpy's range)")
 
 
 def is_constrained(tp: Any) -> bool:
@@ -95,23 +102,91 @@ def check_value(field: str, annotation: Any, value: Any) -> Any:
         if sequence:
             if isinstance(value, (str, bytes)) or not isinstance(value, AbcSequence):
                 raise ValueError(value)
-            plain = [tp._type(tp(_number(v))) for v in value]
-            return type(value)(plain) if isinstance(value, tuple) else plain
-        return tp._type(tp(_number(value)))
+            plain = [tp._type(tp(_number(v, tp))) for v in value]
+        else:
+            plain = tp._type(tp(_number(value, tp)))
     except (ValueError, TypeError, OverflowError):
         raise ConfigError(f"{field}: {_requirement_of(tp, optional, sequence)}, got {value!r}") from None
+    for v in plain if sequence else (plain,):
+        _fits_64_bits(field, v)
+    return type(value)(plain) if sequence and isinstance(value, tuple) else plain
 
 
-def _number(value: Any) -> Any:
-    """`value` if it is a number (the parser's strings are its own business): "4" is not 4 here."""
-    if isinstance(value, (str, bytes)):
+_PLAIN = {  # a plain annotation's check: (accepts, what a value must be)
+    int: (lambda v: isinstance(v, numbers.Integral) and not isinstance(v, bool), "must be an integer"),
+    float: (lambda v: isinstance(v, numbers.Real) and not isinstance(v, bool) and not _is_nan(v),
+            "must be a number (not nan)"),
+    bool: (lambda v: isinstance(v, bool) or type(v).__name__ == "bool_", "must be true or false"),
+    str: (lambda v: isinstance(v, str), "must be a string"),
+}
+
+
+def _is_nan(value: Any) -> bool:
+    try:
+        return math.isnan(value)
+    except (TypeError, ValueError, OverflowError):
+        return False
+
+
+def plain_of(annotation: Any) -> Optional[tuple[type, bool, bool]]:
+    """(the plain type, optional, sequence) an annotation names when it is `int`, `float`, `bool`,
+    `str`, a sequence of one (`Sequence[str]`, `list[float]`, `tuple[int, ...]`) or `Optional` of
+    either; None for anything else (unions, mappings, classes)."""
+    optional = False
+    if typing.get_origin(annotation) in (Union, types.UnionType):
+        args = typing.get_args(annotation)
+        rest = [a for a in args if a is not type(None)]
+        if len(rest) != 1:
+            return None
+        optional, annotation = len(rest) < len(args), rest[0]
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (list, tuple, AbcSequence) and args and args[0] in _PLAIN \
+            and (origin is not tuple or len(args) == 1 or args[1] is Ellipsis):
+        return args[0], optional, True
+    return (annotation, optional, False) if annotation in _PLAIN else None
+
+
+def check_plain(field: str, annotation: Any, value: Any) -> Any:
+    """`value` checked against a plain annotation (`plain_of`): a bool is not an int, a float not an
+    int count, nan not a number, a number not a string, one string not a list of them, an integer
+    beyond 64 bits not one torch can hold; a ConfigError naming `field` otherwise."""
+    found = plain_of(annotation)
+    if found is None:
+        return value
+    tp, optional, sequence = found
+    if value is None and optional:
+        return None
+    accepts, need = _PLAIN[tp]
+    if sequence:
+        ok = not isinstance(value, (str, bytes)) and isinstance(value, AbcSequence) and all(map(accepts, value))
+        need = f"must be a list, each item {need.removeprefix('must be ')}"
+    else:
+        ok = accepts(value)
+    if not ok:
+        raise ConfigError(f"{field}: {need}{', or null' if optional else ''}, got {value!r:.80}")
+    for item in value if sequence else (value,):
+        _fits_64_bits(field, item)
+    return value
+
+
+def _fits_64_bits(field: str, value: Any) -> None:
+    if isinstance(value, numbers.Integral) and not -2**63 <= value < 2**63:
+        raise ConfigError(f"{field}: must fit a 64-bit integer (at most {2**63 - 1:,}), got {value}; give a "
+                          "realistic value")
+
+
+def _number(value: Any, tp: type) -> Any:
+    """`value` if it is a number (the parser's strings are its own business): "4" is not 4 here, and
+    2.0 is not an integer count."""
+    if isinstance(value, (str, bytes)) or (tp._type is int and not isinstance(value, numbers.Integral)):
         raise ValueError(value)
     return value
 
 
 @functools.lru_cache(maxsize=None)
-def _constrained_params(function: Callable) -> tuple[tuple[str, Any], ...]:
-    """(name, annotation) of `function`'s parameters annotated with a constrained type."""
+def _constrained_params(function: Callable) -> tuple[tuple[str, Any, bool], ...]:
+    """(name, annotation, constrained) of `function`'s parameters annotated with a constrained type
+    (True) or a plain `int` / `float` / `bool` / `str` (False)."""
     globalns = getattr(sys.modules.get(function.__module__), "__dict__", {})
     out = []
     for name, param in inspect.signature(function).parameters.items():
@@ -122,18 +197,62 @@ def _constrained_params(function: Callable) -> tuple[tuple[str, Any], ...]:
             except Exception:  # a name only imported for type checkers: not a constrained type
                 continue
         if constraint_of(annotation) is not None:
-            out.append((name, annotation))
+            out.append((name, annotation, True))
+        elif plain_of(annotation) is not None:
+            out.append((name, annotation, False))
     return tuple(out)
 
 
 def check_args(prefix: str, function: Callable, values: dict[str, Any]) -> dict[str, Any]:
     """Every argument of `function` annotated with a constrained type, checked (`check_value`) and
     plain-typed, in signature order: `{name: value}` for the names found in `values` (typically
-    `locals()` at the top of `__init__`). A bad one raises ConfigError `"{prefix}.{name}: must ..."`
-    (`"{name}: ..."` with an empty prefix: a world's factory, which `parlightning.runtime.preflight.build_env`
-    names as `data.env.init_args.{name}`)."""
+    `locals()` at the top of `__init__`); an argument annotated plainly `int`, `float`, `bool` or `str`
+    (or `Optional` of one) is type-checked too (`check_plain`) but not returned. A bad one raises
+    ConfigError `"{prefix}.{name}: must ..."` (`"{name}: ..."` with an empty prefix). A world's prefix
+    is its class name: `parlightning.runtime.preflight.build_env` names `SwarmEnv.max_width` as
+    `data.env.init_args.max_width`. The one checker for constructor arguments: every public world,
+    pool, sampler and the module call it first thing in `__init__`."""
     out = {}
-    for name, annotation in _constrained_params(function):
+    for name, annotation, constrained in _constrained_params(function):
         if name in values:
-            out[name] = check_value(f"{prefix}.{name}" if prefix else name, annotation, values[name])
+            field = f"{prefix}.{name}" if prefix else name
+            if constrained:
+                out[name] = check_value(field, annotation, values[name])
+            else:
+                check_plain(field, annotation, values[name])
     return out
+
+
+def size_text(n: float) -> str:
+    """A byte count as `1.5 GiB`."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
+            return f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} PiB"
+
+
+def available_memory(device: Any = "cpu") -> tuple[int, str]:
+    """(bytes free, where) on `device`: the GPU's free memory, or the host's MemAvailable."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.device(device).type == "cuda" and torch.cuda.is_available():
+        free, _ = torch.cuda.mem_get_info(torch.device(device))
+        return int(free), f"free on {device}"
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024, "available on this machine"
+    except OSError:
+        pass
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"), "on this machine"
+
+
+def check_allocation(what: str, nbytes: float, device: Any = "cpu", fix: str = "") -> None:
+    """Refuse a construction whose tables would take more than the memory free on `device`, before
+    anything is allocated: ConfigError `"{what}: needs about X, more than the Y available ...; {fix}"`
+    (`what` names the class and the size arguments, e.g. `CueMemoryEnv(num_envs=8, n_cues=10**9)`)."""
+    free, where = available_memory(device)
+    if nbytes > free:
+        raise ConfigError(f"{what}: needs about {size_text(nbytes)}, more than the {size_text(free)} {where}"
+                          + (f"; {fix}" if fix else ""))

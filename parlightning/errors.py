@@ -1,7 +1,9 @@
 """`ConfigError`: bad configuration, reported as one clear message naming the field and the fix."""
 
+import itertools
 import math
 import re
+from typing import Any
 
 _PARSER_NOISE = (
     "Does not validate against any of the Union subtypes", "Subtypes:", "Errors:", "Given value type:",
@@ -171,6 +173,9 @@ def parser_error_line(message: str) -> str:
     restricted = _restriction_line(key, message)
     if restricted is not None:  # a value outside a constrained type: the range it must lie in
         return restricted
+    plain = _plain_type_line(key, message)
+    if plain is not None:  # a class_path argument of the wrong plain type (bool, int, float, str)
+        return plain
     reasons: list[str] = []
     for line in [rest, *lines[1:]]:
         if line and not line.startswith(_PARSER_NOISE) and line not in reasons:
@@ -185,6 +190,30 @@ def parser_error_line(message: str) -> str:
     elif any(s in text for s in ("has no attribute", "No module named", "not accessible", "Import")):
         text += " (a class_path must name an importable class, e.g. package.module.Class)"
     return text
+
+
+_PLAIN_NEEDS = {"bool": "true or false", "int": "an integer", "float": "a number", "str": "a string"}
+
+
+def _plain_type_line(key: str, message: str) -> "str | None":
+    """A value refused for its plain type (`Expected a <class 'bool'>`), a class_path argument's too, as
+    `key[.init_args.name]: must be true or false, got V`, without the union bookkeeping."""
+    inner = list(re.finditer(r'Parser key "([^"]+)":', message))[1:]
+    own = message
+    if inner:  # the innermost key's own lines: deeper indented than the line that names it
+        head = message[message.rfind("\n", 0, inner[-1].start()) + 1:]
+        depth = len(head) - len(head.lstrip(" "))
+        lines = message[inner[-1].end():].splitlines()
+        own = "\n".join([lines[0], *itertools.takewhile(lambda x: len(x) - len(x.lstrip(" ")) > depth, lines[1:])])
+    named = re.findall(r"Expected a <class '(\w+)'>", own)
+    expected = [t for t in named if t != "NoneType"]
+    if not expected or any(t not in _PLAIN_NEEDS for t in expected):
+        return None
+    field = key + "".join(f".init_args.{m.group(1)}" for m in inner)
+    got = (re.search(r"Got value: (.*?)\.? Got value: Namespace", own) or re.search(r"Got value: ([^\n]*)", own)
+           or re.search(r"Given value: ([^\n]*)", own))
+    need = " or ".join(dict.fromkeys(_PLAIN_NEEDS[t] for t in expected)) + (", or null" if "NoneType" in named else "")
+    return f"{field}: must be {need}" + (f", got {got.group(1).strip().rstrip('.')}" if got else "")
 
 
 def _unknown_option(key: str, option: str, message: str) -> str:
@@ -230,3 +259,33 @@ def _not_protocol(key: str, path: str, protocol: str) -> str:
         return f"{key}: {path} is not a {protocol}: it has no {', '.join(m.split('(')[0] for m in missing)}; {needs}"
     return (f"{key}: {path} does not match {protocol}: a method takes other arguments than the protocol's; "
             f"{needs} (same argument names and order)")
+
+
+def check_call_shape(field: str, owner: str, method: str, fn: Any, args: "tuple[str, ...]" = (),
+                     kwargs: "tuple[str, ...]" = (), caller: str = "the package", define: str = "") -> None:
+    """The one probe of a call into the user's code, run once before anything is written: refuse
+    with a ConfigError unless `fn` (a bound method or a function) accepts the positional `args` and
+    the keywords `kwargs` (their names, in the order the package passes them), e.g.
+    `data.env: MyWorld.step does not take (action, next_task): it is defined as step(self, action);
+    the step loop calls it as step(action, next_task): define step(self, action, next_task=None)`.
+    `define` replaces the suggested definition. A callable without a readable signature (a builtin)
+    is let through: the call itself will tell."""
+    import inspect
+
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(*args, **dict.fromkeys(kwargs))
+    except TypeError:
+        pass
+    else:
+        return
+    self_ = "self, " if inspect.ismethod(fn) else ""
+    shown = str(signature).replace("(", f"({self_}", 1) if self_ and str(signature) != "()" else (
+        "(self)" if self_ else str(signature))
+    wanted = ", ".join([*args, *(f"{k}=..." for k in kwargs)])
+    define = define or f"{method}({', '.join([*(('self',) if self_ else ()), *args, *(f'{k}=None' for k in kwargs)])})"
+    raise ConfigError(f"{field}: {owner}.{method} does not take ({wanted}): it is defined as {method}{shown}; "
+                      f"{caller} calls it as {method}({wanted}): define {define}")

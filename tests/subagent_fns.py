@@ -19,3 +19,7 @@ def solve(instruction):
 def crash(instruction):
     """Every call raises: a broken subagent function."""
     raise ValueError(f"cannot parse {instruction.get('prompt', instruction)!r:.40}")
+
+
+def no_argument():  # the wrong shape: a subagent function takes the instruction
+    return True

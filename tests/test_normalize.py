@@ -135,15 +135,15 @@ def test_the_wrapped_step_loop_never_reads_a_tensor_on_the_host(counter):  # noq
 
 
 def test_bad_settings_are_one_error_naming_the_field(tmp_path):
-    with pytest.raises(ConfigError, match=r"^clip_obs: must be a positive number"):
+    with pytest.raises(ConfigError, match=r"^NormalizeEnv.clip_obs: must be positive"):
         NormalizeEnv(2, env=CartPoleEnv, clip_obs=-1)
-    with pytest.raises(ConfigError, match=r"^gamma: must lie in \[0, 1\]"):
+    with pytest.raises(ConfigError, match=r"^NormalizeEnv.gamma: must lie in \[0, 1\]"):
         NormalizeEnv(2, env=CartPoleEnv, gamma=1.5)
     cfg = tmp_path / "bad.yaml"
     bad = yaml.safe_load(yaml.safe_dump(NORMALIZED))
     bad["data"]["env"]["init_args"]["clip_reward"] = 0
     cfg.write_text(yaml.safe_dump(bad))
-    with pytest.raises(SystemExit, match=r"^error: data\.env\.init_args\.clip_reward: must be a positive number"):
+    with pytest.raises(SystemExit, match=r"^error: data\.env\.init_args\.clip_reward: must be positive"):
         fit_main(["--config", str(cfg), "--trainer.default_root_dir", str(tmp_path / "out")])
     assert not (tmp_path / "out").exists()  # nothing written
 

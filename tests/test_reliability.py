@@ -102,7 +102,7 @@ BAD_INPUT = [  # (arguments, the field the message names, a piece of the fix it 
     (["--data.gamma", "1.5"], "data.gamma", "[0, 1]"),
     (["--model.lr", "0"], "model.lr", "must be positive"),
     (["--model.activation", "swish"], "model.activation", "choose one of"),
-    (["--model.hidden_sizes", "[64, 0]"], "model.hidden_sizes", "positive integer widths"),
+    (["--model.hidden_sizes", "[64, 0]"], "model.hidden_sizes", "positive integer"),
     (["--torch_threads", "0"], "--torch_threads", "positive integer"),
     (["--stall_timeout", "1"], "--stall_timeout", "at least 3 seconds or null"),
     (["--heartbeat_timeout", "-5"], "--heartbeat_timeout", "at least 3 seconds or null"),
@@ -149,7 +149,7 @@ BAD_INPUT = [  # (arguments, the field the message names, a piece of the fix it 
     (["--config", "{list}"], "--config", "the top level is a list, not a mapping"),
     (["--data.bptt_len", "4"], "data.bptt_len", "model.policy: gru"),
     (["--seed_everything", "99999999999"], "seed_everything", "outside numpy's seed range 0..4294967295"),
-    (["--data.seed", "4294967296"], "data.seed", "outside numpy's seed range"),
+    (["--data.seed", "4294967296"], "data.seed", "must be an integer in [0, 4294967295]"),
     (["--data.num_envs", "50000000", "--data.num_steps", "32"], "data.num_envs",  # ~940 GiB: refused, not allocated
      "lower data.num_envs or data.num_steps"),
     # Gymnasium adapter

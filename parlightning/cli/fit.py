@@ -23,12 +23,14 @@ from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from parlightning.runtime.checkpoint import (
-    check_output_dirs, check_resume, claim_version, clean_stale_partials, new_output_dirs, remove_new_outputs,
-    use_atomic_checkpoints,
+    check_checkpoint_path, check_output_dirs, check_resume, claim_version, clean_stale_partials, new_output_dirs,
+    remove_new_outputs, use_atomic_checkpoints,
 )
 from parlightning.cli.config_log import LoggedConfig
 from parlightning.ppo.data import RolloutDataModule
-from parlightning.errors import ConfigError, ReportedError, error_text, parser_error_line, root_error_line
+from parlightning.errors import (
+    ConfigError, ReportedError, check_call_shape, error_text, parser_error_line, root_error_line,
+)
 from parlightning.ppo.module import PPOModule
 from parlightning.cli.packaged import moved_hint, resolve_config_args
 from parlightning.callbacks.base import RolloutCallback
@@ -83,8 +85,11 @@ class ParlCLI(LightningCLI):
     def before_instantiate_classes(self) -> None:
         config = self.config
         ckpt = config.get("ckpt_path")
-        if ckpt is not None and not os.path.isfile(ckpt):
-            raise SystemExit(f"error: --ckpt_path: no checkpoint file at {ckpt!r}; pass an existing .ckpt file or drop the flag")
+        if ckpt is not None:
+            try:
+                check_checkpoint_path(ckpt, "--ckpt_path", "pass an existing .ckpt file or drop the flag")
+            except ConfigError as err:
+                raise SystemExit(f"error: {err}") from None
         threads = config.get("torch_threads")
         if threads is not None:
             if threads <= 0:
@@ -230,7 +235,7 @@ def build_cli(args: list[str]) -> ParlCLI:
     except ArgumentError as err:  # the parser: unknown keys, wrong types, bad class paths, bad --config file
         raise SystemExit(f"error: {moved_hint(parser_error_line(str(err)))}") from None
     except (ValueError, TypeError, MisconfigurationException) as err:  # __init__ checks (ours and the Trainer's)
-        raise SystemExit(f"error: {root_error_line(err)}") from None
+        raise SystemExit(f"error: {_construction_error(err)}") from None
     except ImportError as err:  # an accelerator, strategy or logger whose package is not installed (torch_xla, ...)
         raise SystemExit(f"error: trainer: {_choices(args)}needs a package that is not installed "
                          f"({root_error_line(err)[:200]}); install it or pick another (e.g. trainer.accelerator: "
@@ -243,6 +248,20 @@ def build_cli(args: list[str]) -> ParlCLI:
         raise SystemExit(f"error: trainer.callbacks: two {name} callbacks with the same settings (state key); "
                          "Lightning cannot save both in a checkpoint: drop one (the config may list one already) or "
                          "give it another monitor / every_n_epochs") from None
+
+
+def _construction_error(err: BaseException) -> str:
+    """One line for a class that failed to build from the config: the package's own check (a
+    ConfigError, the Trainer's) as it is; an exception raised in the user's own `__init__` (a sampler,
+    callback or reward class of theirs) named with its class, file and line (`user_code_error`)."""
+    root = err
+    while root.__cause__ is not None:
+        root = root.__cause__
+    if not isinstance(root, (ConfigError, MisconfigurationException)):
+        user = user_code_error(root)
+        if user is not None:
+            return user
+    return root_error_line(err)
 
 
 def _choices(args: list[str]) -> str:
@@ -283,12 +302,17 @@ def user_code_error(err: BaseException) -> Optional[str]:
     frame = user.tb_frame
     owner = frame.f_locals.get("self")
     where = f"{type(owner).__qualname__}.{frame.f_code.co_name}" if owner is not None else frame.f_code.co_name
-    field = ""
-    if isinstance(owner, lightning.Callback):
-        field = "trainer.callbacks: "
-    else:
-        from parlightning.envs.base import BatchedEnv
-        field = "data.env: " if isinstance(owner, BatchedEnv) else ""
+    from parlightning.distribution.planning import FIELD as STRATEGY
+    from parlightning.distribution.samplers import TaskSampler
+    from parlightning.distribution.strategies import ParallelStrategy
+    from parlightning.envs.base import BatchedEnv
+
+    kinds = ((lightning.Callback, "trainer.callbacks"), (BatchedEnv, "data.env"), (TaskSampler, "data.sampler"),
+             (ParallelStrategy, STRATEGY))
+    try:  # the runtime protocols read the object's attributes: one that raises names no field
+        field = next((f"{name}: " for kind, name in kinds if owner is not None and isinstance(owner, kind)), "")
+    except Exception:  # noqa: BLE001
+        field = ""
     text = error_text(err)[:300]
     return (f"{field}{where} ({os.path.basename(frame.f_code.co_filename)}:{user.tb_lineno}) raised "
             f"{type(err).__name__}{': ' + text if text else ''}; the error is in that code, not in parlightning: "
@@ -357,7 +381,8 @@ _ROLLOUT_HOOK_ARGS = {"on_rollout_start": ("round_index",), "on_episodes_end": (
 def _check_hook_signatures(cb: Any) -> None:
     """A callback's own hooks must be plain methods that take what their caller passes: an
     `async def` hook would never be awaited (it would silently do nothing), and a rollout hook
-    without its third argument fails at the first rollout."""
+    without its third argument, or a Lightning hook without Lightning's arguments (e.g.
+    `on_train_epoch_end(self, trainer)`), fails at its first call, after an iteration was written."""
     import inspect
 
     cls = type(cb)
@@ -369,18 +394,25 @@ def _check_hook_signatures(cb: Any) -> None:
         if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
             raise ConfigError(f"{where}.{name} is an async def, which Lightning and the rollout never await (it would "
                               f"silently do nothing): make it a plain def (run async work with asyncio.run inside it)")
+    owner = f"{cls.__module__}.{cls.__qualname__}"
     for hook, rest in _ROLLOUT_HOOK_ARGS.items():
         method = getattr(cb, hook, None)
         if not callable(method) or getattr(type(cb), hook, None) is getattr(RolloutCallback, hook, None):
             continue
-        try:
-            inspect.signature(method).bind(None, None, *rest)
-        except TypeError:
-            args = ", ".join(("trainer", "pl_module") + rest)
-            raise ConfigError(f"{where}.{hook} does not take the rollout's arguments: it is called as {hook}({args}); "
-                              f"define it as def {hook}(self, {args})") from None
-        except ValueError:  # no signature (a builtin): let the call tell
-            pass
+        check_call_shape("trainer.callbacks", owner, hook, method, ("trainer", "pl_module", *rest),
+                         caller="the rollout")
+    from lightning.pytorch import Callback
+
+    if cls.__module__.split(".")[0] in ("lightning", "pytorch_lightning"):
+        return
+    for hook in dir(Callback):  # Lightning's own hooks a user's class overrides: the arguments Lightning passes
+        base = getattr(Callback, hook)
+        if not (hook.startswith("on_") or hook in ("setup", "teardown")) or getattr(cls, hook, base) is base:
+            continue
+        params = [p for p in inspect.signature(base).parameters if p != "self"]
+        keywords = ("stage",) if hook in ("setup", "teardown") else ()  # Lightning passes stage by keyword
+        check_call_shape("trainer.callbacks", owner, hook, getattr(cb, hook),
+                         tuple(p for p in params if p not in keywords), keywords, caller="Lightning")
 
 
 def _check_checkpoint_filename(cb: Any) -> None:

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from parlightning.runtime.checkpoint import gather_ranks
-from parlightning.errors import ConfigError
+from parlightning.errors import ConfigError, check_call_shape
 from parlightning.distribution.strategies import DataParallel, ParallelStrategy, TensorParallel, WorkUnit, checked_plan
 
 FIELD = "trainer.callbacks.StrategyPlanner.strategy"
@@ -42,25 +42,11 @@ def checked_strategy(strategy: Optional[ParallelStrategy]) -> ParallelStrategy:
             f"{FIELD}: {type(strategy).__name__}.name is {name!r} ({type(name).__name__}); a ParallelStrategy's name "
             "is a non-empty string (it labels the plan in logs and checkpoints): set name = \"my-strategy\""
         )
-    for method, args in (("plan", "n_workers, round_index, keys"), ("observe", "unit, task_id, score")):
+    for method, args in (("plan", ("n_workers", "round_index", "keys")), ("observe", ("unit", "task_id", "score"))):
         fn = getattr(strategy, method, None)
-        if callable(fn) and not _takes(fn, 3):
-            raise ConfigError(f"{FIELD}: {type(strategy).__name__}.{method} does not take ({args}), which the planner "
-                              f"passes every round; define {method}(self, {args})")
+        if callable(fn):
+            check_call_shape(FIELD, type(strategy).__name__, method, fn, args, caller="the planner (every round)")
     return strategy
-
-
-def _takes(fn: Any, n: int) -> bool:
-    """Whether `fn` accepts `n` positional arguments (True where it has no signature to read)."""
-    import inspect
-
-    try:
-        inspect.signature(fn).bind(*range(n))
-    except TypeError:
-        return False
-    except ValueError:
-        return True
-    return True
 
 
 class RoundPlanner:

@@ -20,9 +20,11 @@ from typing import Any, Callable, Optional, Protocol, Sequence, runtime_checkabl
 import torch
 from torch import Tensor
 
-from parlightning.config_types import NonNegativeFinite, PositiveFinite, check_args, restricted_number_type
+from parlightning.config_types import (
+    ClosedUnitInterval, NonNegativeFinite, PositiveFinite, PositiveInt, Seed, check_args, restricted_number_type,
+)
 from parlightning.distribution.counters import AgreedCounters
-from parlightning.errors import ReportedError
+from parlightning.errors import ConfigError, ReportedError, check_call_shape
 
 PassThreshold = restricted_number_type("PassThreshold", float, [(">", 0.0), ("<=", 1.0)],
                                        docstring="the score that counts as a pass, in (0, 1]")
@@ -180,10 +182,10 @@ class _LearningSampler:
 
     PER_TASK = ("attempts", "passes", "picks")
 
-    def __init__(self, pass_threshold: PassThreshold, seed: Optional[int]) -> None:
+    def __init__(self, pass_threshold: PassThreshold, seed: Optional[Seed]) -> None:
         # pass_threshold: use the env's solved threshold (0.999 for binary outcomes, e.g. 0.8 for a graded scorer)
-        self.pass_threshold = check_args(type(self).__name__, _LearningSampler.__init__, locals())["pass_threshold"]
-        self.seed = seed
+        self.pass_threshold, self.seed = check_args(type(self).__name__, _LearningSampler.__init__, locals()).values()
+        seed = self.seed
         self._lock = threading.Lock()
         self._rng = torch.Generator()
         # seed=None follows torch's global seed, so `seed_everything` makes runs reproducible
@@ -469,7 +471,7 @@ class DifficultyWeighted(_LearningSampler):
     """
 
     def __init__(self, c: NonNegativeFinite = 0.2, pass_threshold: PassThreshold = 0.999,
-                 seed: Optional[int] = None) -> None:
+                 seed: Optional[Seed] = None) -> None:
         self.c = check_args("DifficultyWeighted", DifficultyWeighted.__init__, locals())["c"]  # 0.2: default; larger explores more
         super().__init__(pass_threshold, seed)
 
@@ -510,16 +512,15 @@ class PosteriorSignal(_LearningSampler):
         pass_threshold: PassThreshold = 0.999,
         flip_rate: Optional[FlipRate] = None,
         sharpness: PositiveFinite = 3.0,
-        informative_prior: tuple[float, float] = (2.0, 2.0),
-        seed: Optional[int] = None,
+        informative_prior: tuple[PositiveFinite, ...] = (2.0, 2.0),
+        seed: Optional[Seed] = None,
     ) -> None:
         typed = check_args("PosteriorSignal", PosteriorSignal.__init__, locals())  # flip_rate None: estimated
         flip_rate, sharpness = typed["flip_rate"], typed["sharpness"]  # sharpness 1: probability matching
-        a, b = (float(v) for v in informative_prior)
-        if not (a > 0 and b > 0):
-            raise ValueError(
-                f"informative_prior={informative_prior!r} must be two positive Beta parameters, e.g. (2.0, 2.0)"
-            )
+        if len(typed["informative_prior"]) != 2:
+            raise ConfigError(f"PosteriorSignal.informative_prior: must be two positive Beta parameters, e.g. "
+                              f"(2.0, 2.0), got {informative_prior!r}")
+        a, b = typed["informative_prior"]
         self.flip_rate = flip_rate
         self.sharpness = float(sharpness)
         self.informative_prior = (a, b)
@@ -608,15 +609,12 @@ class SamplingForLearnability(_LearningSampler):
 
     PER_TASK = ("attempts", "passes", "picks", "mark_attempts", "mark_passes", "learnability", "in_buffer")
 
-    def __init__(self, buffer_size: int = 16, replay_prob: float = 0.5, refresh_episodes: int = 1024,
-                 pass_threshold: float = 0.999, seed: Optional[int] = None) -> None:
-        for name, value in (("buffer_size", buffer_size), ("refresh_episodes", refresh_episodes)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}={value!r} must be a positive integer")
-        if isinstance(replay_prob, bool) or not isinstance(replay_prob, (int, float)) or not 0.0 <= replay_prob <= 1.0:
-            raise ValueError(f"replay_prob={replay_prob!r} must be in [0, 1] (the share of picks from the buffer; "
-                             "0 is uniform sampling)")
-        self.buffer_size, self.replay_prob, self.refresh_episodes = buffer_size, float(replay_prob), refresh_episodes
+    def __init__(self, buffer_size: PositiveInt = 16, replay_prob: ClosedUnitInterval = 0.5,
+                 refresh_episodes: PositiveInt = 1024, pass_threshold: PassThreshold = 0.999,
+                 seed: Optional[Seed] = None) -> None:
+        typed = check_args("SamplingForLearnability", SamplingForLearnability.__init__, locals())
+        self.buffer_size, self.replay_prob, self.refresh_episodes = (  # replay_prob: the share of picks from the buffer
+            typed["buffer_size"], typed["replay_prob"], typed["refresh_episodes"])
         self._refreshes = torch.zeros(())
         super().__init__(pass_threshold, seed)
 
@@ -753,6 +751,23 @@ class _BatchedAdapter:
         inner = getattr(self.sampler, "load_state_dict", None)
         if callable(inner):
             inner(state.get("sampler", {}))
+
+
+SAMPLER_CALLS = {  # the calls the collector makes into a sampler, by path: method -> its arguments, in order
+    "batched": {"bind": ("task_ids", "device"), "pick_batch": ("shard", "round_index", "mask", "generator"),
+                "record_batch": ("task_index", "score")},
+    "two-method": {"pick": ("keys", "round_index"), "record": ("task_id", "score")},
+}
+
+
+def check_sampler_calls(field: str, sampler: Any) -> None:
+    """Probe the signatures of the methods the collector will call on `sampler` (the tensor path's
+    when it has one, else pick / record), once, before anything is written (`check_call_shape`)."""
+    batched = all(callable(getattr(sampler, m, None)) for m in SAMPLER_CALLS["batched"])
+    for method, args in SAMPLER_CALLS["batched" if batched else "two-method"].items():
+        fn = getattr(sampler, method, None)
+        if callable(fn):
+            check_call_shape(field, type(sampler).__name__, method, fn, args, caller="the collector")
 
 
 def as_batched(sampler: Any, queue_length: int) -> BatchedTaskSampler:

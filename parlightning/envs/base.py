@@ -139,6 +139,23 @@ class BatchedEnv(abc.ABC):
         return None
 
 
+def checked_device(field: str, device: Any) -> torch.device:
+    """`device` as a torch.device that this machine has, or one ConfigError naming `field` (a world's
+    `SwarmEnv.device`): a name torch does not know, CUDA without a usable GPU, an index past the count."""
+    from parlightning.errors import ConfigError
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError, TypeError):
+        raise ConfigError(f"{field}: {device!r:.60} is not a torch device; use cpu, cuda or cuda:N") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"{field}: {device!r} asked for, but this torch has no usable CUDA device; use cpu")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise ConfigError(f"{field}: {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s); "
+                          f"use cuda:0..cuda:{torch.cuda.device_count() - 1}")
+    return dev
+
+
 def task_ids_of(env: Any) -> Optional[Sequence[str]]:
     """The env's task bank ids, or None for a world without tasks."""
     return getattr(env, "task_ids", None)

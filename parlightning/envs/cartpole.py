@@ -16,8 +16,8 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from parlightning.config_types import PositiveInt, check_args
-from parlightning.envs.base import ActionSpec, BatchedEnv, StepResult
+from parlightning.config_types import PositiveInt, Seed, check_allocation, check_args
+from parlightning.envs.base import ActionSpec, BatchedEnv, StepResult, checked_device
 
 # Gymnasium's constants (gymnasium/envs/classic_control/cartpole.py).
 GRAVITY = 9.8
@@ -46,13 +46,14 @@ class CartPoleEnv(BatchedEnv):
 
     checkpoint_exact = True  # state_dict resumes the very same trajectories
 
-    def __init__(self, num_envs: PositiveInt, device: str | torch.device = "cpu", seed: int = 0,
+    def __init__(self, num_envs: PositiveInt, device: str | torch.device = "cpu", seed: Seed = 0,
                  max_episode_steps: PositiveInt = 500):
-        typed = check_args("", CartPoleEnv.__init__, locals())  # the annotated ranges (config_types)
-        self.num_envs, self.max_episode_steps = typed["num_envs"], typed["max_episode_steps"]
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise ValueError(f"seed must be an int, got {seed!r}")
-        self.device = torch.device(device)
+        typed = check_args("CartPoleEnv", CartPoleEnv.__init__, locals())  # the annotated ranges (config_types)
+        self.num_envs, self.max_episode_steps, seed = typed["num_envs"], typed["max_episode_steps"], typed["seed"]
+        self.device = checked_device("CartPoleEnv.device", device)
+        # per actor: the state [4] and its step's temporaries (float32), the step counter and flags
+        check_allocation(f"CartPoleEnv(num_envs={self.num_envs})", 4 * 16 * self.num_envs, self.device,
+                         "lower num_envs")
         self.observation_shape = (4,)
         self.action_spec = ActionSpec("discrete", nvec=(2,))
         self.seed = seed

@@ -51,7 +51,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from parlightning.envs.base import ActionSpec, BatchedEnv, EpisodeParts, StepResult
+from parlightning.config_types import (
+    ClosedUnitInterval, NonNegativeInt, PositiveFinite, PositiveInt, Seed, check_args,
+)
+from parlightning.envs.base import ActionSpec, BatchedEnv, EpisodeParts, StepResult, checked_device
 from parlightning.envs.world_processes import WorkerLost, WorkerProcesses
 from parlightning.envs.world_runner import (WorldCallFailed, WorldRunner, _check_plain_types, build_shared, close_all,
                                              resolve)
@@ -174,42 +177,33 @@ class ExternalBatchedEnv(BatchedEnv):
 
     def __init__(
         self,
-        num_envs: int,
+        num_envs: PositiveInt,
         device: str | torch.device = "cpu",
-        seed: int = 0,
+        seed: Seed = 0,
         *,
         world: Any,
         world_kwargs: Optional[dict[str, Any]] = None,
         shared: Optional[dict[str, dict[str, Any]]] = None,
         task_ids: Optional[list[str]] = None,
-        step_timeout: float = 60.0,
-        retries: int = 0,
-        switch_interval: Optional[float] = 0.0005,
-        workers: int = 0,
+        step_timeout: PositiveFinite = 60.0,
+        retries: NonNegativeInt = 0,
+        switch_interval: Optional[PositiveFinite] = 0.0005,
+        workers: NonNegativeInt = 0,
         start_method: Optional[str] = None,
         runner: str = "local",
         on_error: str = "fail",
-        drop_budget: float = 0.1,
+        drop_budget: ClosedUnitInterval = 0.1,
     ) -> None:
-        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs <= 0:
-            raise ConfigError(f"data.env.num_envs: must be a positive integer, got {num_envs!r}")
-        if not (isinstance(step_timeout, (int, float)) and step_timeout > 0 and math.isfinite(step_timeout)):
-            raise ConfigError(f"data.env.step_timeout: must be a positive number of seconds, got {step_timeout!r}")
-        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
-            raise ConfigError(f"data.env.retries: must be an integer >= 0, got {retries!r}")
+        typed = check_args("ExternalBatchedEnv", ExternalBatchedEnv.__init__, locals())  # the annotated ranges
+        num_envs, seed, step_timeout, retries, switch_interval, workers, drop_budget = (typed[k] for k in (
+            "num_envs", "seed", "step_timeout", "retries", "switch_interval", "workers", "drop_budget"))
         if on_error not in ON_ERROR:
             raise ConfigError(f"data.env.init_args.on_error: must be one of {list(ON_ERROR)}, got {on_error!r}")
-        if isinstance(drop_budget, bool) or not isinstance(drop_budget, (int, float)) or not 0 <= drop_budget <= 1:
-            raise ConfigError(f"data.env.init_args.drop_budget: must be a share in [0, 1], got {drop_budget!r}")
         self.on_error, self.drop_budget = on_error, float(drop_budget)
-        self.num_envs, self.device = num_envs, torch.device(device)
+        self.num_envs, self.device = num_envs, checked_device("ExternalBatchedEnv.device", device)
         self.step_timeout, self.retries = float(step_timeout), retries
         self._closed = False
         self._switch_interval = None
-        if switch_interval is not None and (isinstance(switch_interval, bool) or not isinstance(
-                switch_interval, (int, float)) or not 0 < switch_interval < math.inf):
-            raise ConfigError(f"data.env.init_args.switch_interval: must be a positive number of seconds (the "
-                              f"interpreter's thread switch interval) or null, got {switch_interval!r}")
         if task_ids is not None and (isinstance(task_ids, (str, bytes)) or not isinstance(task_ids, Sequence) or not
                                      task_ids or not all(isinstance(t, str) and t for t in task_ids)):
             raise ConfigError(f"data.env.init_args.task_ids: must be a non-empty list of task id strings "
@@ -217,9 +211,6 @@ class ExternalBatchedEnv(BatchedEnv):
         if switch_interval is not None and switch_interval < sys.getswitchinterval():
             self._switch_interval = sys.getswitchinterval()
             sys.setswitchinterval(switch_interval)
-        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
-            raise ConfigError(f"data.env.init_args.workers: must be an integer >= 0 (0: the worlds run on threads "
-                              f"here; P: in P worker processes), got {workers!r}")
         if runner not in ("local", "ray"):
             raise ConfigError(f"data.env.init_args.runner: must be 'local' or 'ray', got {runner!r}")
         if start_method is not None and start_method not in START_METHODS:  # checked with or without workers

@@ -15,7 +15,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from parlightning.envs.base import ActionSpec, BatchedEnv, StepResult
+from parlightning.config_types import PositiveInt, Seed, check_args
+from parlightning.envs.base import ActionSpec, BatchedEnv, StepResult, checked_device
 from parlightning.errors import ConfigError
 
 _VECTORIZATIONS = ("sync", "async", "vector_entry_point")
@@ -115,9 +116,9 @@ class GymVectorEnv(BatchedEnv):
 
     def __init__(
         self,
-        num_envs: int,
+        num_envs: PositiveInt,
         device: str | torch.device = "cpu",
-        seed: int = 0,
+        seed: Seed = 0,
         *,
         env_id: str,
         vectorization: str = "sync",
@@ -137,13 +138,12 @@ class GymVectorEnv(BatchedEnv):
                 "pip install -U 'parlightning[gym]'"
             ) from e
         if isinstance(num_envs, str):
-            raise TypeError(f"env_id is keyword-only: GymVectorEnv(num_envs, env_id={num_envs!r})")
-        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs <= 0:
-            raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
-        if not isinstance(env_id, str) or not env_id:
-            raise ValueError(f"env_id must be a registered Gymnasium env id such as 'CartPole-v1', got {env_id!r}")
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise ValueError(f"seed must be an int, got {seed!r}")
+            raise ConfigError(f"GymVectorEnv.num_envs: must be a positive integer, got {num_envs!r}; env_id is "
+                              f"keyword-only: GymVectorEnv(num_envs, env_id={num_envs!r})")
+        num_envs, seed = check_args("GymVectorEnv", GymVectorEnv.__init__, locals()).values()
+        if not env_id:
+            raise ConfigError("GymVectorEnv.env_id: must be a registered Gymnasium env id such as 'CartPole-v1', "
+                              "got ''")
         if vectorization not in _VECTORIZATIONS:
             raise ConfigError(f"vectorization: unknown {vectorization!r}; choose one of {', '.join(_VECTORIZATIONS)}")
         env_kwargs = {**(env_kwargs or {}), **kwargs}
@@ -174,7 +174,7 @@ class GymVectorEnv(BatchedEnv):
         self.env_id = env_id
         self.num_envs = num_envs
         self.seed = seed
-        self.device = torch.device(device)
+        self.device = checked_device("GymVectorEnv.device", device)
         try:
             self.env = gymnasium.make_vec(
                 env_id, num_envs=num_envs, vectorization_mode=vectorization, vector_kwargs=vector_kwargs, **env_kwargs

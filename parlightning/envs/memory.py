@@ -13,7 +13,12 @@ from typing import Any, Callable, Optional
 import torch
 from torch import Tensor
 
-from parlightning.envs.base import ActionSpec, BatchedEnv, StepResult
+from parlightning.config_types import PositiveInt, Seed, check_allocation, check_args, restricted_number_type
+from parlightning.envs.base import ActionSpec, BatchedEnv, StepResult, checked_device
+
+Cues = restricted_number_type("Cues", int, [(">=", 2)], docstring="the number of cues, at least 2")
+# an episode is delay + 1 steps: a million blank steps is far past what any rollout or BPTT chunk can span
+Delay = restricted_number_type("Delay", int, [(">=", 0), ("<=", 10**6)], docstring="blank steps, 0..10**6")
 
 
 class CueMemoryEnv(BatchedEnv):
@@ -24,13 +29,14 @@ class CueMemoryEnv(BatchedEnv):
 
     checkpoint_exact = True
 
-    def __init__(self, num_envs: int, device: str | torch.device = "cpu", seed: int = 0, n_cues: int = 2,
-                 delay: int = 4) -> None:
-        for name, value, low in (("num_envs", num_envs, 1), ("n_cues", n_cues, 2), ("delay", delay, 0)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{name}: must be an integer >= {low}, got {value!r}")
+    def __init__(self, num_envs: PositiveInt, device: str | torch.device = "cpu", seed: Seed = 0,
+                 n_cues: Cues = 2, delay: Delay = 4) -> None:
+        num_envs, seed, n_cues, delay = check_args("CueMemoryEnv", CueMemoryEnv.__init__, locals()).values()
+        self.device = checked_device("CueMemoryEnv.device", device)
+        # per actor: the observation [n_cues + 1], its one-hot and the concatenation (float32)
+        check_allocation(f"CueMemoryEnv(num_envs={num_envs}, n_cues={n_cues})", 4 * 3 * num_envs * (n_cues + 1),
+                         self.device, "lower n_cues or num_envs")
         self.num_envs, self.n_cues, self.delay = num_envs, n_cues, delay
-        self.device = torch.device(device)
         self.observation_shape = (n_cues + 1,)
         self.action_spec = ActionSpec("discrete", nvec=(n_cues,))
         self.generator = torch.Generator(device=self.device).manual_seed(seed)

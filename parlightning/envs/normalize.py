@@ -34,6 +34,7 @@ from typing import Any, Callable, Optional
 import torch
 from torch import Tensor, nn
 
+from parlightning.config_types import ClosedUnitInterval, PositiveFinite, PositiveInt, Seed, check_args
 from parlightning.envs.base import BatchedEnv, StepResult
 from parlightning.errors import ConfigError
 
@@ -118,14 +119,12 @@ class NormalizeEnv(BatchedEnv):
     its own units: reward normalisation is meant for worlds trained on their own reward.
     """
 
-    def __init__(self, num_envs: int, device: str | torch.device = "cpu", seed: int = 0, *, env: EnvFactory,
-                 norm_obs: bool = True, norm_reward: bool = True, clip_obs: float = 10.0, clip_reward: float = 10.0,
-                 gamma: float = 0.99, epsilon: float = 1e-8, training: bool = True) -> None:
-        for name, value in (("clip_obs", clip_obs), ("clip_reward", clip_reward), ("epsilon", epsilon)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise ConfigError(f"{name}: must be a positive number, got {value!r}")
-        if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not 0.0 <= gamma <= 1.0:
-            raise ConfigError(f"gamma: must lie in [0, 1] (use data.gamma), got {gamma!r}")
+    def __init__(self, num_envs: PositiveInt, device: str | torch.device = "cpu", seed: Seed = 0, *, env: EnvFactory,
+                 norm_obs: bool = True, norm_reward: bool = True, clip_obs: PositiveFinite = 10.0,
+                 clip_reward: PositiveFinite = 10.0, gamma: ClosedUnitInterval = 0.99, epsilon: PositiveFinite = 1e-8,
+                 training: bool = True) -> None:
+        num_envs, seed, clip_obs, clip_reward, gamma, epsilon = check_args(
+            "NormalizeEnv", NormalizeEnv.__init__, locals()).values()
         self.env = _resolve_env(env)(num_envs, str(device), seed)
         if isinstance(self.env, NormalizeEnv):
             raise ConfigError("env: the world is already a NormalizeEnv; wrap the world once")

@@ -49,9 +49,9 @@ import torch
 from torch import Tensor
 
 from parlightning.config_types import (
-    ClosedUnitInterval, NonNegativeInt, PositiveInt, check_args, check_value, restricted_number_type,
+    ClosedUnitInterval, PositiveInt, Seed, check_allocation, check_args, check_value, restricted_number_type,
 )
-from parlightning.envs.base import ActionSpec, BatchedEnv, EpisodeParts, StepResult
+from parlightning.envs.base import ActionSpec, BatchedEnv, EpisodeParts, StepResult, checked_device
 from parlightning.envs.swarm_tasks import FAMILIES, HARD, LOCAL, N_KINDS, PLAIN, SPLITS, Costs, TaskBank, oracle_split_index
 from parlightning.errors import ConfigError
 
@@ -101,7 +101,7 @@ class SwarmEnv(BatchedEnv):
         self,
         num_envs: PositiveInt = 256,
         device: str | torch.device = "cpu",
-        seed: int = 0,
+        seed: Seed = 0,
         families: Sequence[str] = ("solo", "fanout", "pipeline", "locked"),
         tasks_per_family: PositiveInt = 16,
         split: str = "train",
@@ -116,7 +116,7 @@ class SwarmEnv(BatchedEnv):
         brief_cost: Cost = 0.5,
         subagent_reliability: ClosedUnitInterval = 0.99,
         max_episode_steps: PositiveInt = 16,
-        bank_seed: NonNegativeInt = 1234,
+        bank_seed: Seed = 1234,
         late_credit: LateCredit = 0.1,
         late_window: LateWindow = 2.0,
         compile: bool = False,
@@ -124,7 +124,7 @@ class SwarmEnv(BatchedEnv):
         family_tasks: Optional[dict[str, int]] = None,
         outcome_noise: NoiseProbability = 0.0,
     ) -> None:
-        typed = check_args("", SwarmEnv.__init__, locals())  # the annotated ranges (config_types)
+        typed = check_args("SwarmEnv", SwarmEnv.__init__, locals())  # the annotated ranges (config_types)
         num_envs, tasks_per_family, max_levels, max_width, max_cost = (typed[k] for k in (
             "num_envs", "tasks_per_family", "max_levels", "max_width", "max_cost"))
         max_subagents, subagent_budget, max_episode_steps, bank_seed = (typed[k] for k in (
@@ -157,7 +157,7 @@ class SwarmEnv(BatchedEnv):
         # private: not part of the world a checkpoint records (the verifier's noise, not the tasks), so
         # checkpoints from before the option resume as they did
         self._outcome_noise = typed["outcome_noise"]
-        self.num_envs, self.device = num_envs, torch.device(device)
+        self.num_envs, self.device = num_envs, checked_device("SwarmEnv.device", device)
         self.max_width, self.max_levels, self.max_cost, self.max_subagents = max_width, max_levels, max_cost, max_subagents
         self.splits, self.split = splits, split
         self.costs = Costs(splits, float(spawn_steps), float(merge_cost), float(brief_cost))
@@ -166,6 +166,9 @@ class SwarmEnv(BatchedEnv):
         if round_cap not in ("terminal", "truncation"):
             raise ConfigError(f"SwarmEnv: `round_cap` must be terminal or truncation, got {round_cap!r}")
         self.round_cap = round_cap
+        seed = typed["seed"]
+        self._check_size(num_envs, counts if isinstance(counts, list) else [counts] * len(families), max_levels,
+                         max_width, device)
         self.bank = TaskBank(families, counts, split, max_levels, max_width, max_cost, self.costs,
                              bank_seed, self.device)
         self.task_ids = self.bank.task_ids
@@ -348,6 +351,18 @@ class SwarmEnv(BatchedEnv):
     def _stage_row(self, task: Tensor, level: Tensor) -> Tensor:
         """[N] long: the stage row of (task, level) in the tables (past the last stage: the last stage's)."""
         return task * self._rows_per_task + level.clamp(max=self.max_levels - 1)
+
+    @staticmethod
+    def _check_size(num_envs: int, counts: list[int], max_levels: int, max_width: int, device: Any) -> None:
+        """The world's tables (built below) against the free memory, before the task bank is drawn:
+        the slot table (4 codes x stage rows x slots, twice while it is built), the step table, the
+        slot-sum matrix [W, W] and the per-actor observation and state."""
+        rows, width = sum(counts) * (max_levels + 1), max_width
+        floats = (3 * rows * width * 4 * SLOT_FEATURES + (3 * width + 5) * rows + width * width
+                  + 8 * num_envs * (width + 1) * SLOT_FEATURES)
+        check_allocation(f"SwarmEnv(num_envs={num_envs}, max_width={max_width}, max_levels={max_levels}, "
+                         f"{sum(counts)} tasks)", 4 * floats, device,
+                         "lower max_width (slots per stage), max_levels, tasks_per_family or num_envs")
 
     def reset(self, *, seed: Optional[int] = None, task_index: Optional[Tensor] = None) -> Tensor:
         """Start every actor on `task_index` ([N] bank indices; default: actor i on task i mod K)."""

@@ -17,7 +17,8 @@ import threading
 import time
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
-from parlightning.errors import ConfigError
+from parlightning.config_types import check_args
+from parlightning.errors import ConfigError, check_call_shape
 from parlightning.runtime.waits import expected_wait
 
 TIMEOUT_HINT = "(raise data.env.init_args.step_timeout if it is just slow)"
@@ -78,34 +79,17 @@ def build_shared(specs: Optional[Mapping[str, Any]]) -> dict[str, Any]:
     return built
 
 
-_PLAIN = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
-
-
 def _check_plain_types(prefix: str, cls: Any, kwargs: Mapping[str, Any]) -> None:
-    """A `shared` resource's init_args against its constructor's plain annotations (int, float,
-    str, bool, Optional of one): the YAML parser does not type what sits inside `shared`, so a
-    `seed: abc` would otherwise reach the class as a string. ConfigError naming the argument."""
-    import typing
-
+    """A `shared` resource's (or a world's) init_args against its constructor's annotations, with the
+    package's one checker (`config_types.check_args`: plain int / float / str / bool and the constrained
+    ranges): the YAML parser does not type what sits inside `shared` or `world_kwargs`, so a `seed: abc`
+    would otherwise reach the class as a string. ConfigError `"{prefix}.{key}: must ..."`."""
     try:
-        hints = typing.get_type_hints(cls.__init__)
-    except Exception:  # unresolvable annotations: the class checks its own arguments
+        init = cls.__init__
+        inspect.signature(init)
+    except (TypeError, ValueError, AttributeError):  # no readable signature: the class checks its own arguments
         return
-    for key, value in kwargs.items():
-        hint = hints.get(key)
-        optional = False
-        if typing.get_origin(hint) is typing.Union:
-            args = [a for a in typing.get_args(hint) if a is not type(None)]
-            optional = len(args) < len(typing.get_args(hint))
-            hint = args[0] if len(args) == 1 else None
-        if hint not in _PLAIN or (value is None and optional):
-            continue
-        ok = (isinstance(value, bool) if hint is bool else
-              isinstance(value, (int, float)) and not isinstance(value, bool) if hint is float else
-              isinstance(value, hint) and not isinstance(value, bool) if hint is int else isinstance(value, hint))
-        if not ok:
-            raise ConfigError(f"{prefix}.{key}: must be {_PLAIN[hint]}{' or null' if optional else ''} "
-                              f"({cls.__name__}'s {key}), got {value!r:.60}")
+    check_args(prefix, init, dict(kwargs))
 
 
 def accepts(fn: Callable, name: str) -> bool:
@@ -281,6 +265,9 @@ class WorldRunner:
             name = getattr(factory, "__qualname__", type(factory).__name__)
             raise ConfigError(f"data.env.world: {name}(...) returned {world!r:.60}, not a world; the world (a class or "
                               "a function returning one world) gives objects with reset(task) and step(action)")
+        name = type(world).__qualname__  # a signature read per built world: construction only, never per step
+        check_call_shape("data.env.world", name, "reset", world.reset, ("task",), caller="the env (per episode)")
+        check_call_shape("data.env.world", name, "step", world.step, ("action",), caller="the env (per step)")
         return world
 
     def facts(self) -> dict[str, Any]:

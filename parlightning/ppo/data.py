@@ -27,14 +27,14 @@ from parlightning.callbacks.planner import StrategyPlanner
 from parlightning.runtime.checkpoint import gather_ranks
 from parlightning.collection import Collector, RoundHooks, make_collector
 from parlightning.distribution.planning import RoundPlanner
-from parlightning.config_types import ClosedUnitInterval, NonNegativeInt, PositiveInt, check_args
+from parlightning.config_types import ClosedUnitInterval, NonNegativeInt, PositiveInt, Seed, check_args
 from parlightning.envs.base import BatchedEnv, task_ids_of
 from parlightning.errors import ConfigError, ReportedError
 from parlightning.distribution.strategies import family_of
 from parlightning.runtime.preflight import check_datamodule, env_signature
 from parlightning.parl.reward import PARLReward
 from parlightning.rollout import Rollout
-from parlightning.distribution.samplers import RoundRobin, TaskSampler, pass_threshold_mismatch
+from parlightning.distribution.samplers import RoundRobin, TaskSampler, check_sampler_calls, pass_threshold_mismatch
 
 EnvFactory = Callable[[int, str, int], BatchedEnv]  # (num_envs, device, seed) -> env
 
@@ -167,7 +167,7 @@ class RolloutDataModule(pl.LightningDataModule):
         gae_lambda: ClosedUnitInterval = 0.95,
         sampler: Optional[TaskSampler] = None,
         reward: Optional[PARLReward] = None,
-        seed: Optional[int] = None,
+        seed: Optional[Seed] = None,
         artifact_key: Optional[Callable[[str], str]] = None,
         bptt_len: Optional[PositiveInt] = None,
         max_policy_lag: NonNegativeInt = 0,
@@ -181,7 +181,7 @@ class RolloutDataModule(pl.LightningDataModule):
             "num_envs", "num_steps", "update_epochs", "num_minibatches"))
         gamma, gae_lambda, bptt_len, max_policy_lag = (typed[k] for k in (
             "gamma", "gae_lambda", "bptt_len", "max_policy_lag"))
-        actors_in_flight = typed["actors_in_flight"]
+        actors_in_flight, seed = typed["actors_in_flight"], typed["seed"]
         if collect not in ("rounds", "trajectories"):
             raise ConfigError(f"data.collect: must be 'rounds' or 'trajectories' (per-actor), got {collect!r}")
         if collect == "trajectories" and max_policy_lag < 1:
@@ -212,6 +212,8 @@ class RolloutDataModule(pl.LightningDataModule):
                 f"data.sampler: {type(sampler).__name__} is not a TaskSampler; it needs "
                 "pick(keys, round_index) -> task_id and record(task_id, score)"
             )
+        if sampler is not None:
+            check_sampler_calls("data.sampler", sampler)
         self.env_factory = env or _default_env
         self.num_envs, self.num_steps = num_envs, num_steps
         self.update_epochs, self.num_minibatches = update_epochs, num_minibatches

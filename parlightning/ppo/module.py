@@ -63,11 +63,9 @@ def apply_prior(policy: Any, prior: Union[float, dict]) -> None:
 
 def load_policy_weights(policy: Any, path: str) -> None:
     """The policy weights of a checkpoint (`model.init_from`); another policy's is one ConfigError."""
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # corrupt, truncated, not a torch file, pickled objects
-        raise ConfigError(f"model.init_from: {path!r} is not a readable checkpoint ({type(err).__name__}); pass one "
-                          "written by python -m parlightning.bc or parlightning.fit") from None
+    from parlightning.runtime.checkpoint import read_torch_file
+
+    ckpt = read_torch_file(path, "model.init_from", "pass one written by python -m parlightning.bc or parlightning.fit")
     sd = ckpt.get("state_dict") if isinstance(ckpt, dict) else None
     state = {k[len("policy."):]: v for k, v in (sd or {}).items() if k.startswith("policy.")}
     if not state:
@@ -141,7 +139,7 @@ class PPOModule(pl.LightningModule):
         norm_adv: bool = True,
         max_grad_norm: Optional[PositiveFinite] = 0.5,
         target_kl: Optional[PositiveFinite] = None,
-        hidden_sizes: Sequence[int] = (64, 64),
+        hidden_sizes: Sequence[PositiveInt] = (64, 64),
         activation: str = "tanh",
         policy: str = "mlp",
         rnn_hidden: PositiveInt = 64,
@@ -156,14 +154,15 @@ class PPOModule(pl.LightningModule):
             if prior is not None:
                 raise ConfigError("model.prior / model.init_from: give one; the checkpoint's weights would replace the "
                                   "prior's bias")
-            if not isinstance(init_from, str) or not os.path.isfile(init_from):
-                raise ConfigError(f"model.init_from: no checkpoint file at {init_from!r}; pass one written by "
-                                  "python -m parlightning.bc or parlightning.fit")
+            from parlightning.runtime.checkpoint import check_checkpoint_path
+
+            check_checkpoint_path(init_from, "model.init_from", "pass one written by python -m parlightning.bc or "
+                                  "parlightning.fit")
         if policy not in POLICIES:
             raise ConfigError(f"model.policy: unknown {policy!r}; choose one of {list(POLICIES)}")
         if activation not in ACTIVATIONS:
             raise ConfigError(f"model.activation: unknown {activation!r}; choose one of {sorted(ACTIVATIONS)}")
-        if not hidden_sizes or any(isinstance(h, bool) or not isinstance(h, int) or h <= 0 for h in hidden_sizes):
+        if not typed["hidden_sizes"]:
             raise ConfigError(f"model.hidden_sizes: needs positive integer widths, got {list(hidden_sizes)}")
         self.save_hyperparameters(logger=False)  # the loggers get the whole config once, as `model.lr` etc. (config_log)
         self.hparams.update(typed)  # plain floats and ints (the parser's own subclasses never reach a checkpoint)

@@ -22,6 +22,7 @@ import os
 import random
 import re
 import shutil
+import stat
 import tempfile
 import zipfile
 from typing import Any, Optional
@@ -247,17 +248,47 @@ def use_atomic_checkpoints(trainer: Any) -> None:
 
 
 # ---------------------------------------------------------------------------------- reading
-def load_checkpoint_file(path: str) -> dict[str, Any]:
-    """`torch.load(path, weights_only=True)` on the CPU, or one `ConfigError` naming the path and why."""
-    fix = "pass a .ckpt written by `python -m parlightning.fit` (e.g. <log_dir>/checkpoints/last.ckpt) or drop the flag"
-    if not os.path.isfile(path):
-        raise ConfigError(f"--ckpt_path: no checkpoint file at {path!r}; {fix}")
+def not_a_file(path: Any) -> Optional[str]:
+    """Why `path` cannot be opened as a file (None when it can): missing, a folder, a pipe or device,
+    unreadable; the words follow the path in the caller's one line."""
     try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        st = os.stat(path)
+    except FileNotFoundError:
+        return "does not exist" if not os.path.islink(path) else "is a link to nothing (its target does not exist)"
+    except (OSError, ValueError, TypeError) as err:  # a link loop, a name too long, a NUL byte, not a path at all
+        return f"cannot be opened ({getattr(err, 'strerror', None) or type(err).__name__})"
+    if stat.S_ISDIR(st.st_mode):
+        return "is a folder, not a file"
+    if not stat.S_ISREG(st.st_mode):
+        return "is not a regular file (a pipe, device or socket: reading it could block forever)"
+    if not os.access(path, os.R_OK):
+        return "cannot be read (permission denied)"
+    return None
+
+
+def check_checkpoint_path(path: Any, field: str, fix: str) -> None:
+    """A checkpoint path that can be opened as a file, or one ConfigError naming `field` and why
+    (`not_a_file`): the check `read_torch_file` starts with, for a flag checked before loading."""
+    why = not_a_file(path)
+    if why == "does not exist":
+        raise ConfigError(f"{field}: no checkpoint file at {path!r}; {fix}")
+    if why is not None:
+        raise ConfigError(f"{field}: {path!r} {why}; {fix}")
+
+
+def read_torch_file(path: Any, field: str, fix: str) -> Any:
+    """The one checked `torch.load(path, weights_only=True)` (on the CPU, memory-mapped): a path that
+    is missing, a folder, unreadable, truncated, damaged or not a torch file is one ConfigError
+    `"{field}: {path!r} ...; {fix}"` naming the flag or field that gave the path."""
+    check_checkpoint_path(path, field, fix)
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception as err:  # zip/pickle errors of every kind: corrupt, truncated, not a torch file
         text = str(err)
         damaged = _damaged_entry(path)
-        if damaged is not None:
+        if isinstance(err, OSError):  # the disk or the filesystem, not the file's bytes
+            reason = f"reading it failed: {err.strerror or type(err).__name__}"
+        elif damaged is not None:
             reason = f"corrupt: its entry {damaged} fails its CRC check (flipped or overwritten bytes)"
         elif "weights_only" in text or "Unsupported global" in text:
             reason = "it holds pickled objects other than tensors and plain containers, which are not loaded"
@@ -265,7 +296,14 @@ def load_checkpoint_file(path: str) -> dict[str, Any]:
             reason = "corrupt or truncated: not a complete torch.save zip archive"
         else:
             reason = (text.strip().splitlines() or [type(err).__name__])[0][:160]
-        raise ConfigError(f"--ckpt_path: {path!r} is not a readable checkpoint ({reason}); {fix}") from None
+        raise ConfigError(f"{field}: {path!r} is not a readable checkpoint ({reason}); {fix}") from None
+
+
+def load_checkpoint_file(path: str) -> dict[str, Any]:
+    """A Lightning training checkpoint (`read_torch_file`, then its structure and checksum), or one
+    `ConfigError` naming the path and why."""
+    fix = "pass a .ckpt written by `python -m parlightning.fit` (e.g. <log_dir>/checkpoints/last.ckpt) or drop the flag"
+    checkpoint = read_torch_file(path, "--ckpt_path", fix)
     if isinstance(checkpoint, dict) and "bc" in checkpoint and "optimizer_states" not in checkpoint:
         raise ConfigError(f"--ckpt_path: {path!r} was written by `python -m parlightning.bc` (policy weights only, "
                           "nothing to resume); start PPO from it with --model.init_from "

@@ -22,7 +22,9 @@ import torch
 import yaml
 from torch import Tensor
 
-from parlightning.errors import ConfigError, ReportedError, error_text
+from parlightning.config_types import available_memory, size_text
+from parlightning.runtime.checkpoint import not_a_file
+from parlightning.errors import ConfigError, ReportedError, check_call_shape, error_text
 
 SEED_RANGE = (0, 2**32 - 1)  # numpy's (and Lightning's seed_everything's) seed range
 PROBE_ACTORS = 2  # actors of the env built to check its contract and measure its shapes
@@ -77,39 +79,45 @@ def _strict_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _strict_mapping)
 
 
-def check_config_file(path: str) -> None:
-    """A --config file must be one YAML mapping with no duplicated key. A missing or unreadable
-    file is left to the parser (it names it)."""
-    if os.path.exists(path) and not os.path.isfile(path) and not os.path.isdir(path):
-        raise ConfigError(f"--config {path}: not a regular file (a pipe, device or socket: reading it could block "
-                          "or never end); pass a YAML file")
-    if not os.path.isfile(path):
-        return
+def read_yaml_file(path: Any, field: str = "--config", fix: str = "pass a YAML file") -> Any:
+    """The one checked YAML reader: the file's document with the strict loader (a key twice is an
+    error) and the alias-expansion bound. A path that is missing, a folder, a pipe or unreadable is
+    one ConfigError `"{field}: {path!r} ...; {fix}"` (the words of `read_torch_file`); bytes that are
+    not UTF-8 or not YAML are `"{field} {path}: ..."` naming the byte or the line."""
+    why = not_a_file(path)
+    if why is not None:
+        raise ConfigError(f"{field}: {path!r} {why}; {fix}")
     try:
         with open(path, "rb") as f:
             raw = f.read()
-    except OSError:
-        return  # unreadable: the parser names it
+    except OSError as err:
+        raise ConfigError(f"{field}: {path!r} cannot be read ({err.strerror or type(err).__name__}); {fix}") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
         line = raw[:err.start].count(b"\n") + 1
-        raise ConfigError(f"--config {path}: not UTF-8 text (byte {raw[err.start]:#04x} at line {line}); save the "
+        raise ConfigError(f"{field} {path}: not UTF-8 text (byte {raw[err.start]:#04x} at line {line}); save the "
                           "file as UTF-8 (a YAML config is text)") from None
     try:
         _check_expansion(path, yaml.compose(text, Loader=_StrictLoader))  # noqa: S506 (a SafeLoader subclass)
-        config = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
     except ConfigError as err:
-        raise ConfigError(f"--config {path}: {err}") from None
+        raise ConfigError(f"{field} {path}: {err}") from None
     except RecursionError:
-        raise ConfigError(f"--config {path}: nested too deeply to read (thousands of [ or {{ levels); a config is a "
+        raise ConfigError(f"{field} {path}: nested too deeply to read (thousands of [ or {{ levels); a config is a "
                           "few levels of mappings") from None
     except yaml.YAMLError as err:  # name the file (of several --config) and the line
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = " ".join(str(getattr(err, "problem", None) or err).split())
-        raise ConfigError(f"--config {path}: not valid YAML{where} ({problem}); --config needs a YAML file: fix it "
+        raise ConfigError(f"{field} {path}: not valid YAML{where} ({problem}); {field} needs a YAML file: fix it "
                           "(indent with spaces, close every [ and quote)") from None
+
+
+def check_config_file(path: str) -> dict:
+    """A --config file (`read_yaml_file`) must be one YAML mapping of sections with no duplicated
+    key; returns it."""
+    config = read_yaml_file(path, "--config", "pass an existing YAML file or a packaged config's name (e.g. --config swarm)")
     if config is None:
         raise ConfigError(f"--config {path}: the file is empty; a config is a YAML mapping of sections "
                           "(trainer:, model:, data:), e.g. configs/swarm.yaml, or drop --config")
@@ -126,6 +134,7 @@ def check_config_file(path: str) -> None:
             shown = "null" if value is None else f"{'an' if kind[0] in 'aeiou' else 'a'} {kind} ({str(value)[:40]})"
             raise ConfigError(f"--config {path}: {section}: is {shown}, not a mapping of {section} options; write "
                               f"them indented under it (e.g. {SECTIONS[section]}) or drop the {section}: key")
+    return config
 
 
 SECTIONS = {"trainer": "trainer:\\n  max_epochs: 50", "model": "model:\\n  lr: 0.00025",
@@ -524,7 +533,11 @@ def _env_field(factory: Callable[..., Any], message: str) -> str:
         params = inspect.signature(factory).parameters
     except (TypeError, ValueError):
         params = {}
-    if head in params and head not in ("num_envs", "device", "seed"):
+    given = [name for name in params if name not in ("num_envs", "device", "seed")]  # the config's init_args
+    owner = f"{getattr(factory, '__name__', '')}."
+    if head.startswith(owner) and head[len(owner):] in given:  # the class's own check: `SwarmEnv.max_width: ...`
+        message, head = message[len(owner):], head[len(owner):]
+    if head in given:
         return f"data.env.init_args.{message}"
     return f"data.env: {message}"
 
@@ -584,6 +597,7 @@ def check_env(env: Any, num_envs: int, seed: int) -> None:
                           "of task id strings, or absent for a world without tasks)") from None
     if tasks is not None:
         _check_task_ids(name, tasks)
+    _check_world_calls(name, env, tasks)
     first = torch.zeros(num_envs, dtype=torch.long)
     reset_kwargs = {"seed": seed, "task_index": first} if tasks is not None else {"seed": seed}
     obs = _call_world(name, "reset", env.reset, **reset_kwargs)
@@ -593,7 +607,6 @@ def check_env(env: Any, num_envs: int, seed: int) -> None:
         raise ConfigError(f"data.env: {name}.device says {declared} but its reset returned tensors on {obs.device}; "
                           "the step loop puts actions and buffers on env.device: set self.device to the device its "
                           "tensors are on (self.device = torch.device(device))")
-    _check_step_signature(name, env)
     res = _call_world(name, "step", env.step, probe_action(env.action_spec, num_envs),
                       first if tasks is not None else None)
     for field in ("obs", "reward", "terminated", "truncated", "final_obs"):
@@ -613,17 +626,18 @@ def check_env(env: Any, num_envs: int, seed: int) -> None:
                           "a task_ids list (e.g. ['easy-0', 'hard-0']), or return parts=None")
 
 
-def _check_step_signature(name: str, env: Any) -> None:
-    """`step(action, next_task)`: the step loop passes both, positionally."""
-    try:
-        inspect.signature(env.step).bind(None, None)
-    except TypeError:
-        raise ConfigError(f"data.env: {name}.step does not take next_task; the step loop calls "
-                          "env.step(action, next_task): define it as def step(self, action, next_task=None) "
-                          "(next_task is None for a world without tasks)") from None
-    except ValueError:  # no signature (a builtin): let the call tell
-        pass
-
+def _check_world_calls(name: str, env: Any, tasks: Any) -> None:
+    """The calls the step loop makes into the world, probed on their signatures (`check_call_shape`):
+    `reset(seed=, task_index=)` (task_index only for a world with tasks), `step(action, next_task)`
+    (positionally; next_task is None for a world without tasks) and `action_masks()`."""
+    loop = "the step loop"
+    check_call_shape("data.env", name, "reset", env.reset, kwargs=("seed", "task_index") if tasks is not None
+                     else ("seed",), caller=loop)
+    check_call_shape("data.env", name, "step", env.step, ("action", "next_task"), caller=loop,
+                     define="step(self, action, next_task=None) (next_task is None for a world without tasks)")
+    masks = getattr(env, "action_masks", None)
+    if callable(masks):
+        check_call_shape("data.env", name, "action_masks", masks, caller=loop)
 
 
 def check_state(field: str, name: str, obj: Any) -> None:
@@ -750,21 +764,6 @@ def env_bytes(env: Any, probe_actors: int, num_envs: int) -> int:
     return per_actor * num_envs
 
 
-def available_memory(device: torch.device) -> tuple[int, str]:
-    """(bytes free, where) on `device`: the GPU's free memory, or the host's MemAvailable."""
-    if device.type == "cuda" and torch.cuda.is_available():
-        free, _ = torch.cuda.mem_get_info(device)
-        return int(free), f"free on {device}"
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024, "available on this machine"
-    except OSError:
-        pass
-    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"), "on this machine"
-
-
 def check_memory(need: int, field_values: str, obs_shape: Sequence[int], device: torch.device,
                  ranks_here: int = 1) -> None:
     """Refuse a rollout whose estimate (x ranks sharing this machine's memory) exceeds what is free."""
@@ -777,12 +776,7 @@ def check_memory(need: int, field_values: str, obs_shape: Sequence[int], device:
                           "data.num_envs or data.num_steps")
 
 
-def _size(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if n < 1024 or unit == "PiB":
-            return f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} PiB"
+_size = size_text
 
 
 def check_datamodule(dm: Any, device: Optional[torch.device] = None, ranks_here: int = 1) -> dict[str, Any]:

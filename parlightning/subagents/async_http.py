@@ -38,6 +38,7 @@ import time
 import urllib.parse
 from typing import Any, Iterable, Mapping, Optional
 
+from parlightning.config_types import NonNegativeFinite, NonNegativeInt, PositiveFinite, PositiveInt, check_args
 from parlightning.errors import ConfigError
 from parlightning.subagents.http import check_request_text, prompt_of
 from parlightning.subagents.pool import PoolBase, SubagentResult
@@ -108,29 +109,21 @@ class AsyncHTTPPool(PoolBase):
     A result's `steps` are the reply's `usage.completion_tokens` (1 when absent); `output` its text.
     """
 
-    def __init__(self, base_url: str, model: str = "default", workers: int = 256, timeout: float = 30.0,
-                 api_key: Optional[str] = None, system: Optional[str] = None,
-                 success_marker: Optional[str] = None, max_tokens: int = 256, retries: int = 3,
-                 backoff: float = 0.5, max_backoff: float = 8.0, max_retry_after: float = 60.0,
-                 max_connect_failures: int = 8, probe: bool = True,
+    def __init__(self, base_url: str, model: str = "default", workers: PositiveInt = 256,
+                 timeout: PositiveFinite = 30.0, api_key: Optional[str] = None, system: Optional[str] = None,
+                 success_marker: Optional[str] = None, max_tokens: PositiveInt = 256, retries: NonNegativeInt = 3,
+                 backoff: NonNegativeFinite = 0.5, max_backoff: NonNegativeFinite = 8.0,
+                 max_retry_after: NonNegativeFinite = 60.0, max_connect_failures: PositiveInt = 8, probe: bool = True,
                  extra_body: Optional[dict[str, Any]] = None) -> None:
+        typed = check_args("AsyncHTTPPool", AsyncHTTPPool.__init__, locals())  # the annotated ranges (config_types)
+        workers, timeout, max_tokens, retries, backoff, max_backoff, max_retry_after, max_connect_failures = (
+            typed[k] for k in ("workers", "timeout", "max_tokens", "retries", "backoff", "max_backoff",
+                               "max_retry_after", "max_connect_failures"))
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
             raise ValueError(f"AsyncHTTPPool: base_url must start with http:// or https://, got {base_url!r}")
-        for name, value, low in (("workers", workers, 1), ("retries", retries, 0),
-                                 ("max_connect_failures", max_connect_failures, 1)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"AsyncHTTPPool: {name} must be an integer >= {low}, got {value!r}")
-        for name, value in (("timeout", timeout), ("backoff", backoff), ("max_backoff", max_backoff),
-                            ("max_retry_after", max_retry_after)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-                raise ValueError(f"AsyncHTTPPool: {name} must be a number >= 0, got {value!r}")
-        if not timeout > 0:
-            raise ValueError(f"AsyncHTTPPool: timeout must be > 0 seconds, got {timeout!r}")
         if max_backoff < backoff:
             raise ValueError(f"AsyncHTTPPool: max_backoff={max_backoff!r} is below backoff={backoff!r}; the wait "
                              "before retry r is min(max_backoff, backoff * 2**r): raise max_backoff or lower backoff")
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-            raise ValueError(f"AsyncHTTPPool: max_tokens must be an integer >= 1, got {max_tokens!r}")
         if extra_body is not None and not isinstance(extra_body, Mapping):
             raise ValueError(f"AsyncHTTPPool: extra_body must be a mapping of extra request fields (e.g. "
                              f"{{temperature: 0.2}}), got {type(extra_body).__name__} {extra_body!r:.60}")

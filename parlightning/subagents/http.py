@@ -14,6 +14,7 @@ import urllib.error
 import urllib.request
 from typing import Any, Optional
 
+from parlightning.config_types import PositiveFinite, PositiveInt, check_args
 from parlightning.subagents.pool import PoolBase, SubagentResult
 
 
@@ -82,10 +83,12 @@ class HTTPPool(PoolBase):
     A result's `steps` are the reply's `usage.completion_tokens` (1 when absent); `output` its text.
     """
 
-    def __init__(self, base_url: str, model: str = "default", workers: int = 4, timeout: float = 30.0,
+    def __init__(self, base_url: str, model: str = "default", workers: PositiveInt = 4, timeout: PositiveFinite = 30.0,
                  api_key: Optional[str] = None, system: Optional[str] = None,
-                 success_marker: Optional[str] = None, max_tokens: int = 256, probe: bool = True,
-                 max_endpoint_failures: Optional[int] = 8) -> None:
+                 success_marker: Optional[str] = None, max_tokens: PositiveInt = 256, probe: bool = True,
+                 max_endpoint_failures: Optional[PositiveInt] = 8) -> None:
+        workers, timeout, max_tokens, max_endpoint_failures = check_args("HTTPPool", HTTPPool.__init__,
+                                                                         locals()).values()
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
             raise ValueError(f"HTTPPool: base_url must start with http:// or https://, got {base_url!r}")
         check_request_text("HTTPPool", model=model, api_key=api_key, system=system, success_marker=success_marker)
@@ -94,13 +97,6 @@ class HTTPPool(PoolBase):
             urllib.parse.urlsplit(base_url).port
         except ValueError as err:
             raise ValueError(f"HTTPPool: base_url {base_url!r}: {err}; give a port in 1..65535") from None
-        for name, value, low in (("workers", workers, 1), ("max_tokens", max_tokens, 1),
-                                 ("max_endpoint_failures", 1 if max_endpoint_failures is None else max_endpoint_failures,
-                                  1)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"HTTPPool: {name} must be an integer >= {low}, got {value!r}")
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < float("inf"):
-            raise ValueError(f"HTTPPool: timeout must be a number of seconds > 0, got {timeout!r}")
         if probe:
             _probe(base_url, min(float(timeout), 10.0))
         self.url = base_url.rstrip("/") + "/chat/completions"

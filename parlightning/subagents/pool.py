@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional, Protocol, runtime_checkable
 
+from parlightning.config_types import ClosedUnitInterval, NonNegativeFinite, NonNegativeInt, Seed, check_args
+
 
 @dataclass(frozen=True)
 class SubagentResult:
@@ -79,21 +81,6 @@ def _steps(value: Any) -> int:
     return int(value)
 
 
-def check_number(owner: str, name: str, value: Any, low: float, high: float = math.inf, *, integer: bool = False,
-                 low_open: bool = False) -> None:
-    """`value` a finite number (an int where `integer`) in [low, high] ((low, high] with `low_open`),
-    or the ValueError naming `owner`'s argument (the config parser reports it as one line)."""
-    kinds = (int,) if integer else (int, float)
-    ok = not isinstance(value, bool) and isinstance(value, kinds) and math.isfinite(value) and (
-        low < value if low_open else low <= value) and value <= high
-    if not ok:
-        if math.isinf(high):
-            need = f"{'>' if low_open else '>='} {low:g}"
-        else:
-            need = f"in {'(' if low_open else '['}{low:g}, {high:g}]"
-        raise ValueError(f"{owner}: {name} must be {'an integer' if integer else 'a number'} {need}, got {value!r}")
-
-
 class PoolBase:
     """Shared `wait`: poll every handle until all finished, or give up after `timeout` seconds
     (then the unfinished ones are cancelled and reported as failures)."""
@@ -140,11 +127,10 @@ class SimulatedPool(PoolBase):
     without a thread: `poll` answers None until then). Thread-safe (worlds share one pool).
     """
 
-    def __init__(self, reliability: float = 0.9, spawn_steps: int = 1, seconds_per_step: float = 0.0,
-                 seed: int = 0) -> None:
-        check_number("SimulatedPool", "reliability", reliability, 0.0, 1.0)
-        check_number("SimulatedPool", "seconds_per_step", seconds_per_step, 0.0)
-        check_number("SimulatedPool", "spawn_steps", spawn_steps, 0, integer=True)
+    def __init__(self, reliability: ClosedUnitInterval = 0.9, spawn_steps: NonNegativeInt = 1,
+                 seconds_per_step: NonNegativeFinite = 0.0, seed: Seed = 0) -> None:
+        reliability, spawn_steps, seconds_per_step, seed = check_args(
+            "SimulatedPool", SimulatedPool.__init__, locals()).values()
         self.reliability, self.spawn_steps, self.seconds_per_step = reliability, spawn_steps, seconds_per_step
         self._rng = random.Random(seed)
         self._ids = itertools.count()

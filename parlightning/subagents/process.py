@@ -30,6 +30,8 @@ import time
 import warnings
 from typing import Any, Optional
 
+from parlightning.config_types import PositiveFinite, PositiveInt, check_args
+from parlightning.errors import check_call_shape
 from parlightning.runtime.processes import Child, receive, send, sendable_error, watch_parent
 from parlightning.runtime.waits import expected_wait
 from parlightning.subagents.pool import PoolBase, SubagentResult, normalize
@@ -131,16 +133,12 @@ class ProcessPool(PoolBase):
             and warns once per distinct error.
     """
 
-    def __init__(self, fn: str, workers: int = 2, timeout: Optional[float] = None,
-                 start_method: str = "spawn", start_timeout: float = 300.0, on_error: str = "raise") -> None:
-        if isinstance(workers, bool) or not isinstance(workers, int) or workers <= 0:
-            raise ValueError(f"ProcessPool: workers must be a positive integer, got {workers!r}")
+    def __init__(self, fn: str, workers: PositiveInt = 2, timeout: Optional[PositiveFinite] = None,
+                 start_method: str = "spawn", start_timeout: PositiveFinite = 300.0, on_error: str = "raise") -> None:
+        workers, timeout, start_timeout = check_args("ProcessPool", ProcessPool.__init__, locals()).values()
         if workers > MAX_WORKERS:
             raise ValueError(f"ProcessPool: workers={workers} is above the cap of {MAX_WORKERS} worker processes per "
                              "pool (each one loads torch and the function); use at most that many (more spawns queue)")
-        for name, value in (("timeout", timeout), ("start_timeout", start_timeout)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
-                raise ValueError(f"ProcessPool: {name} must be a number of seconds > 0 (or null), got {value!r}")
         if on_error not in ON_ERROR:
             raise ValueError(f"ProcessPool: on_error must be one of {list(ON_ERROR)}, got {on_error!r}")
         if not isinstance(fn, str) or not fn.strip():
@@ -152,6 +150,8 @@ class ProcessPool(PoolBase):
         if not callable(target):
             raise ValueError(f"ProcessPool: fn {fn!r} is a {type(target).__name__}, not a function; name the function "
                              "a subagent calls ('package.module:function')")
+        module, _, attr = fn.partition(":") if ":" in fn else fn.rpartition(".")
+        check_call_shape("ProcessPool.fn", module, attr, target, ("instruction",), caller="each subagent's worker")
         if start_method not in ("spawn", "forkserver", "fork"):
             raise ValueError(f"ProcessPool: start_method must be spawn, forkserver or fork, got {start_method!r}")
         self.fn, self.timeout, self.on_error, self._method = fn, timeout, on_error, start_method

@@ -18,8 +18,15 @@ import random
 import time
 from typing import Any, Optional, Sequence
 
+from parlightning.config_types import (
+    ClosedUnitInterval, NonNegativeFinite, NonNegativeInt, PositiveFinite, PositiveInt, Seed, check_args, check_value,
+    check_allocation, restricted_number_type,
+)
 from parlightning.envs.base import ActionSpec
-from parlightning.subagents.pool import SubagentPool, SubagentResult, check_number
+from parlightning.subagents.pool import SubagentPool, SubagentResult
+
+LateWindow = restricted_number_type("PoolLateWindow", float, [(">=", 1.0), ("<", math.inf)],
+                                    docstring="a multiple of the budget, >= 1")
 
 FAMILIES = {"solo": (1, 1), "fanout": (2, 3), "locked": (2, 3)}  # family -> (width lo, width hi)
 
@@ -69,24 +76,29 @@ class PoolOrchestrationWorld:
     stage, stages (scaled) and steps taken. Action: multi-discrete, one entry per slot.
     """
 
-    def __init__(self, pool: SubagentPool, seed: int = 0, families: Sequence[str] = ("solo", "fanout", "locked"),
-                 tasks_per_family: int = 4, max_levels: int = 2, max_width: int = 3, n_skills: int = 3,
-                 max_cost: int = 3, spawn_steps: int = 1, max_episode_steps: int = 8, late_credit: float = 0.1,
-                 late_window: float = 2.0, main_seconds: float = 0.0, main_cpu_seconds: float = 0.0,
-                 subagent_timeout: Optional[float] = 60.0, bank_seed: int = 1234,
-                 call_latency: Optional[Sequence[float]] = None, fail_rate: float = 0.0, hang_rate: float = 0.0,
-                 hang_seconds: float = 3600.0) -> None:
+    def __init__(self, pool: SubagentPool, seed: Seed = 0, families: Sequence[str] = ("solo", "fanout", "locked"),
+                 tasks_per_family: PositiveInt = 4, max_levels: PositiveInt = 2, max_width: PositiveInt = 3,
+                 n_skills: PositiveInt = 3, max_cost: PositiveInt = 3, spawn_steps: NonNegativeInt = 1,
+                 max_episode_steps: PositiveInt = 8, late_credit: ClosedUnitInterval = 0.1,
+                 late_window: LateWindow = 2.0, main_seconds: NonNegativeFinite = 0.0,
+                 main_cpu_seconds: NonNegativeFinite = 0.0, subagent_timeout: Optional[PositiveFinite] = 60.0,
+                 bank_seed: Seed = 1234, call_latency: Optional[Sequence[float]] = None,
+                 fail_rate: ClosedUnitInterval = 0.0, hang_rate: ClosedUnitInterval = 0.0,
+                 hang_seconds: NonNegativeFinite = 3600.0) -> None:
+        name = "PoolOrchestrationWorld"
+        typed = check_args(name, PoolOrchestrationWorld.__init__, locals())  # the annotated ranges (config_types)
+        seed, tasks_per_family, max_levels, max_width, n_skills, max_cost, spawn_steps, max_episode_steps = (
+            typed[k] for k in ("seed", "tasks_per_family", "max_levels", "max_width", "n_skills", "max_cost",
+                               "spawn_steps", "max_episode_steps"))
+        late_credit, late_window, main_seconds, main_cpu_seconds, subagent_timeout, bank_seed = (typed[k] for k in (
+            "late_credit", "late_window", "main_seconds", "main_cpu_seconds", "subagent_timeout", "bank_seed"))
+        fail_rate, hang_rate, hang_seconds = typed["fail_rate"], typed["hang_rate"], typed["hang_seconds"]
         missing = [m for m in ("spawn", "poll") if not callable(getattr(pool, m, None))]
         if missing:  # a wrong class under shared.pool would otherwise fail at the first delegation, mid-rollout
             raise ValueError(f"PoolOrchestrationWorld: pool is a {type(pool).__name__}, not a subagent pool (it has no "
                              f"{', '.join(missing)}); name a pool under shared.pool, e.g. "
                              "parlightning.subagents.SimulatedPool, or one with spawn / poll / wait / cancel / close")
         self.pool, self.seed = pool, seed
-        for name, value in (("tasks_per_family", tasks_per_family), ("max_levels", max_levels),
-                            ("max_width", max_width), ("n_skills", n_skills), ("max_cost", max_cost),
-                            ("max_episode_steps", max_episode_steps)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"PoolOrchestrationWorld: {name} must be an integer >= 1, got {value!r}")
         if isinstance(families, str) or not families:
             raise ValueError(f"PoolOrchestrationWorld: families must be a non-empty list of families, got {families!r}")
         if call_latency is not None and (isinstance(call_latency, (str, bytes)) or not isinstance(
@@ -94,18 +106,8 @@ class PoolOrchestrationWorld:
             raise ValueError(f"PoolOrchestrationWorld: call_latency must be [median > 0, sigma >= 0] (two numbers: a "
                              f"lognormal's median seconds and sigma) or null, got {call_latency!r}")
         if call_latency is not None:
-            check_number("PoolOrchestrationWorld", "call_latency[0] (the median)", call_latency[0], 0.0, low_open=True)
-            check_number("PoolOrchestrationWorld", "call_latency[1] (sigma)", call_latency[1], 0.0)
-        name = "PoolOrchestrationWorld"
-        for arg, value in (("fail_rate", fail_rate), ("hang_rate", hang_rate)):
-            check_number(name, arg, value, 0.0, 1.0)
-        check_number(name, "spawn_steps", spawn_steps, 0, integer=True)
-        check_number(name, "late_credit", late_credit, 0.0, 1.0)
-        check_number(name, "late_window", late_window, 1.0)
-        check_number(name, "main_seconds", main_seconds, 0.0)
-        check_number(name, "hang_seconds", hang_seconds, 0.0)
-        if subagent_timeout is not None:
-            check_number(name, "subagent_timeout (seconds, or null: no limit)", subagent_timeout, 0.0, low_open=True)
+            call_latency = (check_value(f"{name}.call_latency[0] (the median)", PositiveFinite, call_latency[0]),
+                            check_value(f"{name}.call_latency[1] (sigma)", NonNegativeFinite, call_latency[1]))
         self.call_latency = tuple(call_latency) if call_latency is not None else None
         self.fail_rate, self.hang_rate, self.hang_seconds = fail_rate, hang_rate, hang_seconds
         self._rng = random.Random(seed * 7919 + 17)
@@ -113,9 +115,11 @@ class PoolOrchestrationWorld:
         self.max_width, self.n_skills, self.max_levels, self.max_cost = max_width, n_skills, max_levels, max_cost
         self.max_episode_steps, self.late_credit, self.late_window = max_episode_steps, late_credit, late_window
         self.main_seconds, self.subagent_timeout = main_seconds, subagent_timeout
-        if not main_cpu_seconds >= 0:
-            raise ValueError(f"PoolOrchestrationWorld: main_cpu_seconds must be >= 0, got {main_cpu_seconds!r}")
         self.main_cpu_seconds = main_cpu_seconds
+        subtasks = len(families) * tasks_per_family * max_levels * max_width  # Python dicts of a few fields each
+        check_allocation(f"{name}(tasks_per_family={tasks_per_family}, max_levels={max_levels}, max_width={max_width}, "
+                         f"n_skills={n_skills})", 400 * subtasks + 8 * max_width * (n_skills + 2), "cpu",
+                         "lower max_width, max_levels, tasks_per_family or n_skills")
         self.bank = make_tasks(families, tasks_per_family, max_levels, max_width, n_skills, max_cost, spawn_steps,
                                bank_seed)
         self.tasks = list(self.bank)
