@@ -125,9 +125,9 @@ def test_quick_study_runs_end_to_end_and_resumes_after_a_kill(tmp_path):
 def test_bad_arguments_get_one_error_line_before_anything_is_written(tmp_path):
     out = tmp_path / "s"
     for args, message in (
-        (["--axis", "merge_cost"], "error: --axis 'merge_cost': write KEY=v1,v2"),
-        (["--arms", "nope"], "error: --arms: no arm config"),
-        (["--seeds", "0"], "error: --seeds: must be positive"),
+        (["--axis", "merge_cost"], "parl_study.py: error: argument --axis: 'merge_cost': write KEY=v1,v2"),
+        (["--arms", "nope"], "parl_study.py: error: argument --arms: item 1 ('nope'): no arm config"),
+        (["--seeds", "0"], "parl_study.py: error: argument --seeds: must be a positive integer"),
     ):
         code, text = finish(study("--quick", "--out", str(out), *args), timeout=60)
         assert code != 0 and text.strip().splitlines()[-1].startswith(message), text

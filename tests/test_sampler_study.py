@@ -53,12 +53,12 @@ def test_quick_study_trains_evaluates_every_checkpoint_and_resumes(tmp_path):
 
 
 def test_bad_arguments_are_one_error_line_before_anything_is_written(tmp_path):
-    for args, message in ((["--arms", "nope"], "error: --arms / --banks: unknown ['nope']"),
+    for args, message in ((["--arms", "nope"], "sampler_study.py: error: argument --arms: item 1 ('nope'): must be one of"),
                           (["--arms", "sfl"], "error: --arms: every comparison is against round_robin"),
-                          (["--seeds", "0"], "error: --seeds: must be positive"),
+                          (["--seeds", "0"], "sampler_study.py: error: argument --seeds: must be a positive integer"),
                           (["--epochs", "10", "--every", "3"], "error: --every: 3 must divide --epochs 10"),
                           (["--num-envs", "7"], "error: --num-envs: 7 must be even"),
-                          (["--config", "nope.yaml"], "error: --config: no config file")):
+                          (["--config", "nope.yaml"], "sampler_study.py: error: argument --config: no file at 'nope.yaml'")):
         bad = _run(*args, "--out", str(tmp_path / "never"))
         assert bad.returncode != 0 and bad.stderr.strip().splitlines()[-1].startswith(message), bad.stderr
     assert not (tmp_path / "never").exists()
