@@ -26,7 +26,7 @@ from typing import Any, Callable, Optional
 import torch
 from torch import Tensor
 
-from parlightning.envs.base import action_mask_of
+from parlightning.envs.base import action_mask_of, checked_device
 from parlightning.errors import ConfigError, out_of_memory
 from parlightning.cli.arg_types import (bank_seed, config_file, device_name, episode_count, existing_file, output_file,
                                          random_seed)
@@ -177,14 +177,11 @@ def env_spec(configs: list[str]) -> tuple[type, dict]:
     """`data.env` (class and init_args) of the merged `--config` files; SwarmEnv when none names one."""
     import importlib
 
-    import yaml
-
     merged: dict = {}
     for path in configs:
         if not os.path.isfile(path):
             raise ConfigError(f"--config: no file at {path!r}")
-        check_config_file(path)  # not UTF-8 (a checkpoint given as the config), not YAML, not a mapping: one line
-        merged = _merge(merged, yaml.safe_load(open(path, encoding="utf-8")) or {})
+        merged = _merge(merged, check_config_file(path))  # the one checked YAML reader: not UTF-8, not YAML, not a mapping
     spec = (merged.get("data") or {}).get("env") or {"class_path": "parlightning.envs.swarm.SwarmEnv"}
     if isinstance(spec, str):
         spec = {"class_path": spec}
@@ -329,16 +326,8 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
 
 def check_device(flag: str, device: Any, types: Optional[tuple[str, ...]] = ("cpu", "cuda", "mps")) -> None:
     """`flag` (`--device` on a command line, `device` in the Python API) names a device torch knows and
-    this machine has (and, with `types`, one of those kinds)."""
-    use = (lambda d: f"{flag} {d}") if flag.startswith("--") else (lambda d: f"{flag}={d!r}")  # noqa: E731
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, ValueError, TypeError):
-        raise ConfigError(f"{flag}: {device!r} is not a torch device; use cpu, cuda or cuda:N") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"{flag}: {device!r} asked for, but this torch has no usable CUDA device; use {use('cpu')}")
-    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
-        raise ConfigError(f"{flag}: {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    this machine has (`envs.base.checked_device`) and, with `types`, one of those kinds."""
+    dev = checked_device(flag, device)
     if types is not None and dev.type not in types:
         raise ConfigError(f"{flag}: {device!r}: evaluate runs on cpu or cuda")
 
@@ -411,7 +400,9 @@ def evaluate_one(a: argparse.Namespace, cls: type, init_args: dict, quiet: bool 
     policy = load_policy(a.ckpt_path, env) if a.ckpt_path else None
     from parlightning.envs.normalize import normalizer_from_checkpoint
 
-    normalizer = normalizer_from_checkpoint(torch.load(a.ckpt_path, weights_only=True)) if a.ckpt_path else None
+    from parlightning.runtime.checkpoint import load_checkpoint_file
+
+    normalizer = normalizer_from_checkpoint(load_checkpoint_file(a.ckpt_path)) if a.ckpt_path else None
     normalize = normalizer if normalizer is not None else (lambda obs: obs)  # as load_policy(...).predict does
     if a.policy is not None and not callable(getattr(env, "scripted_action", None)):
         raise ConfigError(f"--policy: {cls.__name__} provides no scripted policies; pass --ckpt_path")

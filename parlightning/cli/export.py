@@ -95,7 +95,7 @@ def load_policy(ckpt_path: str | os.PathLike) -> tuple[ActorCritic, tuple[int, .
 
 def load_normalizer(ckpt_path: str | os.PathLike) -> Optional[ObsNormalizer]:
     """The frozen observation normalisation of the run in `ckpt_path` (None when it had none)."""
-    return normalizer_from_checkpoint(torch.load(ckpt_path, map_location="cpu", weights_only=True))
+    return normalizer_from_checkpoint(load_checkpoint_file(str(ckpt_path)))  # the checked loader: one line
 
 
 def export_policy(policy: ActorCritic, observation_shape: Sequence[int], out: str | os.PathLike,
