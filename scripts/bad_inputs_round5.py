@@ -846,7 +846,20 @@ def _api_error(err: BaseException) -> Optional[str]:
 
 
 def _child(c: Case, work: Path, fx: Path, out_path: Path) -> None:
-    """In the forked process: run the case, write its output, exit with its status."""
+    """In the forked process: run the case, write its output, exit with its status. Whatever the case
+    does (close stderr, raise from an error handler), the fork exits here: a copy of the harness that
+    returned into it would run the harness's cleanup and delete the corpus's folder."""
+    status = 1
+    try:
+        status = _run_in_child(c, work, fx, out_path)
+    except BaseException:  # noqa: BLE001
+        pass
+    finally:
+        os._exit(status)
+
+
+def _run_in_child(c: Case, work: Path, fx: Path, out_path: Path) -> int:
+    """`_child`'s work: the case's status."""
     os.setpgid(0, 0)
     fd = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(fd, 1)
@@ -880,13 +893,11 @@ def _child(c: Case, work: Path, fx: Path, out_path: Path) -> None:
         else:
             status = 0 if code is None else int(code)
     except BaseException:  # noqa: BLE001
-        traceback.print_exc()
         status = 1
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    finally:
-        os._exit(status)
+        traceback.print_exc()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return status
 
 
 def run_case(c: Case, base: Path, fx: Path, index: int) -> tuple[str, str, float, str]:
@@ -951,7 +962,10 @@ def run_case(c: Case, base: Path, fx: Path, index: int) -> tuple[str, str, float
         proc.wait()
     for folder_ro in c.readonly:
         os.chmod(work / folder_ro, 0o755)
-    text = out_path.read_text(errors="replace")
+    try:
+        text = out_path.read_text(errors="replace")
+    except FileNotFoundError:  # the case's process ended before it opened its output file
+        text = f"(no output: the case's process ended with status {rc} before it opened {out_path.name})"
     after = _snapshot(work)
     if timed_out:
         return "hang", f"no answer within {c.timeout:g} s", seconds, text
