@@ -140,6 +140,7 @@ def main(args: Optional[list[str]] = None) -> ParlCLI:
         finally:
             watch.stop_watching_alone()  # a one-process run's stall watch ends with its fit
     except BaseException as err:
+        _reopen_stderr()  # user code that closed sys.stderr must not swallow the one error line
         message = _start_error(err)
         if message is None:
             message = user_code_error(err)
@@ -175,6 +176,13 @@ def main(args: Optional[list[str]] = None) -> ParlCLI:
             raise SystemExit(1) from None
         raise SystemExit(f"error: {message}") from None
     return cli
+
+
+def _reopen_stderr() -> None:
+    """A closed `sys.stderr` (user code called `sys.stderr.close()`) is replaced by a new stream on
+    file descriptor 2, which Python's standard streams never close."""
+    if getattr(sys.stderr, "closed", False):
+        sys.stderr = open(2, "w", encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
 
 
 def _interrupted(err: BaseException, trainer: Any) -> bool:
