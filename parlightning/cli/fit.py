@@ -113,12 +113,19 @@ def main(args: Optional[list[str]] = None) -> ParlCLI:
     field, before any rollout and before anything is written.
     """
     args = resolve_config_args(sys.argv[1:] if args is None else args)  # `--config swarm`: the packaged file
-    cli = build_cli(args)
-    ckpt = cli.config.get("ckpt_path")
     try:
+        cli = build_cli(args)
+        ckpt = cli.config.get("ckpt_path")
+        check_environment_for_ddp(cli.trainer)
         probe = preflight(cli, ckpt)
-    except (ConfigError, ReportedError) as err:  # ReportedError: e.g. a user's world failing the probe step
-        raise SystemExit(f"error: {_start_error(err)}") from None
+    except KeyboardInterrupt:  # Ctrl-C before anything was written
+        print("error: interrupted (KeyboardInterrupt) before the run started; nothing was written", file=sys.stderr)
+        raise SystemExit(128 + signal.SIGINT) from None
+    except Exception as err:  # ReportedError: e.g. a user's world failing the probe step
+        message = _start_error(err)
+        if message is None:  # a bug: its traceback is kept
+            raise
+        raise SystemExit(f"error: {message}") from None
     stall = cli.config.get("stall_timeout")
     estimate = (probe or {}).get("iteration_estimate")
     if stall is not None and estimate:  # one step (a minibatch's backward) may not look stuck: 3x its estimate
@@ -132,6 +139,7 @@ def main(args: Optional[list[str]] = None) -> ParlCLI:
     loose = os.path.join(cli.trainer.default_root_dir, "config.yaml")  # with no logger, config.yaml goes here
     if not cli.trainer.loggers and not os.path.exists(loose):
         fresh = [(loose, True)] + fresh  # a refused start removes it too
+    _stop_on_user_signals()
     _end_cleanly_when_a_rank_fails(lambda: remove_new_outputs(fresh) if cli.datamodule.last_rollout is None else None)
     watch.cleanup = lambda: remove_new_outputs(fresh) if cli.datamodule.last_rollout is None else None
     try:
@@ -157,6 +165,11 @@ def main(args: Optional[list[str]] = None) -> ParlCLI:
         if callable(getattr(launcher, "kill", None)):
             launcher.kill(signal.SIGKILL)  # DDP: the ranks this process launched must not wait for it
         stop_helpers()  # the fork server and resource tracker of a collector or world process end with the run
+        if isinstance(err, Signalled):  # SIGUSR1 / SIGUSR2 (no handler of Lightning's): ended like SIGTERM
+            if cli.datamodule.last_rollout is None:
+                remove_new_outputs(fresh)
+            print(f"error: {err}", file=sys.stderr)
+            raise SystemExit(128 + err.signum) from None
         if isinstance(err, SIGTERMException):  # preempted: never report success, so a scheduler requeues
             print("error: SIGTERM: stopped; the last checkpoint (written at the end of the last finished iteration) "
                   "is intact: resume with --ckpt_path <log_dir>/checkpoints/last.ckpt", file=sys.stderr)
@@ -176,6 +189,31 @@ def main(args: Optional[list[str]] = None) -> ParlCLI:
             raise SystemExit(1) from None
         raise SystemExit(f"error: {message}") from None
     return cli
+
+
+class Signalled(ReportedError):
+    """The run received a signal whose default action would kill it without a word."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        super().__init__(f"{signal.Signals(signum).name}: stopped by a signal (from a scheduler, a shell, or user code "
+                         "such as a world); the last checkpoint (written at the end of the last finished iteration) "
+                         "is intact: resume with --ckpt_path <log_dir>/checkpoints/last.ckpt")
+
+
+def _stop_on_user_signals() -> None:
+    """SIGUSR1 and SIGUSR2 end a fit with one line instead of killing it silently (their default
+    action), unless someone already handles them (SLURM's requeue in Lightning registers its own
+    later and replaces this)."""
+    def stop(signum: int, _frame: Any) -> None:
+        raise Signalled(signum)
+
+    for signum in (signal.SIGUSR1, signal.SIGUSR2):
+        try:
+            if signal.getsignal(signum) == signal.SIG_DFL:
+                signal.signal(signum, stop)
+        except ValueError:  # not the main thread (fit called from a thread): keep the default
+            pass
 
 
 def _reopen_stderr() -> None:
@@ -471,6 +509,68 @@ def _start_error(err: BaseException) -> Optional[str]:
         first = next((line.strip() for line in text.splitlines()[1:] if line.strip()), "")
         return (f"--ckpt_path: the checkpoint's weights do not fit this config ({first[:200]}); resume with the "
                 "config (env and model) that wrote it, or start fresh without --ckpt_path")
+    return _environment_error(err)
+
+
+def check_environment_for_ddp(trainer: Any) -> None:
+    """A multi-process run's rendezvous variables, before any rank starts: `MASTER_ADDR` must
+    resolve and `MASTER_PORT` must be a port number that is free on the first node (gloo's or NCCL's
+    store would otherwise wait 30 minutes for a host that does not exist, or fail with a traceback)."""
+    import socket
+
+    if getattr(trainer, "world_size", 1) <= 1:
+        return
+    addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
+    if port is not None and not (port.isdigit() and 0 < int(port) < 65536):
+        raise ConfigError(f"MASTER_PORT: {port!r} is not a port number; set 1..65535 or unset it")
+    if addr:
+        try:
+            socket.getaddrinfo(addr, None)
+        except (socket.gaierror, UnicodeError) as err:
+            raise ConfigError(f"MASTER_ADDR: host {addr!r} does not resolve ({err.args[-1] if err.args else err}); "
+                              "set it to the first node's address (or unset it for one machine)") from None
+    first = os.environ.get("NODE_RANK", "0") == "0" and os.environ.get("LOCAL_RANK") is None
+    if port is not None and first and (not addr or addr in ("127.0.0.1", "localhost", socket.gethostname())):
+        with socket.socket() as probe:  # this process's store will listen here: is the port free now?
+            try:
+                probe.bind((addr or "", int(port)))
+            except OSError as err:
+                raise ConfigError(f"MASTER_PORT {port}: cannot listen on it ({err.strerror}: another job or process "
+                                  "holds it); pick a free port or unset MASTER_PORT (Lightning then finds one)") from None
+
+
+def _environment_error(err: BaseException) -> Optional[str]:
+    """The one-line message for a failure that comes from the process's environment, not from the
+    package or the config: a warning turned into an error, a resource limit (threads, address space,
+    file size), a DDP address or port, a scheduler's variables Lightning refuses. None otherwise."""
+    import errno
+
+    text = " ".join(str(err).split())[:240]
+    if isinstance(err, Warning):  # PYTHONWARNINGS=error / python -W error turned a library's warning into an error
+        return (f"{type(err).__name__} raised as an error ({text[:160]}): PYTHONWARNINGS=error or python -W error "
+                "makes every warning an exception; run without it, or ignore this one "
+                f"(-W ignore::{type(err).__name__})")
+    if isinstance(err, RuntimeError) and "can't start new thread" in text:
+        return ("the process cannot start a thread: its address-space or process limit is too low (ulimit -v / "
+                "ulimit -u); raise the limit (a run needs a few GB of address space)")
+    if isinstance(err, MemoryError):
+        return ("out of memory (MemoryError): the process's memory or address-space limit (ulimit -v) is too low "
+                "for this run; raise it, or make the run smaller (data.num_envs, model.hidden_sizes)")
+    if isinstance(err, OSError) and err.errno in (errno.EFBIG, errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+        where = f" {err.filename}" if err.filename else ""
+        why = {errno.EFBIG: "larger than the file-size limit (ulimit -f)", errno.ENOSPC: "the disk is full",
+               errno.EDQUOT: "the disk quota is used up", errno.EROFS: "the file system is read-only"}[err.errno]
+        return (f"writing{where} failed: {why}; raise the limit or free space, or point "
+                "--trainer.default_root_dir elsewhere")
+    if type(err).__name__ == "DistNetworkError" or "EADDRINUSE" in text:
+        port = os.environ.get("MASTER_PORT")
+        if "EADDRINUSE" in text or "address already in use" in text:
+            return (f"MASTER_PORT {port}: the address is already in use (another job or process listens on it); "
+                    "pick a free port or unset MASTER_PORT (Lightning then finds one)")
+        return (f"DDP rendezvous at MASTER_ADDR {os.environ.get('MASTER_ADDR')!r} MASTER_PORT {port!r} failed "
+                f"({text[:160]}); check both variables")
+    if isinstance(err, RuntimeError) and "SLURM" in text:  # Lightning's own refusal of a scheduler's settings
+        return f"SLURM: {text}"
     return None
 
 

@@ -133,6 +133,7 @@ class StepLoop:
             raise ConfigError(f"data.env: built {self.env.num_envs} actors, expected data.num_envs={num_envs}")
         self.action_generator = torch.Generator(device=device).manual_seed(stream_seed(seed, "action"))
         self.task_ids = task_ids_of(self.env)
+        self.spaces = (self.env.action_spec, tuple(self.env.observation_shape))  # the policy and buffer are built on these
         self.buffer = self.new_buffer()
         self.picks: Optional[Picks] = None  # where the tasks come from, for a world with a task bank
         self.key_row: Optional[Tensor] = None  # [K] task -> key-table row, once a keyed policy binds keys
@@ -174,6 +175,9 @@ class StepLoop:
 
     def _pick(self, context: RoundContext, reset_mask: Tensor) -> Tensor:
         self._picks_in_step += 1  # a Python count: no host sync
+        self._check_tensor("step", "a done mask to next_task", reset_mask, (self.num_envs,),
+                           lambda d: d == torch.bool, "next_task(done) with done a bool [num_envs] tensor (the "
+                           "episodes that ended this step)", -1)  # metadata only
         picked = self.picks.pick(context, reset_mask)
         self.current_task = torch.where(reset_mask, picked, self.current_task)  # the actors that reset start these
         return picked
@@ -211,6 +215,7 @@ class StepLoop:
             versions = self.run_steps(acting, pick, before_step)
             next_value, truncated_values = self.bootstrap(acting, buf)
         rollout_time = self._elapsed(start)
+        self.check_spaces(context.round_index)
         self.check_finite(buf, context.round_index)
         self.check_masks(buf, context.round_index)
         self.check_parts(buf, context.round_index)
@@ -273,8 +278,11 @@ class StepLoop:
                              "checkpoint is intact: resume it with --ckpt_path)")
 
     def _contract_error(self, method: str, what: str, problem: str, want: str, t: int) -> ReportedError:
-        return ReportedError(f"data.env: {type(self.env).__name__}.{method} returned {what} {problem} at step {t} of a "
-                             f"rollout (the preflight probe's first steps were right); return {want} at every step")
+        verb = "passed" if what.endswith("to next_task") else "returned"
+        where = f" at step {t} of a rollout" if t >= 0 else " during a rollout"
+        return ReportedError(f"data.env: {type(self.env).__name__}.{method} {verb} {what} {problem}{where} (the "
+                             f"preflight probe's first steps were right); {'call' if verb == 'passed' else 'return'} "
+                             f"{want} at every step")
 
     def _check_tensor(self, method: str, what: str, value: Any, shape: tuple[int, ...], ok: Callable[[Any], bool],
                       want: str, t: int) -> None:
@@ -282,6 +290,8 @@ class StepLoop:
         device. Metadata only (type, shape, dtype, device): no host sync."""
         if not isinstance(value, Tensor):
             problem = f"as {type(value).__module__}.{type(value).__name__}, not a torch.Tensor"
+        elif value.layout != torch.strided:  # sparse or another layout: the buffer holds dense tensors
+            problem = f"as a {str(value.layout).replace('torch.', '')} tensor, not a dense (strided) one"
         elif tuple(value.shape) != shape:
             problem = f"of shape {list(value.shape)} (expected {list(shape)})"
         elif not ok(value.dtype):
@@ -362,6 +372,17 @@ class StepLoop:
         raise ReportedError(f"data.env: {type(self.env).__name__}.step returned episode parts with {field} not "
                             f"{need} in rollout {round_index} ({shown}); fix the parts the world reports where an "
                             "episode ends")
+
+    def check_spaces(self, round_index: int) -> None:
+        """The world's `action_spec` and `observation_shape` are the ones the policy and the buffer
+        were built on (a world whose spaces change mid-run would be trained with the wrong heads).
+        Python attributes, once per rollout: no host sync."""
+        now = (self.env.action_spec, tuple(self.env.observation_shape))
+        for name, was, is_ in zip(("action_spec", "observation_shape"), self.spaces, now):
+            if is_ != was:
+                raise ReportedError(f"data.env: {type(self.env).__name__}.{name} changed during rollout {round_index} "
+                                    f"(now {is_}, was {was} when the policy was built); a world's spaces are fixed "
+                                    "for a run: keep them constant")
 
     def check_masks(self, buf: RolloutBuffer, round_index: int) -> None:
         """Every stored mask in the per-category layout leaves each action dimension a live category

@@ -356,6 +356,7 @@ def check_resume(path: str, module: Any, datamodule: Any, probe: Optional[dict[s
     check that epochs are left to train."""
     checkpoint = load_checkpoint_file(path)
     _check_lightning_version(path, checkpoint)
+    _check_counters(path, checkpoint)
     if max_epochs is not None and max_epochs >= 0:
         done = _epochs_done(checkpoint)
         if done >= max_epochs:
@@ -418,6 +419,33 @@ def _check_lightning_version(path: str, checkpoint: dict[str, Any]) -> None:
         raise ConfigError(f"--ckpt_path: {path!r} says it was written by Lightning {str(version)[:40]!r}, but this "
                           f"run uses Lightning {ours} and wrote its checkpoints with it; the version key was edited or "
                           "the file comes from another program: resume from a checkpoint this package wrote")
+
+
+def _check_counters(path: str, checkpoint: dict[str, Any]) -> None:
+    """`epoch` and `global_step` (outside the checksum: plain numbers) must agree with the fit loop's
+    own progress, which Lightning restores from: an edited counter otherwise ends the resumed run at
+    once with exit 0 (`max_epochs reached`) or trains from a wrong schedule position."""
+    loops = checkpoint.get("loops")
+    if not isinstance(loops, dict):
+        return
+    done = _epochs_done(checkpoint)
+    epoch = checkpoint.get("epoch")
+    try:  # Lightning's global_step: the optimizer steps of automatic plus manual optimisation
+        fit = loops["fit_loop"]
+        optimizer_steps = int(fit["epoch_loop.automatic_optimization.optim_progress"]["optimizer"]["step"]["total"][
+            "completed"]) + int(fit["epoch_loop.manual_optimization.optim_step_progress"]["total"]["completed"])
+    except (KeyError, TypeError, ValueError):
+        optimizer_steps = None
+    steps = checkpoint.get("global_step")
+    bad = []
+    if not isinstance(epoch, int) or isinstance(epoch, bool) or not (done - 1 <= epoch <= done):
+        bad.append(f"epoch {epoch!r} (its fit loop finished {done} iterations)")
+    if optimizer_steps is not None and (not isinstance(steps, int) or isinstance(steps, bool) or steps != optimizer_steps):
+        bad.append(f"global_step {steps!r} (its fit loop took {optimizer_steps} optimizer steps)")
+    if bad:
+        raise ConfigError(f"--ckpt_path: {path!r} holds counters that disagree with its own fit loop: "
+                          f"{' and '.join(bad)}; the checkpoint was edited: resume from the unedited file (or an "
+                          "earlier checkpoint of the run)")
 
 
 def _epochs_done(checkpoint: dict[str, Any]) -> int:
