@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import math
 import sys
+import warnings
 from typing import Any, Callable, Mapping, NamedTuple, Optional, Protocol, Sequence
 
 import numpy as np
@@ -58,11 +59,12 @@ from parlightning.envs.base import ActionSpec, BatchedEnv, EpisodeParts, StepRes
 from parlightning.envs.world_processes import WorkerLost, WorkerProcesses
 from parlightning.envs.world_runner import (WorldCallFailed, WorldRunner, _check_plain_types, build_shared, close_all,
                                              resolve)
-from parlightning.errors import ConfigError, ReportedError
+from parlightning.errors import ConfigError, ReportedError, WorldCloseWarning, error_text
 
 __all__ = ["Arrivals", "ExternalBatchedEnv", "ExternalWorldError", "World", "build_shared", "resolve"]
 
 ON_ERROR = ("fail", "retry", "drop")
+SWITCH_INTERVAL = (1e-6, 0.005)  # seconds: the interpreter rounds below 1 us up; above its default it is never raised
 
 
 class Arrivals(NamedTuple):
@@ -208,6 +210,12 @@ class ExternalBatchedEnv(BatchedEnv):
                                      task_ids or not all(isinstance(t, str) and t for t in task_ids)):
             raise ConfigError(f"data.env.init_args.task_ids: must be a non-empty list of task id strings "
                               f"(e.g. [easy-0, hard-0]) or null (the world's own tasks), got {task_ids!r:.80}")
+        if switch_interval is not None and not SWITCH_INTERVAL[0] <= switch_interval <= SWITCH_INTERVAL[1]:
+            raise ConfigError(f"data.env.init_args.switch_interval: {switch_interval!r} s is outside "
+                              f"[{SWITCH_INTERVAL[0]:g}, {SWITCH_INTERVAL[1]:g}] s: it only ever lowers the "
+                              "interpreter's GIL switch interval (Python's default is 0.005 s, so a larger value "
+                              "does nothing) and below 1 microsecond the interpreter rounds it up; use e.g. "
+                              "0.0005, or null to leave it")
         if switch_interval is not None and switch_interval < sys.getswitchinterval():
             self._switch_interval = sys.getswitchinterval()
             sys.setswitchinterval(switch_interval)
@@ -600,6 +608,14 @@ class ExternalBatchedEnv(BatchedEnv):
         if self._switch_interval is not None:
             sys.setswitchinterval(self._switch_interval)
         close_all(getattr(self, "_owned", ()))
+        failed = list(getattr(runner, "close_errors", ()))
+        if failed:  # warned, not raised: everything else is closed, and a finished run's results are complete
+            actors = ", ".join(str(i) for i, _ in failed[:8]) + (", ..." if len(failed) > 8 else "")
+            err = failed[0][1]
+            warnings.warn(f"data.env.world: {getattr(runner, 'world_name', 'the world')}.close() raised "
+                          f"{type(err).__name__}: {error_text(err)[:160]} (actor {actors}); the rest was closed; "
+                          "fix close() (make it idempotent and let it not raise when its resource is already "
+                          "gone)", WorldCloseWarning, stacklevel=2)
 
     def __del__(self) -> None:  # a forgotten close() must not leave pool processes behind
         try:

@@ -223,6 +223,7 @@ class WorldRunner:
                  step_timeout: float, retries: int) -> None:
         self.step_timeout, self.retries = step_timeout, retries
         self.world_name = factory_name(factory)
+        self.close_errors: list[tuple[int, BaseException]] = []  # (actor, what its world's close() raised)
         self._factory, self._kwargs, self._seed = factory, kwargs, seed
         self._sink: queue.SimpleQueue = queue.SimpleQueue()  # the stream interface's answers
         self._calls: dict[int, tuple[int, str, tuple, float, int]] = {}  # actor -> (ticket, method, args, t0, tries)
@@ -522,15 +523,15 @@ class WorldRunner:
             actor.thread.join(timeout=1.0)
         self._actors = {}
         loop = self._loop
-        for world in self.worlds.values():
+        for i, world in self.worlds.items():
             close = getattr(world, "close", None)
             if callable(close):
                 try:
                     result = close()
                     if inspect.isawaitable(result) and loop is not None:
                         asyncio.run_coroutine_threadsafe(result, loop).result(timeout=5.0)
-                except Exception:  # closing the rest matters more than one world's close error
-                    pass
+                except Exception as err:  # closing the rest matters more than one world's close error
+                    self.close_errors.append((i, err))  # the env reports them once all is closed
         self.worlds = {}
         if loop is not None:
             loop.call_soon_threadsafe(loop.stop)
