@@ -29,7 +29,7 @@ from parlightning.collection import Collector, RoundHooks, make_collector
 from parlightning.distribution.planning import RoundPlanner
 from parlightning.config_types import ClosedUnitInterval, NonNegativeInt, PositiveInt, Seed, check_args
 from parlightning.envs.base import BatchedEnv, task_ids_of
-from parlightning.errors import ConfigError, ReportedError
+from parlightning.errors import ConfigError, ReportedError, check_call_shape
 from parlightning.distribution.strategies import family_of
 from parlightning.runtime.preflight import check_datamodule, env_signature
 from parlightning.parl.reward import PARLReward
@@ -129,6 +129,20 @@ class LightningHooks(RoundHooks):
 
     def policy(self) -> Any:
         return self._module().policy
+
+
+def check_artifact_key(fn: Any) -> None:
+    """`data.artifact_key` is called as `artifact_key(task_id) -> str` (TensorParallel's key rows):
+    a value that is not callable or takes another shape is refused at construction, even when no
+    strategy reads it yet (it would fail only once one does)."""
+    if not callable(fn):
+        raise ConfigError(f"data.artifact_key: {fn!r:.60} is not callable; give a function task_id -> artifact key "
+                          "(an import path, e.g. parlightning.distribution.strategies.family_of)")
+    name = getattr(fn, "__qualname__", None) or type(fn).__name__
+    owner, _, method = f"{getattr(fn, '__module__', None) or ''}.{name}".strip(".").rpartition(".")
+    check_call_shape("data.artifact_key", owner or name, method or name, fn, ("task_id",),
+                     caller="TensorParallel", define=f"a function of one task id, e.g. def {method or name}(task_id): "
+                     "return task_id.rpartition('-')[0]")
 
 
 def _version(t: Any) -> Optional[int]:
@@ -316,6 +330,8 @@ class RolloutDataModule(pl.LightningDataModule):
             )
         if sampler is not None:
             check_sampler_calls("data.sampler", sampler)
+        if artifact_key is not None:
+            check_artifact_key(artifact_key)
         self.env_factory = env or _default_env
         self.num_envs, self.num_steps = num_envs, num_steps
         self.update_epochs, self.num_minibatches = update_epochs, num_minibatches
