@@ -134,14 +134,6 @@ def checked_plan(strategy: Any, n_workers: int, round_index: int, keys: Sequence
                 f"{who}.plan gave worker {u.worker} no tasks; every rank must roll out something. With fewer "
                 f"tasks ({len(keys)}) than workers ({n_workers}) give spare workers a repeated task"
             )
-        if u.stage is not None:  # pipeline parallelism is refused (PipelineParallel): nothing reads a stage
-            raise ValueError(f"{who}.plan gave worker {u.worker} stage={u.stage!r}; parlightning has no pipeline "
-                             "stages (one artifact, no stage chain), so it would do nothing: leave stage None")
-        if u.section is not None and not isinstance(strategy, TensorParallel):
-            raise ValueError(f"{who}.plan gave worker {u.worker} section={u.section!r}; a section (a rank's share of "
-                             "the artifact key table) is set up by TensorParallel only, and nothing reads it on "
-                             f"another strategy's plan, so it would do nothing: leave section None, or use "
-                             "parlightning.distribution.strategies.TensorParallel")
     return sorted(units, key=lambda u: u.worker)
 
 
