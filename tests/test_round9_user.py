@@ -3,9 +3,8 @@ class of input that was not clean on the code before its fixes. A rollout callba
 not one number, or rollout.stats replaced; a rollout hook that is a generator function; a hook that
 writes into the episode parts it was given; a process a hook forked that comes back into the
 rollout; a subagent function's return that is no result form, or its own KeyboardInterrupt; an
-external world whose close() raises; a switch_interval that can do nothing; a plan unit's section
-on a strategy that is not TensorParallel; a data.artifact_key of the wrong shape; a bc / evaluate
-config file's misspelt key."""
+external world whose close() raises; a switch_interval that can do nothing; a data.artifact_key of
+the wrong shape; a bc / evaluate config file's misspelt key."""
 
 from __future__ import annotations
 
@@ -177,28 +176,6 @@ def test_a_switch_interval_that_can_do_nothing_is_refused_with_the_range() -> No
         with pytest.raises(ConfigError, match=r"switch_interval: .* is outside \[1e-06, 0.005\] s"):
             ExternalBatchedEnv(2, world=CountWorld, switch_interval=value)
     ExternalBatchedEnv(2, world=CountWorld, switch_interval=0.001).close()
-
-
-def test_a_plan_units_section_or_stage_outside_tensor_parallel_is_refused() -> None:
-    from parlightning.distribution.strategies import TensorParallel, WorkUnit, checked_plan
-
-    class Mine:
-        name = "mine"
-
-        def __init__(self, **extra):
-            self.extra = extra
-
-        def plan(self, n_workers, round_index, keys):
-            return [WorkUnit(worker=w, keys=tuple(keys), **self.extra) for w in range(n_workers)]
-
-    keys = ["solo-0", "fanout-0"]
-    with pytest.raises(ValueError, match=r"plan gave worker 0 section=5; .* TensorParallel only"):
-        checked_plan(Mine(section=5), 1, 0, keys)
-    with pytest.raises(ValueError, match=r"plan gave worker 0 stage=1; parlightning has no pipeline stages"):
-        checked_plan(Mine(stage=1), 1, 0, keys)
-    checked_plan(Mine(), 1, 0, keys)
-    tp = TensorParallel(n_sections=1, keys=["solo", "fanout"])
-    assert checked_plan(tp, 1, 0, keys)[0].section == 0  # TensorParallel's own sections stand
 
 
 def test_an_artifact_key_of_the_wrong_shape_is_refused_at_construction() -> None:
