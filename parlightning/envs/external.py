@@ -159,7 +159,8 @@ class ExternalBatchedEnv(BatchedEnv):
             None leaves it). Python's default, 5 ms, lets a computing thread (the learner, under
             `data.max_policy_lag`) hold the GIL for up to 5 ms while a world thread whose wait just
             ended queues for it (0.5 ms gave about 1.6x -> 1.7x env steps/s at lag 1 and 5 ms latency in
-            an ad-hoc trial). Only ever lowered, and restored by `close()`.
+            an ad-hoc trial). Only ever lowered, and restored by `close()`; so a value outside
+            [1e-6, 0.005] s (Python's default 5 ms) is refused: above it does nothing, below 1 us rounds up.
         workers: 0 (default) runs the worlds on threads in this process; P >= 1 spreads them over
             min(P, num_envs) worker processes (contiguous blocks of actors, threads within each), so that the worlds'
             Python and wake-ups do not take this process's GIL from the learner
