@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import math
 import sys
-import warnings
 from typing import Any, Callable, Mapping, NamedTuple, Optional, Protocol, Sequence
 
 import numpy as np
@@ -58,8 +57,9 @@ from parlightning.config_types import (
 from parlightning.envs.base import ActionSpec, BatchedEnv, EpisodeParts, StepResult, checked_device
 from parlightning.envs.world_processes import WorkerLost, WorkerProcesses
 from parlightning.envs.world_runner import (WorldCallFailed, WorldRunner, _check_plain_types, build_shared, close_all,
+                                            warn_close_errors,
                                              resolve)
-from parlightning.errors import ConfigError, ReportedError, WorldCloseWarning, error_text
+from parlightning.errors import ConfigError, ReportedError
 
 __all__ = ["Arrivals", "ExternalBatchedEnv", "ExternalWorldError", "World", "build_shared", "resolve"]
 
@@ -609,14 +609,7 @@ class ExternalBatchedEnv(BatchedEnv):
         if self._switch_interval is not None:
             sys.setswitchinterval(self._switch_interval)
         close_all(getattr(self, "_owned", ()))
-        failed = list(getattr(runner, "close_errors", ()))
-        if failed:  # warned, not raised: everything else is closed, and a finished run's results are complete
-            actors = ", ".join(str(i) for i, _ in failed[:8]) + (", ..." if len(failed) > 8 else "")
-            err = failed[0][1]
-            warnings.warn(f"data.env.world: {getattr(runner, 'world_name', 'the world')}.close() raised "
-                          f"{type(err).__name__}: {error_text(err)[:160]} (actor {actors}); the rest was closed; "
-                          "fix close() (make it idempotent and let it not raise when its resource is already "
-                          "gone)", WorldCloseWarning, stacklevel=2)
+        warn_close_errors(runner)  # warned, not raised: everything else is closed, and a finished run is complete
 
     def __del__(self) -> None:  # a forgotten close() must not leave pool processes behind
         try:

@@ -15,10 +15,11 @@ import inspect
 import queue
 import threading
 import time
+import warnings
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from parlightning.config_types import check_args
-from parlightning.errors import ConfigError, check_call_shape
+from parlightning.errors import ConfigError, WorldCloseWarning, check_call_shape, error_text
 from parlightning.runtime.waits import expected_wait
 
 TIMEOUT_HINT = "(raise data.env.init_args.step_timeout if it is just slow)"
@@ -55,6 +56,19 @@ def close_all(resources: Sequence[Any]) -> None:
                 close()
             except Exception:
                 pass
+
+
+def warn_close_errors(runner: Any) -> None:
+    """One `WorldCloseWarning` for the worlds whose `close()` raised (`runner.close_errors`, after
+    `runner.close()`), naming the world, the first error and the actors; nothing when none did."""
+    failed = list(getattr(runner, "close_errors", ()))
+    if not failed:
+        return
+    actors = ", ".join(str(i) for i, _ in failed[:8]) + (", ..." if len(failed) > 8 else "")
+    err = failed[0][1]
+    warnings.warn(f"data.env.world: {getattr(runner, 'world_name', 'the world')}.close() raised {type(err).__name__}: "
+                  f"{error_text(err)[:160]} (actor {actors}); the rest was closed; fix close() (make it idempotent "
+                  "and let it not raise when its resource is already gone)", WorldCloseWarning, stacklevel=3)
 
 
 def build_shared(specs: Optional[Mapping[str, Any]]) -> dict[str, Any]:
