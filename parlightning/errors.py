@@ -20,6 +20,11 @@ class ReportedError(RuntimeError):
     component and the fix: the CLI prints it as one `error:` line, without a traceback."""
 
 
+class WorldCloseWarning(RuntimeWarning):
+    """A user's world (or shared resource) whose `close()` raised: warned at the end of a run, whose
+    results are complete; the preflight turns the probe env's into a `ConfigError`."""
+
+
 def error_text(err: BaseException) -> str:
     """`str(err)` on one line; an exception whose own `__str__` fails (user code) is named instead of
     raising a second error from the report."""

@@ -23,3 +23,8 @@ def crash(instruction):
 
 def no_argument():  # the wrong shape: a subagent function takes the instruction
     return True
+
+
+def interrupt(instruction):
+    """Raises KeyboardInterrupt itself (not a Ctrl-C): the function's own failure."""
+    raise KeyboardInterrupt

@@ -32,8 +32,7 @@ from parlightning.errors import ConfigError, out_of_memory
 from parlightning.cli.arg_types import (actor_count, bounded_float, config_file, existing_file, output_file, positive_float, positive_int,
                                          random_seed, step_count)
 from parlightning.cli.outputs import check_output_file, raise_write_error
-from parlightning.runtime.preflight import check_config_file
-from parlightning.cli.evaluate import build_env, env_spec, greedy_action, load_policy
+from parlightning.cli.evaluate import build_env, checked_config, env_spec, greedy_action, load_policy
 from parlightning.policies.actor_critic import padding_logit
 
 BC_POLICIES = ("mlp", "slots")
@@ -44,7 +43,7 @@ def model_config(configs: list[str]) -> dict[str, Any]:
     """`model:` of the merged `--config` files (the PPOModule arguments), plus `seed_everything`."""
     merged: dict = {"model": {}}
     for path in configs:
-        doc = check_config_file(path)  # the one checked YAML reader: one line for a file that is not a config
+        doc = checked_config(path)  # the one checked YAML reader, and keys fit knows (a misspelt `modle:`)
         merged.update({k: v for k, v in doc.items() if k != "model"})
         merged["model"].update(doc.get("model") or {})
     return merged

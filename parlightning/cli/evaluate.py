@@ -173,6 +173,39 @@ def _merge(a: dict, b: dict) -> dict:
     return out
 
 
+# the top-level keys `parlightning.fit` reads from a config file (`seed` is its alias of seed_everything)
+CONFIG_KEYS = ("seed_everything", "seed", "trainer", "model", "data", "ckpt_path", "torch_threads",
+               "heartbeat_timeout", "stall_timeout")
+
+
+def checked_config(path: str) -> dict:
+    """`check_config_file(path)` whose top-level keys, and `model:` keys (PPOModule's arguments),
+    are ones `fit` knows: a misspelt key (`modle:`) would otherwise be ignored here while fit refuses
+    it. One line naming the file and the key, with the close match."""
+    import difflib
+    import inspect
+
+    doc = check_config_file(path)  # the one checked YAML reader: not UTF-8, not YAML, not a mapping
+
+    def refuse(key: Any, where: str, known: "tuple[str, ...] | list[str]") -> None:
+        close = difflib.get_close_matches(str(key), known, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise ConfigError(f"--config {path}: unknown key {where}{key!r}; {hint}the keys are {', '.join(known)}")
+
+    for key in doc:
+        if key not in CONFIG_KEYS:
+            refuse(key, "", CONFIG_KEYS)
+    model = doc.get("model")
+    if isinstance(model, dict) and "class_path" not in model:
+        from parlightning.ppo.module import PPOModule
+
+        params = [p for p in inspect.signature(PPOModule.__init__).parameters if p != "self"]
+        for key in model:
+            if key not in params:
+                refuse(key, "model.", params)
+    return doc
+
+
 def env_spec(configs: list[str]) -> tuple[type, dict]:
     """`data.env` (class and init_args) of the merged `--config` files; SwarmEnv when none names one."""
     import importlib
@@ -181,7 +214,7 @@ def env_spec(configs: list[str]) -> tuple[type, dict]:
     for path in configs:
         if not os.path.isfile(path):
             raise ConfigError(f"--config: no file at {path!r}")
-        merged = _merge(merged, check_config_file(path))  # the one checked YAML reader: not UTF-8, not YAML, not a mapping
+        merged = _merge(merged, checked_config(path))  # checked YAML, and keys fit knows
     spec = (merged.get("data") or {}).get("env") or {"class_path": "parlightning.envs.swarm.SwarmEnv"}
     if isinstance(spec, str):
         spec = {"class_path": spec}

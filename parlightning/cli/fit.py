@@ -440,6 +440,9 @@ def _check_hook_signatures(cb: Any) -> None:
         if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
             raise ConfigError(f"{where}.{name} is an async def, which Lightning and the rollout never await (it would "
                               f"silently do nothing): make it a plain def (run async work with asyncio.run inside it)")
+        if inspect.isgeneratorfunction(fn):  # calling it only makes a generator: the body never runs
+            raise ConfigError(f"{where}.{name} is a generator function (it has a yield), so calling it only builds a "
+                              "generator and its body never runs: remove the yield (return instead)")
     owner = f"{cls.__module__}.{cls.__qualname__}"
     for hook, rest in _ROLLOUT_HOOK_ARGS.items():
         method = getattr(cb, hook, None)

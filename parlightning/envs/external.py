@@ -57,12 +57,14 @@ from parlightning.config_types import (
 from parlightning.envs.base import ActionSpec, BatchedEnv, EpisodeParts, StepResult, checked_device
 from parlightning.envs.world_processes import WorkerLost, WorkerProcesses
 from parlightning.envs.world_runner import (WorldCallFailed, WorldRunner, _check_plain_types, build_shared, close_all,
+                                            warn_close_errors,
                                              resolve)
 from parlightning.errors import ConfigError, ReportedError
 
 __all__ = ["Arrivals", "ExternalBatchedEnv", "ExternalWorldError", "World", "build_shared", "resolve"]
 
 ON_ERROR = ("fail", "retry", "drop")
+SWITCH_INTERVAL = (1e-6, 0.005)  # seconds: the interpreter rounds below 1 us up; above its default it is never raised
 
 
 class Arrivals(NamedTuple):
@@ -157,7 +159,8 @@ class ExternalBatchedEnv(BatchedEnv):
             None leaves it). Python's default, 5 ms, lets a computing thread (the learner, under
             `data.max_policy_lag`) hold the GIL for up to 5 ms while a world thread whose wait just
             ended queues for it (0.5 ms gave about 1.6x -> 1.7x env steps/s at lag 1 and 5 ms latency in
-            an ad-hoc trial). Only ever lowered, and restored by `close()`.
+            an ad-hoc trial). Only ever lowered, and restored by `close()`; so a value outside
+            [1e-6, 0.005] s (Python's default 5 ms) is refused: above it does nothing, below 1 us rounds up.
         workers: 0 (default) runs the worlds on threads in this process; P >= 1 spreads them over
             min(P, num_envs) worker processes (contiguous blocks of actors, threads within each), so that the worlds'
             Python and wake-ups do not take this process's GIL from the learner
@@ -208,6 +211,12 @@ class ExternalBatchedEnv(BatchedEnv):
                                      task_ids or not all(isinstance(t, str) and t for t in task_ids)):
             raise ConfigError(f"data.env.init_args.task_ids: must be a non-empty list of task id strings "
                               f"(e.g. [easy-0, hard-0]) or null (the world's own tasks), got {task_ids!r:.80}")
+        if switch_interval is not None and not SWITCH_INTERVAL[0] <= switch_interval <= SWITCH_INTERVAL[1]:
+            raise ConfigError(f"data.env.init_args.switch_interval: {switch_interval!r} s is outside "
+                              f"[{SWITCH_INTERVAL[0]:g}, {SWITCH_INTERVAL[1]:g}] s: it only ever lowers the "
+                              "interpreter's GIL switch interval (Python's default is 0.005 s, so a larger value "
+                              "does nothing) and below 1 microsecond the interpreter rounds it up; use e.g. "
+                              "0.0005, or null to leave it")
         if switch_interval is not None and switch_interval < sys.getswitchinterval():
             self._switch_interval = sys.getswitchinterval()
             sys.setswitchinterval(switch_interval)
@@ -600,6 +609,7 @@ class ExternalBatchedEnv(BatchedEnv):
         if self._switch_interval is not None:
             sys.setswitchinterval(self._switch_interval)
         close_all(getattr(self, "_owned", ()))
+        warn_close_errors(runner)  # warned, not raised: everything else is closed, and a finished run is complete
 
     def __del__(self) -> None:  # a forgotten close() must not leave pool processes behind
         try:

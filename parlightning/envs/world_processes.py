@@ -38,7 +38,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any, Mapping, Optional, Sequence
 
 from parlightning.envs.world_runner import (
-    StreamAnswer, WorldCallFailed, WorldRunner, build_shared, close_all, describe_raised, resolve,
+    StreamAnswer, WorldCallFailed, WorldRunner, build_shared, close_all, describe_raised, resolve, warn_close_errors,
 )
 from parlightning.errors import ConfigError
 from parlightning.runtime.processes import (
@@ -93,6 +93,7 @@ def _serve(conn: Connection, owner: int, world: Any, world_kwargs: dict, shared:
     finally:
         runner.close()
         close_all(list(resources.values()))
+        warn_close_errors(runner)  # on the worker's stderr (the run's): its parent reads nothing more from it
 
 
 def _run_all(conn: Connection, runner: WorldRunner, message: tuple) -> None:

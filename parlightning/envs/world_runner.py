@@ -15,10 +15,11 @@ import inspect
 import queue
 import threading
 import time
+import warnings
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from parlightning.config_types import check_args
-from parlightning.errors import ConfigError, check_call_shape
+from parlightning.errors import ConfigError, WorldCloseWarning, check_call_shape, error_text
 from parlightning.runtime.waits import expected_wait
 
 TIMEOUT_HINT = "(raise data.env.init_args.step_timeout if it is just slow)"
@@ -55,6 +56,19 @@ def close_all(resources: Sequence[Any]) -> None:
                 close()
             except Exception:
                 pass
+
+
+def warn_close_errors(runner: Any) -> None:
+    """One `WorldCloseWarning` for the worlds whose `close()` raised (`runner.close_errors`, after
+    `runner.close()`), naming the world, the first error and the actors; nothing when none did."""
+    failed = list(getattr(runner, "close_errors", ()))
+    if not failed:
+        return
+    actors = ", ".join(str(i) for i, _ in failed[:8]) + (", ..." if len(failed) > 8 else "")
+    err = failed[0][1]
+    warnings.warn(f"data.env.world: {getattr(runner, 'world_name', 'the world')}.close() raised {type(err).__name__}: "
+                  f"{error_text(err)[:160]} (actor {actors}); the rest was closed; fix close() (make it idempotent "
+                  "and let it not raise when its resource is already gone)", WorldCloseWarning, stacklevel=3)
 
 
 def build_shared(specs: Optional[Mapping[str, Any]]) -> dict[str, Any]:
@@ -223,6 +237,7 @@ class WorldRunner:
                  step_timeout: float, retries: int) -> None:
         self.step_timeout, self.retries = step_timeout, retries
         self.world_name = factory_name(factory)
+        self.close_errors: list[tuple[int, BaseException]] = []  # (actor, what its world's close() raised)
         self._factory, self._kwargs, self._seed = factory, kwargs, seed
         self._sink: queue.SimpleQueue = queue.SimpleQueue()  # the stream interface's answers
         self._calls: dict[int, tuple[int, str, tuple, float, int]] = {}  # actor -> (ticket, method, args, t0, tries)
@@ -522,15 +537,15 @@ class WorldRunner:
             actor.thread.join(timeout=1.0)
         self._actors = {}
         loop = self._loop
-        for world in self.worlds.values():
+        for i, world in self.worlds.items():
             close = getattr(world, "close", None)
             if callable(close):
                 try:
                     result = close()
                     if inspect.isawaitable(result) and loop is not None:
                         asyncio.run_coroutine_threadsafe(result, loop).result(timeout=5.0)
-                except Exception:  # closing the rest matters more than one world's close error
-                    pass
+                except Exception as err:  # closing the rest matters more than one world's close error
+                    self.close_errors.append((i, err))  # the env reports them once all is closed
         self.worlds = {}
         if loop is not None:
             loop.call_soon_threadsafe(loop.stop)

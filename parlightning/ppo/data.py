@@ -29,7 +29,7 @@ from parlightning.collection import Collector, RoundHooks, make_collector
 from parlightning.distribution.planning import RoundPlanner
 from parlightning.config_types import ClosedUnitInterval, NonNegativeInt, PositiveInt, Seed, check_args
 from parlightning.envs.base import BatchedEnv, task_ids_of
-from parlightning.errors import ConfigError, ReportedError
+from parlightning.errors import ConfigError, ReportedError, check_call_shape
 from parlightning.distribution.strategies import family_of
 from parlightning.runtime.preflight import check_datamodule, env_signature
 from parlightning.parl.reward import PARLReward
@@ -51,24 +51,69 @@ class LightningHooks(RoundHooks):
     def __init__(self, trainer: "pl.Trainer") -> None:
         self.trainer = trainer
         self.world_size = trainer.world_size
+        self._fork_pipe: Optional[tuple[int, int]] = None  # (read, write): a forked hook's line, see _call
 
     def _module(self) -> Any:
         return self.trainer.lightning_module
 
+    def _call(self, cb: Any, hook: str, *args: Any) -> None:
+        """`cb.<hook>(trainer, module, *args)`. A process the hook forked that comes back into
+        parlightning (returns or raises instead of ending with os._exit) must not run the run's
+        error path or cleanup (it would delete or stop the parent's run): it hands its line to the
+        parent through a pipe and ends; the parent raises it at its next hook or at the round's end."""
+        self._check_forks()
+        pid = os.getpid()
+        if self._fork_pipe is None:
+            self._fork_pipe = os.pipe()
+            os.set_blocking(self._fork_pipe[0], False)
+        try:
+            getattr(cb, hook)(self.trainer, self._module(), *args)
+        finally:
+            if os.getpid() != pid:
+                _end_forked_child(self._fork_pipe[1], f"trainer.callbacks: {_hook_owner(cb)}.{hook} forked a process "
+                                  f"(pid {os.getpid()}) that came back into the rollout instead of ending; end a "
+                                  "process forked in a hook with os._exit(code) (or use subprocess or "
+                                  "multiprocessing), so it never runs the trainer's code")
+
+    def _check_forks(self) -> None:
+        if self._fork_pipe is None:
+            return
+        try:
+            data = os.read(self._fork_pipe[0], 4096)
+        except BlockingIOError:
+            return
+        if data:
+            raise ReportedError(data.decode(errors="replace").splitlines()[0])
+
     def on_rollout_start(self, round_index: int) -> None:
         for cb in rollout_callbacks(self.trainer):
-            cb.on_rollout_start(self.trainer, self._module(), round_index)
+            self._call(cb, "on_rollout_start", round_index)
 
     def on_episodes_end(self, task_ids: Tensor, parts: Any) -> None:
+        # The same tensors go on to the planner, the sampler and the PARL reward after the hooks, so
+        # a hook must only read them: an in-place write bumps a tensor's version counter (a host-side
+        # count, no device sync), which is compared after each hook.
+        named = (("task_ids", task_ids), *(zip(parts._fields, parts) if hasattr(parts, "_fields") else ()))
         for cb in rollout_callbacks(self.trainer):
-            cb.on_episodes_end(self.trainer, self._module(), task_ids, parts)
+            before = [_version(t) for _, t in named]
+            self._call(cb, "on_episodes_end", task_ids, parts)
+            changed = [name for (name, t), v in zip(named, before) if v is not None and _version(t) != v]
+            if changed:
+                what = (changed[0] if len(changed) == 1 else
+                        f"one of {', '.join(changed)} (views of one storage, so which one is not known)")
+                raise ReportedError(f"trainer.callbacks: {_hook_owner(cb)}.on_episodes_end wrote in place into "
+                                    f"{what}; the planner, the task sampler and the PARL "
+                                    "reward read the same tensors after the rollout hooks, so a hook must only "
+                                    "read them: work on a copy (parts.outcome.clone())")
 
     def on_rollout_end(self, rollout: Rollout) -> None:
         user = []
         for cb in rollout_callbacks(self.trainer):
-            cb.on_rollout_end(self.trainer, self._module(), rollout)
+            self._call(cb, "on_rollout_end", rollout)
+            check_rollout_stats(rollout, cb)
             if type(cb).__module__.split(".")[0] != "parlightning":
                 user.append(type(cb).__name__)
+        self._check_forks()
         buf = getattr(rollout, "buffer", None)
         if user and buf is not None:  # the rollout was checked finite before the hooks: one host sync per rollout
             ok = torch.isfinite(buf.advantages).all() & torch.isfinite(buf.returns).all() & torch.isfinite(buf.rewards).all()
@@ -84,6 +129,77 @@ class LightningHooks(RoundHooks):
 
     def policy(self) -> Any:
         return self._module().policy
+
+
+def check_artifact_key(fn: Any) -> None:
+    """`data.artifact_key` is called as `artifact_key(task_id) -> str` (TensorParallel's key rows):
+    a value that is not callable or takes another shape is refused at construction, even when no
+    strategy reads it yet (it would fail only once one does)."""
+    if not callable(fn):
+        raise ConfigError(f"data.artifact_key: {fn!r:.60} is not callable; give a function task_id -> artifact key "
+                          "(an import path, e.g. parlightning.distribution.strategies.family_of)")
+    name = getattr(fn, "__qualname__", None) or type(fn).__name__
+    owner, _, method = f"{getattr(fn, '__module__', None) or ''}.{name}".strip(".").rpartition(".")
+    check_call_shape("data.artifact_key", owner or name, method or name, fn, ("task_id",),
+                     caller="TensorParallel", define=f"a function of one task id, e.g. def {method or name}(task_id): "
+                     "return task_id.rpartition('-')[0]")
+
+
+def _version(t: Any) -> Optional[int]:
+    """A tensor's in-place write count (host-side), or None where it has none (inference tensors)."""
+    try:
+        return t._version if isinstance(t, Tensor) else None
+    except RuntimeError:
+        return None
+
+
+def _end_forked_child(fd: int, line: str) -> None:
+    """In a process a rollout hook forked that came back into parlightning: hand `line` to the
+    parent (or print it when the parent is gone) and end at once, running no cleanup or atexit."""
+    try:
+        os.write(fd, line.encode() + b"\n")
+    except OSError:
+        try:
+            os.write(2, f"error: {line}\n".encode())
+        except OSError:
+            pass
+    os._exit(1)
+
+
+def _hook_owner(cb: Any) -> str:
+    cls = type(cb)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def check_rollout_stats(rollout: Rollout, cb: Any) -> None:
+    """`rollout.stats` after `cb`'s on_rollout_end: a dict of metric names (str) to one-element
+    tensors, which the module logs at the round's env step. A plain real number is taken as a 0-dim
+    tensor; anything else (a vector, a string, None, the dict replaced) is one line naming the
+    callback and the key, before Lightning's logger meets it. Host-side checks only (numel, type)."""
+    import numbers
+
+    where = f"trainer.callbacks: {_hook_owner(cb)}.on_rollout_end"
+    stats = rollout.stats
+    if not isinstance(stats, dict):
+        raise ReportedError(f"{where} set rollout.stats to {type(stats).__name__} {stats!r:.60}; it must stay a dict "
+                            "of metric names to 0-dim tensors: add entries (rollout.stats['user/x'] = "
+                            "torch.tensor(1.0)) instead of replacing it")
+    for key, value in list(stats.items()):
+        if not isinstance(key, str) or not key:
+            raise ReportedError(f"{where} added the key {key!r} to rollout.stats; metric names are non-empty "
+                                "strings, e.g. 'user/x'")
+        if isinstance(value, Tensor):
+            if value.numel() == 1:
+                continue
+            what = f"a tensor of shape {list(value.shape)}"
+        elif isinstance(value, numbers.Real) and not isinstance(value, bool):
+            stats[key] = torch.tensor(float(value))
+            continue
+        else:
+            what = f"{type(value).__name__} {value!r:.40}"
+        raise ReportedError(f"{where} set rollout.stats[{key!r}] to {what}; each stat is logged as one number "
+                            "per round: make it a 0-dim tensor (reduce a vector with .mean() or .sum(); log text "
+                            "elsewhere, e.g. print or the logger's experiment)")
 
 
 class RolloutLoader:
@@ -214,6 +330,8 @@ class RolloutDataModule(pl.LightningDataModule):
             )
         if sampler is not None:
             check_sampler_calls("data.sampler", sampler)
+        if artifact_key is not None:
+            check_artifact_key(artifact_key)
         self.env_factory = env or _default_env
         self.num_envs, self.num_steps = num_envs, num_steps
         self.update_epochs, self.num_minibatches = update_epochs, num_minibatches

@@ -16,6 +16,7 @@ import numbers
 import os
 import re
 import time
+import warnings
 from typing import Any, Callable, Optional, Sequence
 
 import torch
@@ -24,7 +25,7 @@ from torch import Tensor
 
 from parlightning.config_types import available_memory, size_text
 from parlightning.runtime.checkpoint import not_a_file
-from parlightning.errors import ConfigError, ReportedError, check_call_shape, error_text
+from parlightning.errors import ConfigError, ReportedError, WorldCloseWarning, check_call_shape, error_text
 
 SEED_RANGE = (0, 2**32 - 1)  # numpy's (and Lightning's seed_everything's) seed range
 PROBE_ACTORS = 2  # actors of the env built to check its contract and measure its shapes
@@ -785,22 +786,36 @@ def check_datamodule(dm: Any, device: Optional[torch.device] = None, ranks_here:
     (`observation_shape`, `action_spec`, `env_signature`)."""
     n = min(dm.num_envs, PROBE_ACTORS)
     env = build_env(dm.env_factory, n, "cpu", dm.seed)
+    checked = False
     try:
-        check_env(env, n, dm.seed)
-        step_seconds = time_env_step(env, n)  # for estimate_iteration
-        check_state("data.env", type(env).__name__, env)  # every checkpoint saves it: it must save and load back
-        check_state("data.sampler", type(dm.sampler).__name__, dm.sampler)
-        dm._check_reward_cap(env)
-        need = rollout_bytes(dm.num_steps, dm.num_envs, env.observation_shape, env.action_spec, dm.num_minibatches)
-        need += env_bytes(env, n, dm.num_envs)
-        check_memory(need, f"{dm.num_envs} actors x {dm.num_steps} steps", env.observation_shape,
-                     device or torch.device("cpu"), ranks_here)
-        return {"observation_shape": tuple(env.observation_shape), "action_spec": env.action_spec,
-                "env_signature": env_signature(env), "env_step_seconds": step_seconds, "probe_actors": n}
+        facts = _probe_env(dm, env, n, device, ranks_here)
+        checked = True
+        return facts
     finally:
         close = getattr(env, "close", None)
         if callable(close):
-            close()
+            with warnings.catch_warnings():
+                if checked:  # a world whose close() raises: refused now, not warned after a whole run
+                    warnings.simplefilter("error", WorldCloseWarning)
+                try:
+                    close()
+                except WorldCloseWarning as warned:
+                    raise ConfigError(f"{warned} (closing the preflight's {n}-actor probe env)") from None
+
+
+def _probe_env(dm: Any, env: Any, n: int, device: Optional[torch.device], ranks_here: int) -> dict[str, Any]:
+    """`check_datamodule`'s checks on its probe env."""
+    check_env(env, n, dm.seed)
+    step_seconds = time_env_step(env, n)  # for estimate_iteration
+    check_state("data.env", type(env).__name__, env)  # every checkpoint saves it: it must save and load back
+    check_state("data.sampler", type(dm.sampler).__name__, dm.sampler)
+    dm._check_reward_cap(env)
+    need = rollout_bytes(dm.num_steps, dm.num_envs, env.observation_shape, env.action_spec, dm.num_minibatches)
+    need += env_bytes(env, n, dm.num_envs)
+    check_memory(need, f"{dm.num_envs} actors x {dm.num_steps} steps", env.observation_shape,
+                 device or torch.device("cpu"), ranks_here)
+    return {"observation_shape": tuple(env.observation_shape), "action_spec": env.action_spec,
+            "env_signature": env_signature(env), "env_step_seconds": step_seconds, "probe_actors": n}
 
 
 def check_policy_memory(module: Any, probe: dict[str, Any], device: torch.device, ranks_here: int = 1) -> None:

@@ -52,15 +52,14 @@ class SubagentPool(Protocol):
 
 def normalize(value: Any, seconds: float) -> SubagentResult:
     """A user's return value as a result: a `SubagentResult`, a mapping with `success` (and
-    optional `steps`, `output`), a bool, a `(success, steps)` pair, or anything else but None
-    (success, with that output). None (a function that forgot to `return`) and a `success` that is
-    not a bool or 0/1 (`"no"` would read as True) are refused."""
+    optional `steps`, `output`), a bool, or a `(success, steps)` pair. Anything else is refused as
+    a class, naming its type: None (a function that forgot to `return`), a string or bytes (an
+    output that would have counted as a success whatever it said), a mapping without `success`, a
+    number; so is a `success` that is not a bool or 0/1 (`"no"` would read as True). An output
+    goes under the mapping's `output` key."""
     if isinstance(value, SubagentResult):
         return value
-    if value is None:
-        raise TypeError("returned None (a missing `return`?); return a mapping {'success': bool, 'steps': int} or a "
-                        "bool")
-    if isinstance(value, dict) and "success" in value:
+    if isinstance(value, Mapping) and "success" in value:
         flag = value["success"]
         if not (isinstance(flag, bool) or (isinstance(flag, int) and flag in (0, 1))):
             raise TypeError(f"returned success={flag!r}; success must be a bool (True / False)")
@@ -69,9 +68,11 @@ def normalize(value: Any, seconds: float) -> SubagentResult:
         return SubagentResult(value, 1, seconds)
     if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], bool):
         return SubagentResult(value[0], _steps(value[1]), seconds)
-    if isinstance(value, float) and not math.isfinite(value):
-        raise TypeError(f"returned {value!r}; return a mapping {{'success': bool, 'steps': int}} or a bool")
-    return SubagentResult(True, 1, seconds, value)
+    what = ("None (a missing `return`?)" if value is None else
+            f"a {type(value).__name__} without a 'success' key" if isinstance(value, Mapping) else
+            f"{type(value).__name__} {value!r:.40}")
+    raise TypeError(f"returned {what}; return a mapping {{'success': bool, 'steps': int, 'output': ...}} (an output "
+                    "goes under 'output'), a bool, or a (bool, steps) pair")
 
 
 def _steps(value: Any) -> int:

@@ -25,6 +25,7 @@ import collections
 import importlib
 import itertools
 import os
+import signal
 import threading
 import time
 import warnings
@@ -54,6 +55,9 @@ def _worker_main(conn: Any, owner: int, fn_path: str) -> None:
     """A worker process: `("ready", pid)` once `fn` is imported, then answer `(handle, instruction)`
     with `("result", (handle, success, steps, output, error, by_function))` until None."""
     watch_parent(owner)
+    # Ctrl-C reaches the whole process group: the trainer reports it and stops the pool, so a worker
+    # must not print a traceback of its own (a KeyboardInterrupt the function raises is its failure, below)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         fn = _load(fn_path)
     except BaseException as err:  # noqa: BLE001 (reported to the pool, which names the function)
@@ -71,8 +75,10 @@ def _worker_main(conn: Any, owner: int, fn_path: str) -> None:
         start = time.perf_counter()
         try:
             value = fn(instruction)
-        except Exception as err:  # the subagent failed; the worker lives on
-            answer = (handle, False, 0, None, f"{fn_path} raised {type(err).__name__}: {err}", True)
+        except SystemExit:
+            raise  # ends the worker: the pool names the function and its exit code
+        except BaseException as err:  # noqa: BLE001 (KeyboardInterrupt too): the subagent failed; the worker lives on
+            answer = (handle, False, 0, None, f"{fn_path} raised {type(err).__name__}" + (f": {err}" if str(err) else ""), True)
         else:
             try:
                 r = normalize(value, time.perf_counter() - start)
