@@ -8,12 +8,16 @@ the observation the episode was cut on.
 
 from __future__ import annotations
 
+import math
+import numbers
 from typing import Any, Iterator, NamedTuple, Optional
 
 import torch
 from torch import Tensor
 
+from parlightning.config_types import PositiveInt, check_allocation, check_value
 from parlightning.envs.base import EpisodeParts
+from parlightning.errors import ConfigError
 
 PART_FIELDS = EpisodeParts._fields
 
@@ -107,6 +111,7 @@ class RolloutBuffer:
         device: torch.device,
         action_dtype: torch.dtype = torch.long,
     ) -> None:
+        self._check_sizes(num_steps, num_envs, observation_shape, action_shape, device, action_dtype)
         T, N = num_steps, num_envs
         self.num_steps, self.num_envs, self.device = T, N, device
         self._trailing = {"": (), "obs": tuple(observation_shape), "action": tuple(action_shape),
@@ -122,6 +127,27 @@ class RolloutBuffer:
         self.prox_logprobs: Optional[Tensor] = None  # [T, N] the learner's log-probs, once it scored a stale rollout
         self.is_weights: Optional[Tensor] = None  # [T, N] truncated importance weights, likewise
         self.sample_mask: Optional[Tensor] = None  # [T, N] bool: trained on (per-actor collection drops stale ones)
+
+    @staticmethod
+    def _check_sizes(num_steps: Any, num_envs: Any, observation_shape: Any, action_shape: Any, device: Any,
+                     action_dtype: torch.dtype) -> None:
+        """The sizes (positive ints; shapes as tuples of them, an action shape may be ()) and the memory
+        the buffer's columns take (`check_allocation`), before anything is allocated: ConfigError."""
+        for name, value in (("num_steps", num_steps), ("num_envs", num_envs)):
+            check_value(f"RolloutBuffer: {name}", PositiveInt, value)
+        for name, shape in (("observation_shape", observation_shape), ("action_shape", action_shape)):
+            items = tuple(shape) if isinstance(shape, (tuple, list, torch.Size)) else None
+            if items is None or not all(isinstance(d, numbers.Integral) and not isinstance(d, bool) and 0 < d < 2**63 for d in items):
+                raise ConfigError(f"RolloutBuffer: {name} must be a tuple of positive ints (e.g. (6,) or (13, 6)), "
+                                  f"got {shape!r:.80}")
+        obs = math.prod(observation_shape)
+        action = math.prod(action_shape) * torch.empty((), dtype=action_dtype).element_size()
+        # per step and actor: obs and final_obs (float32), the action, 7 float32 columns (logprobs, values,
+        # rewards, episode return and length, advantages, returns), 2 bool flags, the episode parts
+        per_sample = 8 * obs + action + 4 * 7 + 2 + 4 * len(PART_FIELDS)
+        check_allocation(f"RolloutBuffer(num_steps={num_steps}, num_envs={num_envs}, "
+                         f"observation_shape={tuple(observation_shape)})", num_steps * num_envs * per_sample, device,
+                         "lower data.num_steps or data.num_envs")
 
     def _allocate(self, name: str, first: Optional[Tensor] = None) -> Tensor:
         spec = STEP_FIELDS[name]

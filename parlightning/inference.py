@@ -128,6 +128,9 @@ def load_policy(path: Union[str, os.PathLike], device: Union[str, torch.device] 
         raise ConfigError(f"path: expected a checkpoint path (str or PathLike), got {type(path).__name__} {path!r:.60}")
     path = os.fspath(path)
     check_device("device", device, types=None)
+    if torch.device(device).type == "meta":  # a meta tensor has a shape and no values: no weights, no actions
+        raise ConfigError("load_policy: device='meta' holds no data (the weights would not be loaded and predict "
+                          "could not compute an action); use cpu or cuda")
     checkpoint = load_checkpoint_file(path)
     hp = dict(checkpoint.get("hyper_parameters") or {})
     if hp.get("policy", "mlp") not in ("mlp", "slots"):

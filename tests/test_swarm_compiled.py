@@ -202,8 +202,10 @@ def test_compile_is_not_part_of_the_world_a_checkpoint_records():
 def test_a_next_task_outside_the_bank_is_refused():
     env = SwarmEnv(num_envs=4, seed=0, tasks_per_family=1, max_episode_steps=1, compile=True)
     env.reset(seed=0)
-    with pytest.raises(IndexError, match="outside the task bank"):
-        env.step(torch.zeros(4, 12, dtype=torch.long), torch.full((4,), 99))
+    with pytest.raises(ConfigError, match="next_task: actor 0 has task index 99, outside the task bank"):
+        env.step(torch.zeros(4, 12, dtype=torch.long), torch.full((4,), 99))  # a caller's tensor: checked up front
+    with pytest.raises(IndexError, match="outside the task bank"):  # a callable's picks: by the kernel
+        env.step(torch.zeros(4, 12, dtype=torch.long), lambda done: torch.full((4,), 99))
 
 
 def test_compile_needs_a_cpu_and_a_working_compiler(tmp_path, monkeypatch):

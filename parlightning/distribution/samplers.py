@@ -21,7 +21,8 @@ import torch
 from torch import Tensor
 
 from parlightning.config_types import (
-    ClosedUnitInterval, NonNegativeFinite, PositiveFinite, PositiveInt, Seed, check_args, restricted_number_type,
+    ClosedUnitInterval, NonNegativeFinite, PositiveFinite, PositiveInt, Seed, check_args, check_value,
+    restricted_number_type,
 )
 from parlightning.distribution.counters import AgreedCounters
 from parlightning.errors import ConfigError, ReportedError, check_call_shape
@@ -771,7 +772,9 @@ def check_sampler_calls(field: str, sampler: Any) -> None:
 
 
 def as_batched(sampler: Any, queue_length: int) -> BatchedTaskSampler:
-    """The sampler itself when it has the tensor path, else a queue-based adapter."""
+    """The sampler itself when it has the tensor path, else a queue-based adapter that asks `pick`
+    for `queue_length` tasks (a positive int) at each new round."""
+    queue_length = check_value("as_batched: queue_length", PositiveInt, queue_length)
     if all(callable(getattr(sampler, m, None)) for m in ("bind", "pick_batch", "record_batch")):
         return sampler
     if not isinstance(sampler, TaskSampler):

@@ -17,6 +17,7 @@ Plain Python and torch; nothing here imports Lightning.
 from __future__ import annotations
 
 import math
+import numbers
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Protocol, Sequence, Union, runtime_checkable
@@ -26,6 +27,7 @@ from torch import Tensor
 
 from parlightning.config_types import NonNegativeFinite, PositiveInt, check_args
 from parlightning.distribution.counters import AgreedCounters
+from parlightning.errors import ConfigError
 
 __all__ = [
     "WorkUnit",
@@ -65,6 +67,11 @@ class WorkUnit:
             )
         if isinstance(self.worker, int) and not isinstance(self.worker, bool) and self.worker < 0:
             raise ValueError(f"WorkUnit.worker: got {self.worker}; a worker is a rank index 0..n_workers-1")
+        for field, what in (("section", "a TensorParallel section, 0..n_sections-1"),
+                            ("stage", "a pipeline stage index, 0 or more")):
+            value = getattr(self, field)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise ConfigError(f"WorkUnit.{field}: got {value!r}; it is None or {what}")
         object.__setattr__(self, "keys", tuple(self.keys))  # a user's plan may hand back a list
 
 
@@ -156,6 +163,16 @@ def family_of(task_id: str) -> str:
     return family
 
 
+def _check_plan_args(who: str, n_workers: Any, round_index: Any) -> None:
+    """A built-in strategy's `plan` arguments: n_workers a positive int (the world size), round_index
+    an int >= 0 (the round's number, counted from 0); a ConfigError naming the argument otherwise."""
+    if isinstance(n_workers, bool) or not isinstance(n_workers, int) or n_workers < 1:
+        raise ConfigError(f"{who}.plan: n_workers must be a positive int (the world size), got {n_workers!r}")
+    if isinstance(round_index, bool) or not isinstance(round_index, numbers.Integral) or round_index < 0:
+        raise ConfigError(f"{who}.plan: round_index must be an int >= 0 (the round's number, counted from 0), got "
+                         f"{round_index!r}")
+
+
 def _wrap(keys: Sequence[str], n_workers: int, offset: int) -> list[tuple[str, ...]]:
     """Fewer tasks than workers: each worker gets one task, repeating (cannot be disjoint)."""
     return [(keys[(w + offset) % len(keys)],) for w in range(n_workers)]
@@ -170,6 +187,7 @@ class DataParallel:
     name = "data"
 
     def plan(self, n_workers: int, round_index: int, keys: Sequence[str]) -> list[WorkUnit]:
+        _check_plan_args("DataParallel", n_workers, round_index)
         keys = tuple(keys)
         if len(keys) < n_workers:
             return [WorkUnit(w, k) for w, k in enumerate(_wrap(keys, n_workers, round_index))]
@@ -360,6 +378,7 @@ class ClusterParallel(_AgreedStatistics):
         return signal + bonus
 
     def plan(self, n_workers: int, round_index: int, keys: Sequence[str]) -> list[WorkUnit]:
+        _check_plan_args("ClusterParallel", n_workers, round_index)
         keys = tuple(keys)
         with self._lock:
             self._register(keys)
@@ -483,8 +502,13 @@ class TensorParallel(_AgreedStatistics):
         if self.keys is not None and self.keys != keys:
             raise ValueError("keys: TensorParallel already declares a different key space; build a new strategy")
         self.keys = keys
+        try:
+            self._check_keys()  # more sections than keys: a section would own nothing, whatever comes later
+        except ConfigError:
+            self.keys = None
+            raise
         self._row = {k: i for i, k in enumerate(keys)}
-        self._sections = assign_key_sections(keys, self.n_sections) if len(keys) >= self.n_sections else None
+        self._sections = assign_key_sections(keys, self.n_sections)
         if self._sections is not None:
             self._owner_list = [s for s, sec in enumerate(self._sections) for _ in sec]
             self._owner = torch.tensor(self._owner_list, dtype=torch.long)
@@ -506,7 +530,7 @@ class TensorParallel(_AgreedStatistics):
                 "e.g. the task families) or call declare_keys() before the first rollout"
             )
         if self.n_sections > len(self.keys):
-            raise ValueError(
+            raise ConfigError(
                 f"TensorParallel: n_sections={self.n_sections} is greater than the {len(self.keys)} declared keys, "
                 f"so a section would own nothing; use n_sections <= {len(self.keys)}"
             )
@@ -546,6 +570,7 @@ class TensorParallel(_AgreedStatistics):
 
     # planning ---------------------------------------------------------------------------------------
     def plan(self, n_workers: int, round_index: int, keys: Sequence[str]) -> list[WorkUnit]:
+        _check_plan_args("TensorParallel", n_workers, round_index)
         self.validate(n_workers)
         tasks = tuple(keys)
         if self.route is None:  # DP shards: some episodes will touch rows outside the rank's section

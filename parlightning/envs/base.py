@@ -43,6 +43,13 @@ class ActionSpec:
             # negative or non-integer entries are refused here; 0 (no action at all) by the preflight probe,
             # which names the world it came from
             bad = [v for v in getattr(self, field) if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 0]
+            huge = [v for v in getattr(self, field) if v not in bad and v >= 2**63]
+            if huge:  # torch holds sizes and category counts as int64: beyond it nothing can be built
+                from parlightning.errors import ConfigError
+
+                raise ConfigError(f"ActionSpec.{field}: {huge[0]} does not fit a 64-bit integer (at most {2**63 - 1:,}); "
+                                  f"each entry is the {'categories' if field == 'nvec' else 'size'} of one action "
+                                  f"dimension, e.g. {example}")
             if bad:
                 what = "categories" if field == "nvec" else "numbers"
                 raise ValueError(f"ActionSpec.{field}: {getattr(self, field)!r} has {bad[0]!r}; each entry is an int >= 1 "
@@ -154,6 +161,50 @@ def checked_device(field: str, device: Any) -> torch.device:
         raise ConfigError(f"{field}: {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s); "
                           f"use cuda:0..cuda:{torch.cuda.device_count() - 1}")
     return dev
+
+
+def checked_seed(field: str, seed: Any) -> Optional[int]:
+    """A world's `reset(seed=...)`: None (keep the generator's stream) or a seed in [0, 2**32 - 1]
+    as a plain int; anything else one ConfigError naming `field` (e.g. `SwarmEnv.reset: seed`)."""
+    if seed is None:
+        return None
+    from parlightning.config_types import Seed, check_value
+
+    return check_value(field, Seed, seed)
+
+
+def checked_task_index(field: str, value: Any, num_envs: int, num_tasks: int, device: torch.device) -> Tensor:
+    """`task_index` of a world's `reset` (or a user's `next_task` tensor): one bank index per actor,
+    as a long tensor on `device`. A tensor or a list of ints; an integer dtype (not bool, not float),
+    shape [num_envs] and every entry in 0..num_tasks - 1, else one ConfigError naming `field`. Reads
+    the values on the host (a range check): call it where a user hands the indices in, never per step
+    of the package's own collection."""
+    from parlightning.errors import ConfigError
+
+    if not isinstance(value, Tensor):
+        if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+            raise ConfigError(f"{field}: must be [num_envs] = [{num_envs}] task bank indices (a long tensor or a "
+                              f"list of ints), got {type(value).__name__} {value!r:.60}")
+        items = list(value)
+        if not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in items):
+            raise ConfigError(f"{field}: must be [num_envs] = [{num_envs}] integer task bank indices, got {items!r:.80}")
+        if any(not -2**63 <= v < 2**63 for v in items):
+            value = None  # beyond int64: outside the bank, reported below
+        else:
+            value = torch.tensor(items, dtype=torch.long)
+        if value is None:
+            raise ConfigError(f"{field}: every entry must be a task bank index in 0..{num_tasks - 1}, got {items!r:.80}")
+    if value.dtype == torch.bool or value.is_floating_point() or value.is_complex():
+        raise ConfigError(f"{field}: must hold integer task bank indices (torch.long), got dtype {value.dtype}")
+    if tuple(value.shape) != (num_envs,):
+        raise ConfigError(f"{field}: must have shape [num_envs] = [{num_envs}] (one task bank index per actor), got "
+                          f"{list(value.shape)}")
+    outside = (value < 0) | (value >= num_tasks)
+    if bool(outside.any()):  # a host read: the caller's indices, off the step loop
+        i = int(outside.long().argmax())
+        raise ConfigError(f"{field}: actor {i} has task index {int(value[i])}, outside the task bank (0..{num_tasks - 1}, "
+                          f"{num_tasks} tasks); pass indices into the world's task_ids")
+    return value.to(device, torch.long)
 
 
 def task_ids_of(env: Any) -> Optional[Sequence[str]]:

@@ -52,9 +52,9 @@ import torch
 from torch import Tensor
 
 from parlightning.config_types import (
-    ClosedUnitInterval, NonNegativeInt, PositiveFinite, PositiveInt, Seed, check_args,
+    ClosedUnitInterval, NonNegativeInt, PositiveFinite, PositiveInt, Seed, check_allocation, check_args,
 )
-from parlightning.envs.base import ActionSpec, BatchedEnv, EpisodeParts, StepResult, checked_device
+from parlightning.envs.base import ActionSpec, BatchedEnv, EpisodeParts, StepResult, checked_device, checked_task_index
 from parlightning.envs.world_processes import WorkerLost, WorkerProcesses
 from parlightning.envs.world_runner import (WorldCallFailed, WorldRunner, _check_plain_types, build_shared, close_all,
                                             warn_close_errors,
@@ -65,6 +65,11 @@ __all__ = ["Arrivals", "ExternalBatchedEnv", "ExternalWorldError", "World", "bui
 
 ON_ERROR = ("fail", "retry", "drop")
 SWITCH_INTERVAL = (1e-6, 0.005)  # seconds: the interpreter rounds below 1 us up; above its default it is never raised
+# The least memory one actor takes in this process (its world object, its thread or task, the runner's
+# and the adapter's bookkeeping): measured 2.5 KiB per actor for the smallest async world after its first
+# reset, 15 KiB for a sync world (one thread each). A num_envs whose actors cannot fit even at this size
+# is refused before any world is built (2**31 actors would otherwise be built until the OOM killer came).
+ACTOR_BYTES = 2048
 
 
 class Arrivals(NamedTuple):
@@ -203,6 +208,10 @@ class ExternalBatchedEnv(BatchedEnv):
         if on_error not in ON_ERROR:
             raise ConfigError(f"data.env.init_args.on_error: must be one of {list(ON_ERROR)}, got {on_error!r}")
         self.on_error, self.drop_budget = on_error, float(drop_budget)
+        if runner != "ray":  # before anything is built or set (Ray's actors live on its cluster's machines)
+            check_allocation(f"ExternalBatchedEnv(num_envs={num_envs})", num_envs * ACTOR_BYTES, "cpu",
+                             f"every actor is a Python world object (at least {ACTOR_BYTES // 1024} KiB each); "
+                             "lower num_envs")
         self.num_envs, self.device = num_envs, checked_device("ExternalBatchedEnv.device", device)
         self.step_timeout, self.retries = float(step_timeout), retries
         self._closed = False
@@ -369,6 +378,9 @@ class ExternalBatchedEnv(BatchedEnv):
     def reset(self, *, seed: Optional[int] = None, task_index: Optional[Tensor] = None) -> Tensor:
         """Start every world (on `task_index` [N] bank indices where the world has tasks)."""
         if getattr(self, "task_ids", None) is not None:
+            if task_index is not None:
+                task_index = checked_task_index("ExternalBatchedEnv.reset: task_index", task_index, self.num_envs,
+                                                len(self.task_ids), torch.device("cpu"))
             idx = task_index.tolist() if task_index is not None else [i % len(self.task_ids) for i in range(self.num_envs)]
             self._tasks = [int(k) for k in idx]
         results = self._run_all("reset", {i: (self._task_arg(i),) for i in range(self.num_envs)})

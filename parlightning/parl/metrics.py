@@ -13,6 +13,8 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
+from parlightning.errors import ConfigError
+
 __all__ = ["stage_critical_steps", "CriticalSteps"]
 
 
@@ -21,7 +23,19 @@ def stage_critical_steps(main: Tensor, sub: Tensor, sub_mask: Tensor) -> Tensor:
 
     `sub` and `sub_mask` are [..., A]; entries where `sub_mask` is False are ignored whatever they
     hold (NaN included). Steps are counts (>= 0). One masked_fill + amax: cheap enough per env step.
+    Shapes and dtypes are checked first (`sub` and `sub_mask` the same shape, `main` theirs without the
+    last dimension, `sub_mask` bool): metadata only, no host sync; a mismatch is a ConfigError naming it.
     """
+    for name, t in (("main", main), ("sub", sub), ("sub_mask", sub_mask)):
+        if not isinstance(t, Tensor):
+            raise ConfigError(f"stage_critical_steps: {name} must be a tensor, got {type(t).__name__}")
+    if sub.dim() == 0 or tuple(sub_mask.shape) != tuple(sub.shape) or tuple(main.shape) != tuple(sub.shape[:-1]):
+        raise ConfigError(f"stage_critical_steps: shapes disagree: main {list(main.shape)}, sub {list(sub.shape)}, "
+                         f"sub_mask {list(sub_mask.shape)}; sub and sub_mask are [..., A] (A subagent slots) and main "
+                         "is [...], the same shape without the last dimension")
+    if sub_mask.dtype != torch.bool:
+        raise ConfigError(f"stage_critical_steps: sub_mask must be a bool mask (got {sub_mask.dtype}); pass "
+                         "sub_mask.bool() (True = a subagent that ran)")
     if sub.shape[-1] == 0:  # no subagent slots at all: static shape, no sync
         return main + sub.new_zeros(sub.shape[:-1])
     return main + sub.masked_fill(~sub_mask, 0).amax(dim=-1)

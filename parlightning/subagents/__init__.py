@@ -5,10 +5,12 @@ world built on a pool.
 Imports stay light (no torch) so pool worker processes start fast; the world loads on use.
 """
 
-from parlightning.subagents.pool import PoolBase, SimulatedPool, SubagentPool, SubagentResult, normalize
+from parlightning.subagents.pool import (
+    PoolBase, PoolClosedError, SimulatedPool, SubagentPool, SubagentResult, UnknownHandleError, normalize,
+)
 
-__all__ = ["AsyncHTTPPool", "HTTPPool", "PoolBase", "PoolOrchestrationWorld", "ProcessPool", "SimulatedPool",
-           "SubagentPool", "SubagentResult", "normalize"]
+__all__ = ["AsyncHTTPPool", "HTTPPool", "PoolBase", "PoolClosedError", "PoolOrchestrationWorld", "ProcessPool",
+           "SimulatedPool", "SubagentPool", "SubagentResult", "UnknownHandleError", "normalize"]
 
 
 def __getattr__(name: str):

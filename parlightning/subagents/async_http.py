@@ -41,7 +41,7 @@ from typing import Any, Iterable, Mapping, Optional
 from parlightning.config_types import NonNegativeFinite, NonNegativeInt, PositiveFinite, PositiveInt, check_args
 from parlightning.errors import ConfigError
 from parlightning.subagents.http import check_request_text, prompt_of
-from parlightning.subagents.pool import PoolBase, SubagentResult
+from parlightning.subagents.pool import PoolBase, PoolClosedError, SubagentResult, checked_timeout
 
 RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})  # the statuses OpenAI's own client retries (5xx all)
 
@@ -279,7 +279,7 @@ class AsyncHTTPPool(PoolBase):
     # ------------------------------------------------------------------ the pool interface
     def _check_open(self) -> None:
         if self._closed:
-            raise RuntimeError("AsyncHTTPPool: used after close()")
+            raise PoolClosedError("AsyncHTTPPool: used after close(); build a new AsyncHTTPPool")
         if self._unreachable is not None:
             raise PoolUnreachable(self._unreachable)
 
@@ -302,14 +302,20 @@ class AsyncHTTPPool(PoolBase):
         if self._unreachable is not None:
             raise PoolUnreachable(self._unreachable)
         with self._lock:
-            future = self._futures[handle]
+            future = self._futures.get(handle)
+        if future is None:
+            raise self._unknown(handle)
         return self._take(handle) if future.done() else None
 
     def wait(self, handles: Iterable[int], timeout: Optional[float] = None) -> list[SubagentResult]:
         """Block (no polling) until every handle finished, or `timeout` seconds passed (then the
         unfinished ones are cancelled and reported as failures)."""
+        timeout = checked_timeout("AsyncHTTPPool", timeout)
         handles = list(handles)
         with self._lock:
+            unknown = [h for h in handles if h not in self._futures]
+            if unknown:
+                raise self._unknown(unknown[0])
             futures = [self._futures[h] for h in handles]
         concurrent.futures.wait(futures, timeout)
         if self._unreachable is not None:

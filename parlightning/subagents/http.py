@@ -15,7 +15,7 @@ import urllib.request
 from typing import Any, Optional
 
 from parlightning.config_types import PositiveFinite, PositiveInt, check_args
-from parlightning.subagents.pool import PoolBase, SubagentResult
+from parlightning.subagents.pool import PoolBase, PoolClosedError, SubagentResult
 
 
 def prompt_of(instruction: Any) -> str:
@@ -106,6 +106,7 @@ class HTTPPool(PoolBase):
         self._futures: dict[int, concurrent.futures.Future] = {}
         self._ids = itertools.count()
         self._lock = threading.Lock()
+        self._closed = False
         self.max_endpoint_failures, self._failures_in_a_row = max_endpoint_failures, 0
 
     def _request(self, instruction: Any) -> SubagentResult:
@@ -139,13 +140,17 @@ class HTTPPool(PoolBase):
 
     def spawn(self, instruction: Any) -> int:
         with self._lock:
+            if self._closed:
+                raise PoolClosedError("HTTPPool.spawn: the pool is closed (close() was called); build a new HTTPPool")
             handle = next(self._ids)
             self._futures[handle] = self._executor.submit(self._request, instruction)
         return handle
 
     def poll(self, handle: int) -> Optional[SubagentResult]:
         with self._lock:
-            future = self._futures[handle]
+            future = self._futures.get(handle)
+            if future is None:
+                raise self._unknown(handle)
             if not future.done():
                 return None
             del self._futures[handle]
@@ -158,4 +163,5 @@ class HTTPPool(PoolBase):
             future.cancel()  # a request already on the wire finishes and is ignored
 
     def close(self) -> None:
+        self._closed = True
         self._executor.shutdown(wait=False, cancel_futures=True)

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 
 import itertools
 import math
+import numbers
 import random
 import threading
 import time
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Optional, Protocol, runtime_checkable
 
 from parlightning.config_types import ClosedUnitInterval, NonNegativeFinite, NonNegativeInt, Seed, check_args
+from parlightning.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -82,13 +84,44 @@ def _steps(value: Any) -> int:
     return int(value)
 
 
+class PoolClosedError(RuntimeError):
+    """A pool used (spawn, poll, wait) after its `close()`: build a new pool."""
+
+
+class UnknownHandleError(KeyError):
+    """`poll` / `wait` given a handle this pool never returned from `spawn`, or one whose result was
+    already taken (a finished subagent's result is handed out once). A KeyError (what the pools raised
+    before), printed as its message (not quoted, as KeyError prints its key)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+def checked_timeout(owner: str, timeout: Any) -> Optional[float]:
+    """`wait`'s `timeout`: None (no limit) or a number of seconds, as a float >= 0. A negative one does
+    not wait (Python's wait convention, as `threading.Event.wait`; round 8 judged it valid), so it is 0;
+    NaN (a deadline never reached: the wait never ended), a bool or a non-number is a ConfigError."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or math.isnan(timeout):
+        raise ConfigError(f"{owner}.wait: timeout must be None (no limit) or a number of seconds (a negative one "
+                          f"does not wait), got {timeout!r:.60}")
+    return max(float(timeout), 0.0)
+
+
 class PoolBase:
     """Shared `wait`: poll every handle until all finished, or give up after `timeout` seconds
     (then the unfinished ones are cancelled and reported as failures)."""
 
     poll_interval = 0.0005
 
+    def _unknown(self, handle: Any) -> UnknownHandleError:
+        return UnknownHandleError(f"{type(self).__name__}: handle {handle!r:.60} is not a running subagent of this "
+                                  "pool (never returned by its spawn, or its result was already taken by poll/wait); "
+                                  "poll each handle spawn returned until it gives a result, once")
+
     def wait(self, handles: Iterable[int], timeout: Optional[float] = None) -> list[SubagentResult]:
+        timeout = checked_timeout(type(self).__name__, timeout)
         handles = list(handles)
         results: dict[int, SubagentResult] = {}
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -138,8 +171,15 @@ class SimulatedPool(PoolBase):
         self._lock = threading.Lock()
         self._pending: dict[int, tuple[float, SubagentResult]] = {}
         self.spawned = 0
+        self._closed = False
+
+    def _check_open(self, method: str) -> None:
+        if self._closed:
+            raise PoolClosedError(f"SimulatedPool.{method}: the pool is closed (close() was called); build a new "
+                                  "SimulatedPool")
 
     def spawn(self, instruction: Any) -> int:
+        self._check_open("spawn")
         if not isinstance(instruction, Mapping):
             raise TypeError(f"SimulatedPool.spawn: instruction is {type(instruction).__name__} {instruction!r:.60}; the "
                             "simulated pool reads a mapping such as {'cost': 2, 'skill': 0, 'instruction': 0} (a "
@@ -155,7 +195,10 @@ class SimulatedPool(PoolBase):
         return handle
 
     def poll(self, handle: int) -> Optional[SubagentResult]:
+        self._check_open("poll")
         with self._lock:
+            if handle not in self._pending:
+                raise self._unknown(handle)
             ready_at, result = self._pending[handle]
             if time.monotonic() < ready_at:
                 return None
@@ -163,8 +206,13 @@ class SimulatedPool(PoolBase):
             return result
 
     def wait(self, handles: Iterable[int], timeout: Optional[float] = None) -> list[SubagentResult]:
+        self._check_open("wait")
+        timeout = checked_timeout("SimulatedPool", timeout)
         handles = list(handles)
         with self._lock:
+            unknown = [h for h in handles if h not in self._pending]
+            if unknown:
+                raise self._unknown(unknown[0])
             last = max((self._pending[h][0] for h in handles), default=0.0)
         delay = last - time.monotonic()
         if delay > 0:
@@ -174,3 +222,9 @@ class SimulatedPool(PoolBase):
     def cancel(self, handle: int) -> None:
         with self._lock:
             self._pending.pop(handle, None)
+
+    def close(self) -> None:
+        """Drop what is pending; a later spawn, poll or wait raises PoolClosedError. Idempotent."""
+        with self._lock:
+            self._closed = True
+            self._pending.clear()

@@ -35,7 +35,7 @@ from parlightning.config_types import PositiveFinite, PositiveInt, check_args
 from parlightning.errors import check_call_shape
 from parlightning.runtime.processes import Child, receive, send, sendable_error, watch_parent
 from parlightning.runtime.waits import expected_wait
-from parlightning.subagents.pool import PoolBase, SubagentResult, normalize
+from parlightning.subagents.pool import PoolBase, PoolClosedError, SubagentResult, normalize
 
 
 def _load(path: str) -> Any:
@@ -199,7 +199,7 @@ class ProcessPool(PoolBase):
     def spawn(self, instruction: Any) -> int:
         with self._lock:
             if self._closed:
-                raise RuntimeError("ProcessPool: spawn after close()")
+                raise PoolClosedError("ProcessPool.spawn: the pool is closed (close() was called); build a new ProcessPool")
             handle = next(self._ids)
             self._queue.append((handle, instruction))
             self._instructions[handle] = instruction
@@ -208,6 +208,8 @@ class ProcessPool(PoolBase):
 
     def poll(self, handle: int) -> Optional[SubagentResult]:
         with self._lock:
+            if handle not in self._instructions and handle not in self._results:  # else poll would wait forever
+                raise self._unknown(handle)
             self._pump()
             result = self._results.pop(handle, None)
             if result is None:
