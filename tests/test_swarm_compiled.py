@@ -210,7 +210,7 @@ def test_a_next_task_outside_the_bank_is_refused():
 
 def test_compile_needs_a_cpu_and_a_working_compiler(tmp_path, monkeypatch):
     assert "cpu only" in swarm_compiled.compiler_problem(torch.device("cuda"))
-    with pytest.raises(ConfigError, match="`compile` must be true or false"):
+    with pytest.raises(ConfigError, match="SwarmEnv.compile: must be true or false"):
         SwarmEnv(num_envs=1, compile="yes")
     monkeypatch.setenv("PARLIGHTNING_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(swarm_compiled.shutil, "which", lambda name: None)

@@ -4,6 +4,7 @@ by round (stages, what each slot did, subagent outcomes), consistent with the ev
 import glob
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -66,8 +67,11 @@ def test_trace_of_a_trained_policy_in_a_world_without_tasks(tmp_path):
     assert sum(e["return"] for e in episodes) / 3 == pytest.approx(result["mean_return"])
 
 
-def test_trace_into_a_missing_folder_is_one_error_before_anything_runs(tmp_path):
-    with pytest.raises(SystemExit, match=r"^error: --trace: the folder of .* does not exist"):
+def test_trace_into_a_missing_folder_is_one_error_before_anything_runs(tmp_path, capsys):
+    with pytest.raises(SystemExit) as stop:
         evaluate_main(["--config", SWARM, "--policy", "oracle", "--json", str(tmp_path / "e.json"),
                        "--trace", str(tmp_path / "no" / "t.jsonl")])
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert stop.value.code == 2 and re.match(r"^python -m parlightning.evaluate: error: argument --trace: the folder "
+                                             r"of .* does not exist", last), last
     assert os.listdir(tmp_path) == []
