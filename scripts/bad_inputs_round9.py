@@ -1370,6 +1370,8 @@ for _c in CASES:
 DROPPED: dict[str, str] = {
     # judged by the lead after the before-fix run (counted there as accepted):
     "script-bench-lag-workers-zero": "--workers 0 is documented in bench_lag.py --help ('0 threads'): the run is right",
+    "strategy-plan-section-without-tp": "a unit's section and stage are handed back to the strategy's own observe(): a user's strategy may use them as its own labels; only TensorParallel reads section, and sets its own",
+    "api-sim-wait-negative-timeout": "Python's wait convention: a negative timeout does not wait (round 8 judged the same)",
     "sweep-null-torch-threads": "null keeps torch's default thread count (fit --help says so)",
     "fit-actors-in-flight-above-num-envs": "a bound on actors in flight above the actor count only bounds loosely; the run is right",
     "fit-collect-trajectories-tensor-world": "per-actor collection also runs a tensor world",
