@@ -43,12 +43,18 @@ def user_code(tmp_path, monkeypatch):
 
 
 def _one_error_line(capsys, run) -> str:
+    """The one error line of a refused command: the package's (`error: ...`, exit 1) or argparse's for
+    a bad argument (`prog: error: argument --x: ...`, exit 2)."""
     with pytest.raises(SystemExit) as exit_:
         run()
     message = exit_.value.code
-    assert isinstance(message, str) and message.startswith("error: ") and "\n" not in message, message
     stderr = capsys.readouterr().err
     assert "Traceback" not in stderr, stderr[-2000:]
+    if message == 2:  # argparse refused an argument: its line is the last one on stderr
+        lines = [line for line in stderr.splitlines() if "error:" in line]
+        assert len(lines) == 1 and ": error: argument --" in lines[0], stderr[-2000:]
+        return lines[0]
+    assert isinstance(message, str) and message.startswith("error: ") and "\n" not in message, message
     return message
 
 
@@ -225,7 +231,7 @@ def test_export_verifies_the_checkpoint_and_its_output_path(tmp_path, capsys, ca
     (tmp_path / "adir").mkdir()
     message = _one_error_line(capsys, lambda: export_main(["--ckpt_path", str(cartpole_ckpt), "--out",
                                                            str(tmp_path / "adir")]))
-    assert "--out:" in message and "is a folder" in message, message
+    assert "--out:" in message and "is a folder" in message, message  # argparse's line since the typed arguments
     message = _one_error_line(capsys, lambda: export_main(["--ckpt_path", str(cartpole_ckpt), "--out",
                                                            str(tmp_path / "policy.txt")]))
     assert "names neither format" in message, message
@@ -234,12 +240,12 @@ def test_export_verifies_the_checkpoint_and_its_output_path(tmp_path, capsys, ca
 
 # ---------------------------------------------------------------------------------- output paths, devices
 @pytest.mark.parametrize("args, says", [
-    (["--json", "no/such/dir/out.json"], "--json: the folder of 'no/such/dir/out.json'"),
-    (["--json", "adir"], "--json: 'adir' is a folder"),
-    (["--gantt", "nope/g.png"], "--gantt: the folder of"),
+    (["--json", "no/such/dir/out.json"], "argument --json: the folder of 'no/such/dir/out.json'"),
+    (["--json", "adir"], "argument --json: 'adir' is a folder"),
+    (["--gantt", "nope/g.png"], "argument --gantt: the folder of"),
     (["--trace", "afile/t.jsonl"], "is a file, not a folder"),
-    (["--device", "toaster"], "--device: 'toaster' is not a torch device"),
-    (["--seed", "-5"], "--seed: -5 is outside the seed range"),
+    (["--device", "toaster"], "argument --device: must be cpu, cuda, cuda:N or mps (got 'toaster')"),
+    (["--seed", "-5"], "argument --seed: must be a seed in 0..4294967295 (got -5)"),
 ])
 def test_evaluate_checks_its_outputs_and_device_before_it_runs(tmp_path, capsys, monkeypatch, args, says):
     from parlightning.cli.evaluate import main as evaluate_main

@@ -29,6 +29,16 @@ def test_round9_quick_subset_is_clean() -> None:
     assert_quick_subset_clean("bad_inputs_round9.py", min_cases=10)
 
 
+def test_the_user_signal_handlers_are_the_fits_own_and_are_put_back() -> None:
+    from parlightning.cli.fit import _stop_on_user_signals
+
+    assert signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL
+    restore = _stop_on_user_signals()
+    assert callable(signal.getsignal(signal.SIGUSR1)) and callable(signal.getsignal(signal.SIGUSR2))
+    restore()  # what main() does when fit returns, so fit() from the Python API leaves the caller's handlers
+    assert signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL and signal.getsignal(signal.SIGUSR2) == signal.SIG_DFL
+
+
 def test_environment_failures_are_one_line_naming_the_cause() -> None:
     from parlightning.cli.fit import _environment_error
 

@@ -80,9 +80,10 @@ def test_the_plan_page_has_no_numbers_and_bad_arguments_are_one_error_line(tmp_p
     text = doc.read_text()
     assert "**Not yet run at full budget.**" in text and "No numbers are shown here" in text
     assert "0.998" in text and "983,040 env steps" in text  # the design names the budget it will use
-    for args, message in ((["--priors", "1.5"], "error: --priors"), (["--plan"], "error: --plan: writes the page only"),
-                          (["--seeds", "0"], "error: --seeds: must be positive"),
-                          (["--config", "nope.yaml"], "error: --config: no config file"),
+    for args, message in ((["--priors", "1.5"], "collapse_study.py: error: argument --priors: item 1 ('1.5')"),
+                          (["--plan"], "error: --plan: writes the page only"),
+                          (["--seeds", "0"], "collapse_study.py: error: argument --seeds: must be a positive integer"),
+                          (["--config", "nope.yaml"], "collapse_study.py: error: argument --config: no file at"),
                           (["--report"], "error: --report: no study in")):
         bad = _run(*args, "--out", str(tmp_path / "never"))
         assert bad.returncode != 0 and bad.stderr.strip().splitlines()[-1].startswith(message), bad.stderr

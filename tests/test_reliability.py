@@ -151,7 +151,7 @@ BAD_INPUT = [  # (arguments, the field the message names, a piece of the fix it 
     (["--seed_everything", "99999999999"], "seed_everything", "outside numpy's seed range 0..4294967295"),
     (["--data.seed", "4294967296"], "data.seed", "must be an integer in [0, 4294967295]"),
     (["--data.num_envs", "50000000", "--data.num_steps", "32"], "data.num_envs",  # ~940 GiB: refused, not allocated
-     "lower data.num_envs or data.num_steps"),
+     "more than the"),  # "needs about 1.1 TiB, more than the N GiB available ...; lower data.num_steps or data.num_envs"
     # Gymnasium adapter
     (["@gym", "--data.env.init_args.vectorization", "threads"], "data.env.init_args.vectorization",
      "choose one of sync, async"),

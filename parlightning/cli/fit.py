@@ -139,7 +139,7 @@ def main(args: Optional[list[str]] = None) -> ParlCLI:
     loose = os.path.join(cli.trainer.default_root_dir, "config.yaml")  # with no logger, config.yaml goes here
     if not cli.trainer.loggers and not os.path.exists(loose):
         fresh = [(loose, True)] + fresh  # a refused start removes it too
-    _stop_on_user_signals()
+    restore_signals = _stop_on_user_signals()
     _end_cleanly_when_a_rank_fails(lambda: remove_new_outputs(fresh) if cli.datamodule.last_rollout is None else None)
     watch.cleanup = lambda: remove_new_outputs(fresh) if cli.datamodule.last_rollout is None else None
     try:
@@ -147,6 +147,7 @@ def main(args: Optional[list[str]] = None) -> ParlCLI:
             cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=ckpt)
         finally:
             watch.stop_watching_alone()  # a one-process run's stall watch ends with its fit
+            restore_signals()  # fit() from the Python API leaves the caller's handlers as they were
     except BaseException as err:
         _reopen_stderr()  # user code that closed sys.stderr must not swallow the one error line
         message = _start_error(err)
@@ -201,19 +202,27 @@ class Signalled(ReportedError):
                          "is intact: resume with --ckpt_path <log_dir>/checkpoints/last.ckpt")
 
 
-def _stop_on_user_signals() -> None:
+def _stop_on_user_signals() -> Callable[[], None]:
     """SIGUSR1 and SIGUSR2 end a fit with one line instead of killing it silently (their default
     action), unless someone already handles them (SLURM's requeue in Lightning registers its own
-    later and replaces this)."""
+    later and replaces this). Returns what puts the defaults back."""
     def stop(signum: int, _frame: Any) -> None:
         raise Signalled(signum)
 
+    installed = []
     for signum in (signal.SIGUSR1, signal.SIGUSR2):
         try:
             if signal.getsignal(signum) == signal.SIG_DFL:
                 signal.signal(signum, stop)
+                installed.append(signum)
         except ValueError:  # not the main thread (fit called from a thread): keep the default
             pass
+
+    def restore() -> None:
+        for signum in installed:
+            if signal.getsignal(signum) is stop:
+                signal.signal(signum, signal.SIG_DFL)
+    return restore
 
 
 def _reopen_stderr() -> None:
