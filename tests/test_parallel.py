@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import io
-import os
-import socket
 import threading
 import time
 
@@ -513,12 +511,6 @@ def test_pp_is_refused_with_the_reason_and_the_alternative():
 # -- two real gloo ranks: the wiring the Lightning callbacks use ---------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class _Keyed(torch.nn.Module):
     """A shared trunk over a per-key table (one row per artifact key)."""
 
@@ -531,14 +523,15 @@ class _Keyed(torch.nn.Module):
         return self.trunk(self.table(rows))
 
 
-def _ddp_worker(rank: int, world: int, port: int, out: dict) -> None:
+def _ddp_worker(rank: int, world: int, store: str, out: dict) -> None:
     import datetime
 
     import torch.distributed as dist
 
     torch.set_num_threads(1)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60))
+    # a file store, not a TCP port: no free-port race with the other tests running beside this one
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=60))
     try:
         # CP: different local observations, all_reduce(SUM) of the increments, identical plans
         cp = ClusterParallel()
@@ -582,12 +575,13 @@ def _owner_only_table_update():
     return model.table.weight.detach() - 0.1 * scale * w
 
 
-def test_two_gloo_ranks_agree_on_cp_plan_and_tp_union():
+def test_two_gloo_ranks_agree_on_cp_plan_and_tp_union(tmp_path):
     import torch.multiprocessing as mp
 
     # spawn, not fork: forking a pytest process that may hold threads can deadlock the children
     out = mp.get_context("spawn").SimpleQueue()
-    ctx = mp.start_processes(_ddp_worker, args=(2, _free_port(), out), nprocs=2, join=False, start_method="spawn")
+    ctx = mp.start_processes(_ddp_worker, args=(2, str(tmp_path / "store"), out), nprocs=2, join=False,
+                             start_method="spawn")
     deadline = time.monotonic() + 120
     while not ctx.join(timeout=1):  # re-raises a rank's exception
         if time.monotonic() > deadline:
