@@ -177,7 +177,7 @@ class StepLoop:
         self._picks_in_step += 1  # a Python count: no host sync
         self._check_tensor("step", "a done mask to next_task", reset_mask, (self.num_envs,),
                            lambda d: d == torch.bool, "next_task(done) with done a bool [num_envs] tensor (the "
-                           "episodes that ended this step)", -1)  # metadata only
+                           "episodes that ended this step)", None, passed=True)  # metadata only
         picked = self.picks.pick(context, reset_mask)
         self.current_task = torch.where(reset_mask, picked, self.current_task)  # the actors that reset start these
         return picked
@@ -277,15 +277,16 @@ class StepLoop:
                              f"{': ' + text if text else ''} at step {t} of a rollout; fix the world (the last "
                              "checkpoint is intact: resume it with --ckpt_path)")
 
-    def _contract_error(self, method: str, what: str, problem: str, want: str, t: int) -> ReportedError:
-        verb = "passed" if what.endswith("to next_task") else "returned"
-        where = f" at step {t} of a rollout" if t >= 0 else " during a rollout"
-        return ReportedError(f"data.env: {type(self.env).__name__}.{method} {verb} {what} {problem}{where} (the "
-                             f"preflight probe's first steps were right); {'call' if verb == 'passed' else 'return'} "
-                             f"{want} at every step")
+    def _contract_error(self, method: str, what: str, problem: str, want: str, t: Optional[int],
+                        passed: bool = False) -> ReportedError:
+        """`passed`: the world handed `what` to the package (next_task's argument), not returned it."""
+        where = f" at step {t} of a rollout" if t is not None else " during a rollout"
+        return ReportedError(f"data.env: {type(self.env).__name__}.{method} {'passed' if passed else 'returned'} "
+                             f"{what} {problem}{where} (the preflight probe's first steps were right); "
+                             f"{'call' if passed else 'return'} {want} at every step")
 
     def _check_tensor(self, method: str, what: str, value: Any, shape: tuple[int, ...], ok: Callable[[Any], bool],
-                      want: str, t: int) -> None:
+                      want: str, t: Optional[int], passed: bool = False) -> None:
         """One value the world returned: a tensor of `shape` whose dtype passes `ok`, on the loop's
         device. Metadata only (type, shape, dtype, device): no host sync."""
         if not isinstance(value, Tensor):
@@ -301,7 +302,7 @@ class StepLoop:
             problem = f"on device {value.device} (the world was built on {self.device})"
         else:
             return
-        raise self._contract_error(method, what, problem, want, t)
+        raise self._contract_error(method, what, problem, want, t, passed)
 
     def _check_step(self, res: Any, t: int) -> None:
         """Every step's answer keeps the contract the probe checked on the first (types, shapes,
