@@ -16,6 +16,15 @@ from parlightning.runtime.waits import expected_wait
 from test_external_env import CountWorld
 
 
+@pytest.fixture(autouse=True)
+def _only_this_tests_children(monkeypatch):
+    """Waits are per process, and a worker object an earlier test in this xdist process left unclosed may
+    still publish its dead child's last wait: each test here sees only the children it starts itself."""
+    import weakref
+
+    monkeypatch.setattr(waits, "_children", weakref.WeakSet())
+
+
 def test_waits_nest_across_threads_and_close_even_on_an_error():
     assert waits.latest() is None
     before = waits.changes()
