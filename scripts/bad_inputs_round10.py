@@ -1435,6 +1435,8 @@ script("script-world-baselines-json-under-a-file", ["world_baselines.py", "--qui
        files={"f.txt": "notes\n"})
 
 # ------------------------------------------------------------------------------------ the environment
+# The harness substitutes {tmp} / {fx} / {root} in arguments only, not in `env` values or link targets: those are
+# relative to the case's folder (its working directory) so nothing is written outside it.
 E = "env"
 case("env-ascii-output-non-ascii-value", E, "cmd", [PY, "-m", "parlightning.fit"] + TINY + ["--model.activation", "r\u00e9lu"], "activation",
      env={"LC_ALL": "C", "LANG": "C", "PYTHONIOENCODING": "ascii"}, quick=True)
