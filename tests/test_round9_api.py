@@ -38,14 +38,14 @@ A = torch.zeros(4, 12, dtype=torch.long)
 
 
 @pytest.mark.parametrize("call, match", [
-    (lambda: SwarmEnv(num_envs=4).reset(seed=0, task_index=[0, 1, 2, 99999]), r"reset: task_index: actor 3 .*99999"),
-    (lambda: SwarmEnv(num_envs=4).reset(task_index=torch.tensor([0, 1, 2, -1])), r"task_index: actor 3 .*-1"),
-    (lambda: SwarmEnv(num_envs=4).reset(task_index=torch.zeros(4)), r"task_index: .*integer .*float32"),
-    (lambda: SwarmEnv(num_envs=4).reset(task_index=torch.zeros(3, dtype=torch.long)), r"task_index: .*\[4\].*\[3\]"),
-    (lambda: SwarmEnv(num_envs=4).reset(task_index="0123"), r"task_index: must be \[num_envs\]"),
-    (lambda: _swarm().step(A, next_task=torch.full((4,), 10**9)), r"step: next_task: actor 0 .*1000000000"),
-    (lambda: _swarm().step(A, next_task=torch.zeros(4, dtype=torch.bool)), r"next_task: .*integer.*bool"),
-    (lambda: _swarm().step(A, next_task=torch.zeros(5, dtype=torch.long)), r"next_task: .*shape .*\[4\]"),
+    (lambda: SwarmEnv(num_envs=4).reset(seed=0, task_index=[0, 1, 2, 99999]), r"reset\(task_index\): actor 3 .*99999"),
+    (lambda: SwarmEnv(num_envs=4).reset(task_index=torch.tensor([0, 1, 2, -1])), r"task_index\): actor 3 .*-1"),
+    (lambda: SwarmEnv(num_envs=4).reset(task_index=torch.zeros(4)), r"task_index\): .*integer .*float32"),
+    (lambda: SwarmEnv(num_envs=4).reset(task_index=torch.zeros(3, dtype=torch.long)), r"task_index\): .*\[4\].*\[3\]"),
+    (lambda: SwarmEnv(num_envs=4).reset(task_index="0123"), r"task_index\): must be \[num_envs\]"),
+    (lambda: _swarm().step(A, next_task=torch.full((4,), 10**9)), r"step\(next_task\): actor 0 .*1000000000"),
+    (lambda: _swarm().step(A, next_task=torch.zeros(4, dtype=torch.bool)), r"next_task\): .*integer.*bool"),
+    (lambda: _swarm().step(A, next_task=torch.zeros(5, dtype=torch.long)), r"next_task\): .*shape .*\[4\]"),
     (lambda: _swarm().step(A, next_task=[0, 1, 2, 3]), r"next_task.*list"),
 ])
 def test_task_indices_are_checked_where_a_caller_hands_them_in(call, match):
@@ -64,23 +64,23 @@ def test_task_index_of_an_external_world_is_checked(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     env = ExternalBatchedEnv(2, world="r9apiworld:W")
     try:
-        _refused(lambda: env.reset(task_index=torch.tensor([0, 2])), ConfigError, r"reset: task_index: actor 1 .*2")
+        _refused(lambda: env.reset(task_index=torch.tensor([0, 2])), ConfigError, r"reset\(task_index\): actor 1 .*2")
     finally:
         env.close()
 
 
 @pytest.mark.parametrize("seed", [-5, 2**40, 1.5, "3"])
 def test_a_world_reset_seed_is_checked(seed):
-    _refused(lambda: SwarmEnv(num_envs=4).reset(seed=seed), ConfigError, r"SwarmEnv.reset: seed")
+    _refused(lambda: SwarmEnv(num_envs=4).reset(seed=seed), ConfigError, r"SwarmEnv.reset\(seed\)")
 
 
 @pytest.mark.parametrize("obs", [torch.zeros(4, 5, 6), torch.zeros(4, 13), torch.zeros(4, 13, 6, dtype=torch.long)])
 def test_scripted_action_refuses_observations_of_another_shape(obs):
-    _refused(lambda: _swarm().scripted_action("oracle", obs), ConfigError, r"scripted_action: `obs` must be .*\[batch, 13, 6\]")
+    _refused(lambda: _swarm().scripted_action("oracle", obs), ConfigError, r"scripted_action\(obs\): must be a float tensor of shape \[B, \*observation_shape\] = \[B, 13, 6\]")
 
 
 def test_load_state_dict_refuses_an_empty_or_foreign_state():
-    _refused(lambda: SwarmEnv(num_envs=4).load_state_dict({}), ConfigError, r"load_state_dict: `state` lacks \['task'")
+    _refused(lambda: SwarmEnv(num_envs=4).load_state_dict({}), ConfigError, r"load_state_dict\(state\): lacks \['task'")
     b = _swarm(8)
     before = b.state_dict()
     _refused(lambda: b.load_state_dict(_swarm(4).state_dict()), ConfigError,

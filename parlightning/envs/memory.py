@@ -14,13 +14,15 @@ import torch
 from torch import Tensor
 
 from parlightning.config_types import PositiveInt, Seed, check_allocation, check_args, restricted_number_type
-from parlightning.envs.base import ActionSpec, BatchedEnv, StepResult, checked_device
+from parlightning.envs.base import ActionSpec, BatchedEnv, StepResult, checked_device, world_specs
+from parlightning.method_args import checked_methods
 
 Cues = restricted_number_type("Cues", int, [(">=", 2)], docstring="the number of cues, at least 2")
 # an episode is delay + 1 steps: a million blank steps is far past what any rollout or BPTT chunk can span
 Delay = restricted_number_type("Delay", int, [(">=", 0), ("<=", 10**6)], docstring="blank steps, 0..10**6")
 
 
+@checked_methods(**world_specs())
 class CueMemoryEnv(BatchedEnv):
     """N actors, each episode `delay + 1` steps: observation `[n_cues + 1]` = one-hot cue at step 0,
     the query flag (last entry) at step `delay`, zeros between. Action: discrete `n_cues`, scored
