@@ -33,7 +33,7 @@ from typing import Any, Optional, Union
 from parlightning.config_types import check_plain, check_value, constraint_of, plain_of
 from parlightning.errors import ArgumentError, ConfigError
 
-__all__ = ["Arg", "ArgumentError", "IndexArg", "OneOf", "Passed", "TensorArg", "checked", "checked_methods", "specs_of"]
+__all__ = ["Arg", "ArgumentError", "IndexArg", "Is", "OneOf", "Passed", "TensorArg", "checked", "checked_methods", "specs_of"]
 
 _DTYPE_TEXT = {"int": "an integer (torch.long)", "float": "a float", "bool": "a bool", "number": "a numeric"}
 
@@ -224,6 +224,17 @@ class IndexArg(Arg):
             self.fail(field, span + (f" ({self.text})" if self.text else ""), value)
 
 
+class Is(Arg):
+    """An instance of `types` (a class or a tuple of them); `need` says what it must be."""
+
+    def __init__(self, types: Any, need: str, optional: bool = False) -> None:
+        self.types, self.need, self.optional = types, need, optional
+
+    def check(self, field: str, value: Any, obj: Any, call: dict) -> None:
+        if not (value is None and self.optional) and not isinstance(value, self.types):
+            self.fail(field, self.need, value)
+
+
 class OneOf(Arg):
     def __init__(self, *choices: Any, optional: bool = False) -> None:
         self.choices, self.optional = choices, optional
@@ -376,6 +387,13 @@ def _wrap(function: Any, method: str, specs: dict[str, Arg], owner: Optional[str
                 raise ArgumentError(str(err).replace(", or null", ", or None")) from None
         return function(*args, **kwargs)
 
+    if inspect.iscoroutinefunction(function):  # still a coroutine function: checked when awaited
+        plain = wrapper
+
+        @functools.wraps(function)
+        async def wrapper(*args: Any, **kwargs: Any) -> Any:
+            return await plain(*args, **kwargs)
+
     wrapper.__checked__ = (function, specs)
     return wrapper
 
@@ -394,7 +412,7 @@ def checked_methods(cls: Any = None, *, skip: tuple[str, ...] = (), **specs: dic
     the object's own class (`ProcessPool.wait(timeout)` for a method inherited from `PoolBase`)."""
     if cls is None:
         return lambda c: checked_methods(c, skip=skip, **specs)
-    unknown = set(specs) - set(vars(cls))
+    unknown = set(specs) - set(dir(cls))
     if unknown:
         raise TypeError(f"checked_methods({cls.__name__}): no method {sorted(unknown)}")
     for name, member in list(vars(cls).items()):

@@ -181,10 +181,11 @@ def _pool_after_close():
 
 
 @pytest.mark.parametrize("call, exc, match", [
-    (lambda: SimulatedPool().poll("not-a-handle"), UnknownHandleError, r"handle 'not-a-handle' is not a running subagent"),
+    (lambda: SimulatedPool().poll("not-a-handle"), ConfigError, r"SimulatedPool.poll\(handle\): must be an integer, got .not-a-handle."),
+    (lambda: SimulatedPool().poll(12345), UnknownHandleError, r"handle 12345 is not a running subagent"),
     (lambda: SimulatedPool().wait([7]), UnknownHandleError, r"handle 7 is not a running subagent"),
-    (lambda: SimulatedPool().wait([], timeout=float("nan")), ConfigError, r"SimulatedPool.wait: timeout must be None"),
-    (lambda: SimulatedPool().wait([], timeout="5"), ConfigError, r"SimulatedPool.wait: timeout must be None"),
+    (lambda: SimulatedPool().wait([], timeout=float("nan")), ConfigError, r"SimulatedPool.wait\(timeout\): must be None"),
+    (lambda: SimulatedPool().wait([], timeout="5"), ConfigError, r"SimulatedPool.wait\(timeout\): must be None"),
     (lambda: _pool_after_close().spawn({"skill": 0, "instruction": 0, "cost": 1}), PoolClosedError, r"spawn: the pool is closed"),
     (lambda: _pool_after_close().poll(0), PoolClosedError, r"poll: the pool is closed"),
 ])
@@ -217,7 +218,7 @@ def test_process_pool_names_an_unknown_handle_a_bad_timeout_and_use_after_close(
     try:
         with pytest.raises(UnknownHandleError, match="handle 99 is not a running subagent"):
             pool.poll(99)  # answered None forever before: a wait on it never ended
-        with pytest.raises(ConfigError, match="ProcessPool.wait: timeout"):
+        with pytest.raises(ConfigError, match=r"ProcessPool.wait\(timeout\)"):
             pool.wait([], timeout=float("nan"))
     finally:
         pool.close()
