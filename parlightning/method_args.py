@@ -115,7 +115,9 @@ class TensorArg(Arg):
     def need(self, obj: Any, call: dict) -> str:
         kind = " or ".join(_DTYPE_TEXT[d] for d in self.dtype) if self.dtype else "a"
         text = f"{kind} tensor"
-        if self.shape is not None:
+        if self.shape == "same":
+            text += " of the call's per-sample shape"
+        elif self.shape is not None:
             names = [("..." if d is Ellipsis else "any" if d is None else str(d)) for d in self.shape]
             sizes = [("..." if d is Ellipsis else "any" if d is None else d if isinstance(d, str) and d.isupper() else str(_size(obj, d)) if isinstance(d, str) and not d.startswith("*")
                       else ", ".join(map(str, getattr(obj, d[1:]))) if isinstance(d, str) else str(d))
@@ -141,20 +143,23 @@ class TensorArg(Arg):
                     else "complex" if dt.is_complex else "int")
             if kind not in self.dtype and not (kind in ("int", "float") and "number" in self.dtype):
                 self.fail(field, self.need(obj, call), value)
-        if self.shape is not None:
+        if self.shape == "same":  # every "same" tensor of the call has the first one's shape (nothing broadcasts)
+            first = call.setdefault("shape", (field, tuple(value.shape)))
+            if first[1] != tuple(value.shape):
+                raise ArgumentError(f"{field}: must have the shape of {_arg(first[0])} ({list(first[1])}: one entry per "
+                                    f"sample, nothing broadcasts), got {_got(value)}")
+        elif self.shape is not None:
             why = self._shape_fault(field, tuple(value.shape), obj, call)
             if why is not None:
                 self.fail(field, self.need(obj, call) + why, value)
         if self.ndim is not None and value.dim() not in ((self.ndim,) if isinstance(self.ndim, int) else self.ndim):
             self.fail(field, self.need(obj, call), value)
-        if value.device.type == "meta":  # a shape without values: nothing can be computed from it
-            self.fail(field, self.need(obj, call) + " holding values (not on the meta device)", value)
         if self.device == "self" and not _same_device(value.device, obj.device):
             self.fail(field, self.need(obj, call), value)
         if self.device == "same":
             first = call.setdefault("device", (field, value.device))
             if not _same_device(value.device, first[1]):
-                raise ArgumentError(f"{field}: must be on the device of {first[0]} ({first[1]}), got {_got(value)}")
+                raise ArgumentError(f"{field}: must be on the device of {_arg(first[0])} ({first[1]}), got {_got(value)}")
         if self.finite and value.is_floating_point() and value.numel() and not bool(torch.isfinite(value).all()):
             raise ArgumentError(f"{field}: must hold finite values, got NaN or inf in {_got(value)}")
         if self.values is not None and value.numel():
@@ -184,12 +189,17 @@ class TensorArg(Arg):
                 if want.isupper():
                     size, where = call.setdefault(want, (got, field))
                     if size != got:
-                        return f" with {want} = {size} as in {where} (the call's tensors agree)"
+                        return f" with {want} = {size} as in {_arg(where)} (the call's tensors agree)"
                     continue
                 want = _size(obj, want)
             if got != want:
                 return ""
         return None
+
+
+def _arg(field: str) -> str:
+    """The argument a field names (`ppo_loss(new_logprob)` -> `new_logprob`)."""
+    return field.rpartition("(")[2].rstrip(")")
 
 
 def _same_device(a: Any, b: Any) -> bool:
@@ -369,7 +379,7 @@ def _wrap(function: Any, method: str, specs: dict[str, Arg], owner: Optional[str
             lifecycle = getattr(obj, "_lifecycle", None)
             if lifecycle is not None:
                 lifecycle(method)
-        name = owner or type(obj).__name__
+        name = owner or (type(obj).__name__ if bound else "")
         call: dict = {}
         n = len(args)
         for position, arg, spec in p.checks:
