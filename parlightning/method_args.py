@@ -226,7 +226,7 @@ class IndexArg(Arg):
                 and value.dtype != torch.bool:
             value = int(value)
         ok = isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= self.lo and (
-            hi is None or value < hi)
+            value < (2**63 if hi is None else min(hi, 2**63)))  # beyond 64 bits: no count torch can hold
         if not ok:
             span = f"an integer >= {self.lo}" if hi is None else f"an integer in {self.lo}..{hi - 1}"
             if hi is not None and hi <= self.lo:
@@ -299,9 +299,9 @@ class Annotated(Arg):
 def _from_annotation(annotation: Any) -> Optional[Arg]:
     """The check an annotation implies, or None (Any, a class of the package, a protocol)."""
     if constraint_of(annotation) is not None:
-        return Annotated("constrained", annotation, False)
+        return Annotated("constrained", annotation, constraint_of(annotation)[1])
     if plain_of(annotation) is not None:
-        return Annotated("plain", annotation, False)
+        return Annotated("plain", annotation, plain_of(annotation)[1])
     optional, args = False, (annotation,)
     if typing.get_origin(annotation) in (Union, getattr(__import__("types"), "UnionType", Union)):
         args = tuple(a for a in typing.get_args(annotation) if a is not type(None))
@@ -425,7 +425,14 @@ def checked_methods(cls: Any = None, *, skip: tuple[str, ...] = (), **specs: dic
     unknown = set(specs) - set(dir(cls))
     if unknown:
         raise TypeError(f"checked_methods({cls.__name__}): no method {sorted(unknown)}")
-    for name, member in list(vars(cls).items()):
+    members = dict(vars(cls))
+    for name in dir(cls):  # a static method inherited from a private base: named after this class
+        static = inspect.getattr_static(cls, name)
+        if name not in members and isinstance(static, staticmethod) and hasattr(static.__func__, "__checked__"):
+            function, base_specs = static.__func__.__checked__
+            members[name] = staticmethod(function)
+            specs.setdefault(name, base_specs)
+    for name, member in members.items():
         if name.startswith("_") or name in skip:
             continue
         if isinstance(member, staticmethod):

@@ -28,7 +28,7 @@ from torch import Tensor
 from parlightning.config_types import NonNegativeFinite, PositiveInt, check_args
 from parlightning.distribution.counters import AgreedCounters
 from parlightning.errors import ConfigError
-from parlightning.method_args import IndexArg, TensorArg, checked_methods
+from parlightning.method_args import IndexArg, Is, TensorArg, checked_methods
 
 PLAN_SPECS = {"n_workers": IndexArg(lo=1, text="the number of workers"), "round_index": IndexArg()}
 SECTION = IndexArg("n_sections", text="a section of the key table")
@@ -249,7 +249,10 @@ class _AgreedStatistics:
         return out
 
 
-@checked_methods(plan=PLAN_SPECS, observe_batch={"scores": TensorArg("number", ("E",))},
+@checked_methods(plan=PLAN_SPECS, observe={"unit": Is(WorkUnit, "a WorkUnit of this strategy's plan", optional=True)},
+                 leased_clusters={"unit": Is(WorkUnit, "a WorkUnit of this strategy's plan")},
+                 observe_batch={"task_index": Is((Tensor, list, tuple), "[E] bank indices (a long tensor) or task ids"),
+                                "scores": TensorArg("number", ("E",))},
                  observe_tasks={"task_rows": TensorArg("int", ("E",)), "scores": TensorArg("number", ("E",))})
 class ClusterParallel(_AgreedStatistics):
     """Lease whole task clusters to workers, best UCB first, with a difficulty filter on outcome
