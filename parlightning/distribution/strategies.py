@@ -69,8 +69,9 @@ class WorkUnit:
             raise TypeError(
                 f"WorkUnit.keys: got the string {self.keys!r}; pass a sequence of task ids, e.g. ({self.keys!r},)"
             )
-        if isinstance(self.worker, int) and not isinstance(self.worker, bool) and self.worker < 0:
-            raise ValueError(f"WorkUnit.worker: got {self.worker}; a worker is a rank index 0..n_workers-1")
+        worker = self.worker
+        if isinstance(worker, bool) or not isinstance(worker, numbers.Integral) or not 0 <= worker < 2**63:
+            raise ConfigError(f"WorkUnit.worker: got {worker!r:.40}; a worker is a rank index 0..n_workers-1 (an int)")
         for field, what in (("section", "a TensorParallel section, 0..n_sections-1"),
                             ("stage", "a pipeline stage index, 0 or more")):
             value = getattr(self, field)
