@@ -283,6 +283,16 @@ def test_shared_dims_devices_and_shapes_agree_within_a_call() -> None:
         RoundRobin().record_batch(torch.zeros(3, dtype=torch.long), torch.zeros(4))
 
 
+@pytest.mark.parametrize("build", [lambda n: SwarmEnv(num_envs=n), lambda n: CueMemoryEnv(num_envs=n),
+                                   lambda n: CartPoleEnv(num_envs=n)], ids=["SwarmEnv", "CueMemoryEnv", "CartPoleEnv"])
+def test_a_state_dict_of_another_size_is_refused_before_anything_is_loaded(build) -> None:
+    small, large = _reset(build(2)), _reset(build(4))
+    with pytest.raises(ValueError, match=r"num_envs"):
+        large.load_state_dict(small.state_dict())
+    with pytest.raises(ConfigError, match=r"load_state_dict\(state\): must be a dict"):
+        large.load_state_dict([1, 2])
+
+
 def test_valid_calls_still_work() -> None:
     env = SwarmEnv(num_envs=4)
     obs = env.reset(seed=0, task_index=[0, 1, 2, 3])
