@@ -18,10 +18,16 @@ from torch import Tensor
 from parlightning.config_types import PositiveInt, check_allocation, check_value
 from parlightning.envs.base import EpisodeParts
 from parlightning.errors import ConfigError
+from parlightning.method_args import IndexArg, TensorArg, checked, checked_methods
+
+_TN = TensorArg("number", ("T", "N"), device="same")
 
 PART_FIELDS = EpisodeParts._fields
 
 
+@checked(rewards=_TN, values=_TN, terminated=TensorArg("bool", ("T", "N"), device="same"),
+         truncated=TensorArg("bool", ("T", "N"), device="same"), truncated_values=_TN,
+         next_value=TensorArg("number", ("N",), device="same"))
 def compute_gae(
     rewards: Tensor,
     values: Tensor,
@@ -98,6 +104,13 @@ STEP_FIELDS: dict[str, Field] = {
 DERIVED_FIELDS = ("advantages", "returns")
 
 
+@checked_methods(
+    write={"t": IndexArg("num_steps")}, write_memory={"t": IndexArg("num_steps"), "state": TensorArg(),
+                                                   "episode_start": TensorArg("bool", ("num_envs",))},
+    compute_advantages={"next_value": TensorArg("number", ("num_envs",), device="self"),
+                        "truncated_values": TensorArg("number", ("num_steps", "num_envs"), device="self")},
+    sequences={"bptt_len": IndexArg(lambda b: b.num_steps + 1, lo=1, text="steps per chunk, at most num_steps")},
+    minibatch_indices={"update_epochs": IndexArg(lo=1), "num_minibatches": IndexArg(lo=1), "rows": IndexArg(lo=1, optional=True)})
 class RolloutBuffer:
     """Storage for one rollout of `num_steps` x `num_envs` on one device: the `STEP_FIELDS` table,
     the GAE columns and, for a recurrent policy, its hidden states."""

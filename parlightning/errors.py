@@ -15,9 +15,20 @@ class ConfigError(ValueError):
     """Raised before any rollout for a bad config value; the CLI prints it without a traceback."""
 
 
+class ArgumentError(ConfigError, TypeError):
+    """A public method or function called with a bad argument (`parlightning.method_args`): the message
+    names `Class.method(arg)` and what it must be. A ConfigError (one `error:` line from the CLIs) and a
+    TypeError (what such a call raised before its arguments were checked)."""
+
+
 class ReportedError(RuntimeError):
     """A fault during the run (a user's world, a full disk) whose message already names the
     component and the fix: the CLI prints it as one `error:` line, without a traceback."""
+
+
+class LifecycleError(ReportedError):
+    """An object used in the wrong state (a pool after its `close()`, a world stepped before its
+    `reset()`): the message names `Class.method` and what to do first."""
 
 
 class WorldCloseWarning(RuntimeWarning):

@@ -18,8 +18,9 @@ from torch import Tensor, nn
 
 from parlightning.envs.base import ActionSpec
 from parlightning.envs.normalize import ObsNormalizer, normalizer_from_checkpoint
-from parlightning.errors import ConfigError
+from parlightning.errors import ArgumentError, ConfigError
 from parlightning.cli.evaluate import check_device, greedy_action
+from parlightning.method_args import Is, TensorArg, checked, checked_methods
 
 Observation = Union[Tensor, np.ndarray]
 
@@ -38,6 +39,11 @@ def _value(policy: nn.Module, obs: Tensor, mask: Optional[Tensor]) -> Tensor:
     return policy.value(obs, mask=mask) if takes_mask and mask is not None else policy.value(obs)
 
 
+@checked_methods(
+    predict={"obs": Is((Tensor, np.ndarray), "a float tensor or array [B, *observation_shape] (or one observation)"),
+             "mask": Is((Tensor, np.ndarray), "a bool tensor or array [B, M] (the world's action_masks())",
+                        optional=True)},
+    normalize={"obs": TensorArg("float", (..., "*observation_shape"))})
 class Policy:
     """A trained policy for inference (recurrent policies are refused by `load_policy`).
 
@@ -75,27 +81,22 @@ class Policy:
         0-based as the policy sees them), as the input's type; with `return_logits` / `return_value` a
         tuple `(actions, logits, value)` of what was asked (logits: `actor_output`, value: V(obs) [B]).
         """
-        if not isinstance(deterministic, (bool, np.bool_)):  # "no" or "false" would read as True
-            raise ValueError(f"deterministic: expected True or False, got {type(deterministic).__name__} "
-                             f"{deterministic!r:.40}")
-        if generator is not None and not isinstance(generator, torch.Generator):
-            raise ValueError(f"generator: expected a torch.Generator (e.g. torch.Generator().manual_seed(0)) or None, "
-                             f"got {type(generator).__name__} {generator!r:.40}")
+        # the arguments' kinds (obs, deterministic, mask, generator, the flags): checked at entry
         as_numpy = isinstance(obs, np.ndarray)
         try:
             x = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
         except (TypeError, ValueError, RuntimeError) as err:
-            raise ValueError(f"obs: expected a float tensor or array [B, {', '.join(map(str, self.observation_shape or ()))}]"
+            raise ArgumentError(f"Policy.predict(obs): must be a float tensor or array [B, {', '.join(map(str, self.observation_shape or ()))}]"
                              f", got {type(obs).__name__} that is not one ({' '.join(str(err).split())[:120]})") from None
         single = self.observation_shape is not None and tuple(x.shape) == self.observation_shape
         if single:
             x = x.unsqueeze(0)
         if self.observation_shape is not None and tuple(x.shape[1:]) != self.observation_shape:
-            raise ValueError(f"obs: expected [B, {', '.join(map(str, self.observation_shape))}] (or one observation), "
+            raise ArgumentError(f"Policy.predict(obs): must be [B, {', '.join(map(str, self.observation_shape))}] (or one observation), "
                              f"got {list(x.shape)}")
         if x.numel() and not bool(torch.isfinite(x).all()):  # the greedy action of NaN is an arbitrary index
             row = int((~torch.isfinite(x.reshape(len(x), -1))).any(1).nonzero()[0])
-            raise ValueError(f"obs: row {row} holds NaN or inf; the policy needs finite observations (the world's raw "
+            raise ArgumentError(f"Policy.predict(obs): row {row} holds NaN or inf; the policy needs finite observations (the world's raw "
                              "observations, as in training)")
         m = None if mask is None else torch.as_tensor(mask, dtype=torch.bool, device=self.device)
         if m is not None and single:
@@ -117,6 +118,7 @@ class Policy:
     __call__ = predict
 
 
+@checked(path=Is((str, os.PathLike), "a checkpoint path (str or PathLike)"))
 def load_policy(path: Union[str, os.PathLike], device: Union[str, torch.device] = "cpu") -> Policy:
     """The trained policy of a `parlightning.fit` checkpoint, ready to `predict`: rebuilt with
     `PPOModule`'s own loading (`on_load_checkpoint`), with the run's observation normalisation.
@@ -124,8 +126,6 @@ def load_policy(path: Union[str, os.PathLike], device: Union[str, torch.device] 
     from parlightning.runtime.checkpoint import load_checkpoint_file
     from parlightning.ppo.module import PPOModule
 
-    if not isinstance(path, (str, os.PathLike)):
-        raise ConfigError(f"path: expected a checkpoint path (str or PathLike), got {type(path).__name__} {path!r:.60}")
     path = os.fspath(path)
     check_device("device", device, types=None)
     if torch.device(device).type == "meta":  # a meta tensor has a shape and no values: no weights, no actions

@@ -223,7 +223,7 @@ def test_bad_arguments_raise_clear_errors(gymnasium):
     with pytest.raises(RuntimeError, match="reset"):
         env.step(torch.zeros(2, dtype=torch.long))
     env.reset()
-    with pytest.raises(ValueError, match=r"shape \(2,\)"):
+    with pytest.raises(ValueError, match=r"GymVectorEnv.step\(action\): .*shape \[num_envs, \*action_shape\] = \[2\]"):
         env.step(torch.zeros(3, dtype=torch.long))
     with pytest.raises(TypeError, match="integer"):
         env.step(torch.zeros(2))

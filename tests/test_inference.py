@@ -98,7 +98,7 @@ def test_predict_takes_numpy_one_observation_and_samples_with_a_generator(swarm_
     assert torch.equal(policy.predict(obs[2]), batch[2])  # one unbatched observation: one action
     draws = [policy.predict(obs, deterministic=False, generator=torch.Generator().manual_seed(s)) for s in (0, 0, 1)]
     assert torch.equal(draws[0], draws[1]) and draws[0].shape == batch.shape
-    with pytest.raises(ValueError, match=r"obs: expected \[B, "):
+    with pytest.raises(ValueError, match=r"Policy.predict\(obs\): must be \[B, "):
         policy.predict(torch.zeros(3, 2))
 
 

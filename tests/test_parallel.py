@@ -437,7 +437,7 @@ def test_tp_rows_and_masks():
     assert tp.key_index("gamma") == 2 and tp.section_of_key("beta") == 0
     rows = torch.tensor([[0, 3], [2, 1]])
     assert tp.violation_mask(rows, 0).tolist() == [[False, True], [True, False]]
-    with pytest.raises(ValueError, match="section: 2"):
+    with pytest.raises(ValueError, match=r"TensorParallel.section_rows\(section\): must be an integer in 0..1 .*got 2"):
         tp.section_rows(2)
     with pytest.raises(ValueError, match="'omega' is not in the declared key space"):
         tp.key_index("omega")

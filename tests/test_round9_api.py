@@ -38,14 +38,14 @@ A = torch.zeros(4, 12, dtype=torch.long)
 
 
 @pytest.mark.parametrize("call, match", [
-    (lambda: SwarmEnv(num_envs=4).reset(seed=0, task_index=[0, 1, 2, 99999]), r"reset: task_index: actor 3 .*99999"),
-    (lambda: SwarmEnv(num_envs=4).reset(task_index=torch.tensor([0, 1, 2, -1])), r"task_index: actor 3 .*-1"),
-    (lambda: SwarmEnv(num_envs=4).reset(task_index=torch.zeros(4)), r"task_index: .*integer .*float32"),
-    (lambda: SwarmEnv(num_envs=4).reset(task_index=torch.zeros(3, dtype=torch.long)), r"task_index: .*\[4\].*\[3\]"),
-    (lambda: SwarmEnv(num_envs=4).reset(task_index="0123"), r"task_index: must be \[num_envs\]"),
-    (lambda: _swarm().step(A, next_task=torch.full((4,), 10**9)), r"step: next_task: actor 0 .*1000000000"),
-    (lambda: _swarm().step(A, next_task=torch.zeros(4, dtype=torch.bool)), r"next_task: .*integer.*bool"),
-    (lambda: _swarm().step(A, next_task=torch.zeros(5, dtype=torch.long)), r"next_task: .*shape .*\[4\]"),
+    (lambda: SwarmEnv(num_envs=4).reset(seed=0, task_index=[0, 1, 2, 99999]), r"reset\(task_index\): actor 3 .*99999"),
+    (lambda: SwarmEnv(num_envs=4).reset(task_index=torch.tensor([0, 1, 2, -1])), r"task_index\): actor 3 .*-1"),
+    (lambda: SwarmEnv(num_envs=4).reset(task_index=torch.zeros(4)), r"task_index\): .*integer .*float32"),
+    (lambda: SwarmEnv(num_envs=4).reset(task_index=torch.zeros(3, dtype=torch.long)), r"task_index\): .*\[4\].*\[3\]"),
+    (lambda: SwarmEnv(num_envs=4).reset(task_index="0123"), r"task_index\): must be \[num_envs\]"),
+    (lambda: _swarm().step(A, next_task=torch.full((4,), 10**9)), r"step\(next_task\): actor 0 .*1000000000"),
+    (lambda: _swarm().step(A, next_task=torch.zeros(4, dtype=torch.bool)), r"next_task\): .*integer.*bool"),
+    (lambda: _swarm().step(A, next_task=torch.zeros(5, dtype=torch.long)), r"next_task\): .*shape .*\[4\]"),
     (lambda: _swarm().step(A, next_task=[0, 1, 2, 3]), r"next_task.*list"),
 ])
 def test_task_indices_are_checked_where_a_caller_hands_them_in(call, match):
@@ -64,23 +64,23 @@ def test_task_index_of_an_external_world_is_checked(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     env = ExternalBatchedEnv(2, world="r9apiworld:W")
     try:
-        _refused(lambda: env.reset(task_index=torch.tensor([0, 2])), ConfigError, r"reset: task_index: actor 1 .*2")
+        _refused(lambda: env.reset(task_index=torch.tensor([0, 2])), ConfigError, r"reset\(task_index\): actor 1 .*2")
     finally:
         env.close()
 
 
 @pytest.mark.parametrize("seed", [-5, 2**40, 1.5, "3"])
 def test_a_world_reset_seed_is_checked(seed):
-    _refused(lambda: SwarmEnv(num_envs=4).reset(seed=seed), ConfigError, r"SwarmEnv.reset: seed")
+    _refused(lambda: SwarmEnv(num_envs=4).reset(seed=seed), ConfigError, r"SwarmEnv.reset\(seed\)")
 
 
 @pytest.mark.parametrize("obs", [torch.zeros(4, 5, 6), torch.zeros(4, 13), torch.zeros(4, 13, 6, dtype=torch.long)])
 def test_scripted_action_refuses_observations_of_another_shape(obs):
-    _refused(lambda: _swarm().scripted_action("oracle", obs), ConfigError, r"scripted_action: `obs` must be .*\[batch, 13, 6\]")
+    _refused(lambda: _swarm().scripted_action("oracle", obs), ConfigError, r"scripted_action\(obs\): must be a float tensor of shape \[B, \*observation_shape\] = \[B, 13, 6\]")
 
 
 def test_load_state_dict_refuses_an_empty_or_foreign_state():
-    _refused(lambda: SwarmEnv(num_envs=4).load_state_dict({}), ConfigError, r"load_state_dict: `state` lacks \['task'")
+    _refused(lambda: SwarmEnv(num_envs=4).load_state_dict({}), ConfigError, r"load_state_dict\(state\): lacks \['task'")
     b = _swarm(8)
     before = b.state_dict()
     _refused(lambda: b.load_state_dict(_swarm(4).state_dict()), ConfigError,
@@ -97,8 +97,8 @@ def test_action_spec_refuses_sizes_beyond_int64(kw, field):
 @pytest.mark.parametrize("args, match", [
     ((torch.ones(4), torch.ones(3, 5), torch.ones(4, 6, dtype=torch.bool)), r"shapes disagree: main \[4\], sub \[3, 5\]"),
     ((torch.ones(3), torch.ones(4, 5), torch.ones(4, 5, dtype=torch.bool)), r"shapes disagree"),
-    ((torch.ones(4), torch.ones(4, 5), torch.full((4, 5), 0.5)), r"sub_mask must be a bool mask"),
-    ((torch.ones(4), [[1.0]], torch.ones(4, 1, dtype=torch.bool)), r"sub must be a tensor"),
+    ((torch.ones(4), torch.ones(4, 5), torch.full((4, 5), 0.5)), r"stage_critical_steps\(sub_mask\): must be a bool tensor"),
+    ((torch.ones(4), [[1.0]], torch.ones(4, 1, dtype=torch.bool)), r"stage_critical_steps\(sub\): must be a numeric tensor"),
 ])
 def test_stage_critical_steps_checks_shapes_and_the_mask_dtype(args, match):
     _refused(lambda: stage_critical_steps(*args), ConfigError, match)
@@ -118,9 +118,9 @@ def test_as_batched_checks_queue_length(queue_length):
 @pytest.mark.parametrize("call, match", [
     (lambda: WorkUnit(0, ("a-0",), section=-1), r"WorkUnit.section: got -1"),
     (lambda: WorkUnit(0, ("a-0",), stage=-2), r"WorkUnit.stage: got -2"),
-    (lambda: DataParallel().plan(0, 0, ["a-0"]), r"DataParallel.plan: n_workers .* got 0"),
-    (lambda: DataParallel().plan(2, -1, ["a-0", "b-0"]), r"DataParallel.plan: round_index .* got -1"),
-    (lambda: ClusterParallel().plan(2, -1, ["a-0", "b-0"]), r"ClusterParallel.plan: round_index"),
+    (lambda: DataParallel().plan(0, 0, ["a-0"]), r"DataParallel.plan\(n_workers\): .* got 0"),
+    (lambda: DataParallel().plan(2, -1, ["a-0", "b-0"]), r"DataParallel.plan\(round_index\): .* got -1"),
+    (lambda: ClusterParallel().plan(2, -1, ["a-0", "b-0"]), r"ClusterParallel.plan\(round_index\)"),
     (lambda: TensorParallel(n_sections=3, keys=["a"]), r"n_sections=3 is greater than the 1 declared keys"),
     (lambda: TensorParallel(n_sections=2).declare_keys(["a"]), r"n_sections=2 is greater than the 1 declared keys"),
 ])
@@ -145,12 +145,12 @@ def test_a_valid_rollout_buffer_still_builds():
 
 
 @pytest.mark.parametrize("swap, kw, match", [
-    (3, {}, r"ppo_loss: old_logprob has shape \[7\], new_logprob \[8\]"),
-    (6, {}, r"ppo_loss: returns has shape"),
-    (None, dict(is_weight=torch.ones(4)), r"ppo_loss: is_weight has shape \[4\]"),
-    (None, dict(clip_coef=-0.2), r"ppo_loss: clip_coef"),
-    (None, dict(ent_coef=float("nan")), r"ppo_loss: ent_coef"),
-    (None, dict(vf_coef=-1.0), r"ppo_loss: vf_coef"),
+    (3, {}, r"ppo_loss\(old_logprob\): must have the shape of new_logprob \(\[8\].*\[7\]"),
+    (6, {}, r"ppo_loss\(returns\): must have the shape of new_logprob"),
+    (None, dict(is_weight=torch.ones(4)), r"ppo_loss\(is_weight\): must have the shape of new_logprob .*\[4\]"),
+    (None, dict(clip_coef=-0.2), r"ppo_loss\(clip_coef\)"),
+    (None, dict(ent_coef=float("nan")), r"ppo_loss\(ent_coef\)"),
+    (None, dict(vf_coef=-1.0), r"ppo_loss\(vf_coef\)"),
 ])
 def test_ppo_loss_checks_shapes_and_coefficients(swap, kw, match):
     args = [torch.zeros(8) for _ in range(7)]
@@ -181,10 +181,11 @@ def _pool_after_close():
 
 
 @pytest.mark.parametrize("call, exc, match", [
-    (lambda: SimulatedPool().poll("not-a-handle"), UnknownHandleError, r"handle 'not-a-handle' is not a running subagent"),
+    (lambda: SimulatedPool().poll("not-a-handle"), ConfigError, r"SimulatedPool.poll\(handle\): must be an integer, got .not-a-handle."),
+    (lambda: SimulatedPool().poll(12345), UnknownHandleError, r"handle 12345 is not a running subagent"),
     (lambda: SimulatedPool().wait([7]), UnknownHandleError, r"handle 7 is not a running subagent"),
-    (lambda: SimulatedPool().wait([], timeout=float("nan")), ConfigError, r"SimulatedPool.wait: timeout must be None"),
-    (lambda: SimulatedPool().wait([], timeout="5"), ConfigError, r"SimulatedPool.wait: timeout must be None"),
+    (lambda: SimulatedPool().wait([], timeout=float("nan")), ConfigError, r"SimulatedPool.wait\(timeout\): must be None"),
+    (lambda: SimulatedPool().wait([], timeout="5"), ConfigError, r"SimulatedPool.wait\(timeout\): must be None"),
     (lambda: _pool_after_close().spawn({"skill": 0, "instruction": 0, "cost": 1}), PoolClosedError, r"spawn: the pool is closed"),
     (lambda: _pool_after_close().poll(0), PoolClosedError, r"poll: the pool is closed"),
 ])
@@ -217,7 +218,7 @@ def test_process_pool_names_an_unknown_handle_a_bad_timeout_and_use_after_close(
     try:
         with pytest.raises(UnknownHandleError, match="handle 99 is not a running subagent"):
             pool.poll(99)  # answered None forever before: a wait on it never ended
-        with pytest.raises(ConfigError, match="ProcessPool.wait: timeout"):
+        with pytest.raises(ConfigError, match=r"ProcessPool.wait\(timeout\)"):
             pool.wait([], timeout=float("nan"))
     finally:
         pool.close()

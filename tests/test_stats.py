@@ -14,7 +14,7 @@ B = [0.02, 0.23, 0.11, 0.34, 0.05]
 def test_mean_std_uses_the_sample_std_and_zero_for_one_value():
     assert mean_std([1.0, 2.0, 3.0, 4.0]) == pytest.approx((2.5, 1.2909944487358056))
     assert mean_std([0.7]) == (0.7, 0.0)
-    with pytest.raises(ValueError, match="at least one value"):
+    with pytest.raises(ValueError, match=r"mean_std\(values\): must hold at least one number"):
         mean_std([])
 
 

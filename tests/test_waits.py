@@ -120,7 +120,7 @@ def test_an_external_worlds_step_on_threads_is_a_wait_bounded_by_its_step_timeou
     env = ExternalBatchedEnv(2, world=RecordWaits, step_timeout=45.0)
     try:
         env.reset(seed=0)
-        env.step(torch.ones(2, 1, dtype=torch.long))
+        env.step(torch.ones(2, dtype=torch.long))  # [num_envs]: a discrete world's actions
     finally:
         env.close()
     assert len(RecordWaits.seen) == 2, RecordWaits.seen
@@ -148,7 +148,7 @@ def test_waiting_for_world_worker_processes_is_declared_by_the_parent_and_the_wo
     try:
         env.reset(seed=0)
         done = threading.Event()
-        stepper = threading.Thread(target=lambda: (env.step(torch.ones(1, 1, dtype=torch.long)), done.set()))
+        stepper = threading.Thread(target=lambda: (env.step(torch.ones(1, dtype=torch.long)), done.set()))
         stepper.start()
         deadline, names = time.monotonic() + 120, set()
         while not {"parent", "worker"} <= names:  # both appear while the world is held at the gate

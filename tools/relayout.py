@@ -72,7 +72,7 @@ module itself (`parlightning/_moved.py`), so a YAML `class_path` written for an 
 
 | path | holds |
 |---|---|
-| `parlightning/errors.py`, `config_types.py`, `buffer.py`, `rollout.py` | the shared vocabulary: `ConfigError`; the constrained types of config fields (`PositiveInt`, `PositiveFinite`, ..., `check_args`); `RolloutBuffer` (its per-step fields one table, `STEP_FIELDS`) + GAE; `Rollout` |
+| `parlightning/errors.py`, `config_types.py`, `method_args.py`, `buffer.py`, `rollout.py` | the shared vocabulary: `ConfigError`; the constrained types of config fields (`PositiveInt`, `PositiveFinite`, ..., `check_args`); the entry checks of public methods (`checked_methods`, `checked`: `Class.method(arg)` errors); `RolloutBuffer` (its per-step fields one table, `STEP_FIELDS`) + GAE; `Rollout` |
 | `parlightning/envs/` | the worlds: `BatchedEnv` (and the action-mask contract), `SwarmEnv` (+ `swarm_tasks.py`, the compiled step `swarm_compiled.py` with its C++ source `swarm_step.cpp`), `CartPoleEnv`, `GymVectorEnv`, `MemoryEnv`, `NormalizeEnv`; `external.py`, `world_runner.py`, `world_processes.py`, `world_ray.py`: per-episode worlds on threads, processes or Ray |
 | `parlightning/subagents/` | the subagent pool seam (simulated, process, HTTP, async HTTP) |
 | `parlightning/runtime/` | `processes.py` (the process toolkit: start method, messages, parent watch, stop, named errors), `checkpoint.py`, `preflight.py` (checks before anything is written), `rank_watch.py` (one rank's fault stops all), `waits.py` (`expected_wait`: a long wait declared with its bound) |

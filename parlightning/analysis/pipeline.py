@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from parlightning.errors import ConfigError
+from parlightning.method_args import IndexArg, Is, checked, checked_methods
 
 Policy = Callable[[Tensor], Tensor]  # obs [1, *obs_shape] -> action [1, *action_shape]; deterministic
 
@@ -98,6 +99,9 @@ class StageBlame:
                 "outcome_changed": self.outcome_changed}
 
 
+@checked_methods(record={"task_index": IndexArg(lambda c: len(c.env.task_ids), text="an index into the world's task_ids")},
+                 replay={"episode": Is(Episode, "an Episode from PipelineChain.record"), "stage": IndexArg(optional=True)},
+                 blame={"episode": Is(Episode, "an Episode from PipelineChain.record")})
 class PipelineChain:
     """Counterfactual replay of one actor's episode, stage by stage; see the module docstring.
 
@@ -194,6 +198,7 @@ class PipelineChain:
                 for s in range(len(episode.snapshots))]
 
 
+@checked(pairs=Is((list, tuple), "a list of StageBlame (PipelineChain.blame's)"))
 def blame_by_kind(pairs: list[StageBlame]) -> dict[str, dict[str, float]]:
     """Per stage kind: how many stages, mean and total critical steps lost to the original decisions,
     and the share of stages whose replacement changed the outcome."""

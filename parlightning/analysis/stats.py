@@ -12,19 +12,31 @@ from typing import Sequence
 
 import numpy as np
 
+from parlightning.config_types import OpenUnitInterval, Seed
+from parlightning.errors import ArgumentError
+from parlightning.method_args import IndexArg, Passed, checked
+
+_VALUES = Passed("read by _finite: a list or an array of finite numbers (its own ArgumentError names the argument)")
+
 
 def _finite(name: str, values: Sequence[float]) -> np.ndarray:
-    arr = np.asarray(list(values), dtype=np.float64)
+    try:
+        if isinstance(values, (str, bytes)):
+            raise TypeError(values)
+        arr = np.asarray(list(values), dtype=np.float64)
+    except (TypeError, ValueError, OverflowError):
+        raise ArgumentError(f"{name}: must be a list or an array of numbers, got {values!r:.80}") from None
     if arr.ndim != 1 or arr.size == 0:
-        raise ValueError(f"{name}: needs at least one value, got {list(values)!r}")
+        raise ArgumentError(f"{name}: must hold at least one number (a flat list or array), got {values!r:.80}")
     if not np.isfinite(arr).all():
-        raise ValueError(f"{name}: values must be finite, got {arr.tolist()!r}")
+        raise ArgumentError(f"{name}: must be finite numbers, got {arr.tolist()!r:.80}")
     return arr
 
 
+@checked(values=_VALUES)
 def mean_std(values: Sequence[float]) -> tuple[float, float]:
     """Mean and sample standard deviation (n - 1); the std of a single value is 0."""
-    arr = _finite("mean_std", values)
+    arr = _finite("mean_std(values)", values)
     return float(arr.mean()), float(arr.std(ddof=1)) if arr.size > 1 else 0.0
 
 
@@ -56,13 +68,14 @@ class DiffCI:
                 "n_a": self.n_a, "n_b": self.n_b, "significant": self.significant}
 
 
+@checked(a=_VALUES, b=_VALUES, n_boot=IndexArg(lo=1), level=OpenUnitInterval, seed=Seed)
 def bootstrap_diff_ci(
     a: Sequence[float], b: Sequence[float], *, n_boot: int = 10_000, level: float = 0.95, seed: int = 0
 ) -> DiffCI:
     """Percentile bootstrap CI of mean(a) - mean(b) for two independent samples (e.g. one value per
     seed and arm): each group is resampled with replacement on its own, `n_boot` times, from a
     NumPy generator seeded with `seed`. Needs >= 2 values per group, else the bounds are NaN."""
-    xa, xb = _finite("bootstrap_diff_ci: a", a), _finite("bootstrap_diff_ci: b", b)
+    xa, xb = _finite("bootstrap_diff_ci(a)", a), _finite("bootstrap_diff_ci(b)", b)
     if n_boot <= 0:
         raise ValueError(f"bootstrap_diff_ci: n_boot must be positive, got {n_boot}")
     if not 0.0 < level < 1.0:
@@ -79,16 +92,17 @@ def bootstrap_diff_ci(
     return DiffCI(diff, float(low), float(high), level, int(xa.size), int(xb.size))
 
 
+@checked(steps=_VALUES, values=_VALUES)
 def tail_share(steps: Sequence[float], values: Sequence[float], frac: float = 0.2) -> float:
     """How much a learning curve still moves at the end: the change over its last `frac` of the
     x-range (least-squares line through those points) as a share of the curve's whole range
     (max - min). 0 for a flat curve; about `frac` for a straight line; near 1 when all the
     movement happens at the end. Fewer than 2 points in the tail, or a constant curve, give 0."""
-    x, y = _finite("tail_share: steps", steps), _finite("tail_share: values", values)
+    x, y = _finite("tail_share(steps)", steps), _finite("tail_share(values)", values)
     if x.size != y.size:
-        raise ValueError(f"tail_share: {x.size} steps but {y.size} values")
-    if not 0.0 < frac <= 1.0:
-        raise ValueError(f"tail_share: frac must lie in (0, 1], got {frac}")
+        raise ArgumentError(f"tail_share(values): must have one value per step, got {x.size} steps but {y.size} values")
+    if isinstance(frac, bool) or not isinstance(frac, (int, float)) or not 0.0 < frac <= 1.0:
+        raise ArgumentError(f"tail_share(frac): must lie in (0, 1], got {frac!r:.40}")
     span = float(y.max() - y.min())
     start = x.max() - frac * (x.max() - x.min())
     tx, ty = x[x >= start], y[x >= start]

@@ -19,7 +19,11 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 from torch import Tensor
 
-from parlightning.envs.base import action_mask_of
+from parlightning.config_types import Seed
+from parlightning.envs.base import BatchedEnv, action_mask_of
+from parlightning.method_args import IndexArg, Is, checked
+
+WORLD = Is(BatchedEnv, "a world (a BatchedEnv: reset and step)")
 
 KINDS = ("plain", "hard", "local")  # SwarmEnv slot features 2..4
 PARTS = ("outcome", "critical_steps", "serial_steps", "n_subagents", "assigned", "completed")
@@ -46,6 +50,7 @@ def _slots(obs: list, action: list, info: dict[str, list], i: int, n_splits: int
     return out
 
 
+@checked(env=WORLD, seed=Seed, max_steps=IndexArg(lo=1))
 def trace_episodes(env: Any, act: Callable[[Tensor, Optional[Tensor]], Tensor], seed: int, task_ids: Optional[Sequence[str]],
                    max_steps: int = 100_000) -> list[dict[str, Any]]:
     """Run every actor's first episode as `parlightning.evaluate` does (actor i on task i mod K, reset
@@ -103,6 +108,7 @@ def trace_episodes(env: Any, act: Callable[[Tensor, Optional[Tensor]], Tensor], 
     return [r for r in records if r is not None]
 
 
+@checked(records=Is((list, tuple), "a list of trace records (dicts), as trace_episodes returns"))
 def write_trace(records: Sequence[dict[str, Any]], path: str, **common: Any) -> None:
     """One JSON object per line: `common` (policy, split, seed) then the episode's record."""
     with open(path, "w") as f:

@@ -33,6 +33,11 @@ from parlightning.cli.arg_types import (bank_seed, config_file, device_name, epi
 from parlightning.envs.swarm_tasks import SPLITS
 from parlightning.cli.outputs import check_output_file, raise_write_error
 from parlightning.runtime.preflight import check_config_file
+from parlightning.analysis.trace import WORLD
+from parlightning.config_types import Seed
+from parlightning.method_args import IndexArg, Is, TensorArg, checked
+
+POLICY = Is(torch.nn.Module, "a policy network (torch.nn.Module, e.g. Policy.network or load_policy's)")
 
 FIELDS = ("outcome", "critical_steps", "serial_steps", "n_subagents", "assigned", "completed")
 
@@ -47,6 +52,7 @@ class Episodes:
     trace: Optional[list[dict[str, Tensor]]] = None  # per round of actor 0: what ran (see SwarmEnv.trace)
 
 
+@checked(env=WORLD, seed=Seed, max_rounds=IndexArg(lo=1), trace=IndexArg(optional=True))
 def run_episodes(env: Any, act: Callable[..., Tensor], seed: int, max_rounds: int = 10_000,
                  trace: Optional[int] = None, masked: bool = False) -> Episodes:
     """Reset `env` (actor i on task i mod K) with `seed`, step `act(obs)` until every actor has
@@ -114,6 +120,7 @@ def by_family(ep: Episodes, serial: Optional[Episodes], task_ids: list[str], thr
 
 
 # ---------------------------------------------------------------------------------- policies
+@checked(policy=POLICY, obs=TensorArg("float", device="same"), mask=TensorArg("bool", device="same", optional=True))
 def greedy_action(policy: torch.nn.Module, obs: Tensor, mask: Optional[Tensor] = None) -> Tensor:
     """The most likely action of a trained policy (per live dimension, action 0 where `mask` masks
     it; the mean for a Gaussian)."""
@@ -126,6 +133,7 @@ def greedy_action(policy: torch.nn.Module, obs: Tensor, mask: Optional[Tensor] =
     return head.greedy(flat, mask)
 
 
+@checked(policy=POLICY, obs=TensorArg("float", device="same"), mask=TensorArg("bool", device="same", optional=True))
 def policy_action(policy: torch.nn.Module, obs: Tensor, mask: Optional[Tensor], greedy: bool,
                   generator: Optional[torch.Generator] = None) -> Tensor:
     """A trained policy's action for `obs` under the world's mask (None: unmasked)."""
@@ -134,6 +142,7 @@ def policy_action(policy: torch.nn.Module, obs: Tensor, mask: Optional[Tensor], 
     return policy.act(obs, generator, **({} if mask is None else {"mask": mask}))[0]
 
 
+@checked(env=WORLD)
 def load_policy(path: str, env: Any) -> torch.nn.Module:
     """The policy of a `parlightning.fit` checkpoint, built for `env`'s spaces; a checkpoint that
     is missing, unreadable, recurrent, keyed or of another world is one ConfigError."""
@@ -552,6 +561,7 @@ def evaluate_many(a: argparse.Namespace, cls: type, init_args: dict, banks: Opti
     return result
 
 
+@checked(env=WORLD, seed=Seed, max_steps=IndexArg(lo=1))
 def run_returns(env: Any, act: Callable[[Tensor], Tensor], seed: int, max_steps: int = 100_000) -> Tensor:
     """The undiscounted return of each actor's first episode (a world without tasks)."""
     obs = env.reset(seed=seed)

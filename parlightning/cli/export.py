@@ -33,6 +33,9 @@ from parlightning.errors import ConfigError
 from parlightning.cli.arg_types import existing_file, output_file
 from parlightning.cli.outputs import check_output_file, raise_write_error
 from parlightning.policies.actor_critic import ActorCritic, CategoricalHead
+from parlightning.method_args import IndexArg, Is, OneOf, checked
+
+PATH = Is((str, os.PathLike), "a path (str or PathLike)")
 
 FORMATS = ("pt2", "onnx")
 
@@ -64,6 +67,7 @@ class GreedyPolicy(nn.Module):
         return out.reshape(obs.shape[0], *self.spec.shape)
 
 
+@checked(ckpt_path=PATH)
 def load_policy(ckpt_path: str | os.PathLike) -> tuple[ActorCritic, tuple[int, ...]]:
     """Rebuild the trained policy and its observation shape from a `PPOModule` checkpoint
     (`torch.load(weights_only=True)`), without building the env. `policy.mask_width` is the
@@ -93,11 +97,15 @@ def load_policy(ckpt_path: str | os.PathLike) -> tuple[ActorCritic, tuple[int, .
     return policy.eval(), obs_shape
 
 
+@checked(ckpt_path=PATH)
 def load_normalizer(ckpt_path: str | os.PathLike) -> Optional[ObsNormalizer]:
     """The frozen observation normalisation of the run in `ckpt_path` (None when it had none)."""
     return normalizer_from_checkpoint(load_checkpoint_file(str(ckpt_path)))  # the checked loader: one line
 
 
+@checked(policy=Is(nn.Module, "a policy network (torch.nn.Module), as load_policy returns it"), out=PATH,
+         fmt=OneOf(*FORMATS), normalizer=Is(ObsNormalizer, "an ObsNormalizer (load_normalizer's)", optional=True),
+         mask_width=IndexArg(lo=1, optional=True))
 def export_policy(policy: ActorCritic, observation_shape: Sequence[int], out: str | os.PathLike,
                   fmt: str = "pt2", normalizer: Optional[ObsNormalizer] = None,
                   mask_width: Optional[int] = None) -> Path:

@@ -101,10 +101,46 @@ class SamplerPicks(Picks):
 
     def __init__(self, sampler: Any, generator: torch.Generator, lock: SamplerLock) -> None:
         self.sampler, self.generator, self.lock = sampler, generator, lock
+        self.num_tasks: Optional[int] = None  # the bank's size (set by the step loop): picks must index it
+        self.outside: Optional[Tensor] = None  # a device flag: some pick fell outside the bank (read off the step)
 
     def pick(self, context: RoundContext, reset_mask: Tensor) -> Tensor:
         with self.lock:  # the learner records episodes into the same sampler
-            return self.sampler.pick_batch(context.shard, context.round_index, reset_mask, self.generator)
+            picked = self.sampler.pick_batch(context.shard, context.round_index, reset_mask, self.generator)
+        self.check(picked, reset_mask)
+        return picked
+
+    def check(self, picked: Any, reset_mask: Tensor) -> None:
+        """The one validator of what a sampler's `pick_batch` returns: a tensor of [N] integer bank
+        indices on the actors' device, else one ReportedError naming the sampler and what is wrong
+        (metadata only: no host sync per step). Indices outside the bank set a device flag that
+        `outside_error` reads after the step (or when the world fails on them): never a host read here."""
+        n = reset_mask.shape[0]
+        name = f"data.sampler: {type(self.sampler).__name__}.pick_batch returned"
+        if not isinstance(picked, Tensor):
+            problem = f"{type(picked).__name__} {picked!r:.60}, not a tensor"
+        elif tuple(picked.shape) != (n,):
+            problem = f"a tensor of shape {list(picked.shape)}, not [num_envs] = [{n}]"
+        elif picked.dtype.is_floating_point or picked.dtype.is_complex or picked.dtype == torch.bool:
+            problem = f"a {picked.dtype} tensor, not integer bank indices (torch.long)"
+        elif picked.device != reset_mask.device:
+            problem = f"a tensor on {picked.device}, not on the actors' device {reset_mask.device}"
+        else:
+            if self.num_tasks is not None:
+                bad = ((picked < 0) | (picked >= self.num_tasks)).any()
+                self.outside = bad if self.outside is None else self.outside | bad
+            return
+        raise ReportedError(f"{name} {problem}; return one task bank index per actor (an [num_envs] long tensor on "
+                            "the reset mask's device)")
+
+    def outside_error(self) -> Optional[ReportedError]:
+        """The error for picks outside the bank since the last call (one host read), or None."""
+        flag, self.outside = self.outside, None
+        if flag is None or not bool(flag):
+            return None
+        return ReportedError(f"data.sampler: {type(self.sampler).__name__}.pick_batch returned a task index outside the "
+                             f"task bank (0..{self.num_tasks - 1}); return indices into the bank the sampler was "
+                             "bound to (its shard's entries)")
 
     def signals(self) -> Optional[dict[str, Tensor]]:
         signals = getattr(self.sampler, "signals", None)
@@ -178,6 +214,8 @@ class StepLoop:
         self._check_tensor("step", "a done mask to next_task", reset_mask, (self.num_envs,),
                            lambda d: d == torch.bool, "next_task(done) with done a bool [num_envs] tensor (the "
                            "episodes that ended this step)", None, passed=True)  # metadata only
+        if getattr(self.picks, "num_tasks", 0) is None and self.task_ids is not None:
+            self.picks.num_tasks = len(self.task_ids)  # the sampler seam's range (checked off the step)
         picked = self.picks.pick(context, reset_mask)
         self.current_task = torch.where(reset_mask, picked, self.current_task)  # the actors that reset start these
         return picked
@@ -215,6 +253,9 @@ class StepLoop:
             versions = self.run_steps(acting, pick, before_step)
             next_value, truncated_values = self.bootstrap(acting, buf)
         rollout_time = self._elapsed(start)
+        sampler = self._sampler_fault()
+        if sampler is not None:
+            raise sampler
         self.check_spaces(context.round_index)
         self.check_finite(buf, context.round_index)
         self.check_masks(buf, context.round_index)
@@ -256,7 +297,8 @@ class StepLoop:
         except (ConfigError, ReportedError):  # already one line naming the world (e.g. ExternalWorldError)
             raise
         except (Exception, SystemExit) as err:  # the user's world failing (or calling sys.exit) mid-run: one line
-            raise self._world_error("step", err, t) from err
+            sampler = self._sampler_fault()  # the world may have failed on the sampler's bad picks: name it
+            raise (sampler or self._world_error("step", err, t)) from err
         if self._picks_in_step > 1:  # each call draws the sampler's next tasks: a second one skips picks
             raise self._contract_error("step", f"after calling next_task {self._picks_in_step} times",
                                        "in one step", "after calling next_task(done) at most once per step", t)
@@ -270,6 +312,12 @@ class StepLoop:
         ep_return *= alive
         ep_length *= alive
         self.obs = res.obs
+
+    def _sampler_fault(self) -> Optional[ReportedError]:
+        """The sampler's picks outside the bank, if any since the last check (one host read: called on
+        a world's failure and once per round, never per step)."""
+        check = getattr(self.picks, "outside_error", None)
+        return check() if check is not None else None
 
     def _world_error(self, method: str, err: BaseException, t: int) -> ReportedError:
         text = error_text(err)[:300]

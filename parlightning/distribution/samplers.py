@@ -26,6 +26,17 @@ from parlightning.config_types import (
 )
 from parlightning.distribution.counters import AgreedCounters
 from parlightning.errors import ConfigError, ReportedError, check_call_shape
+from parlightning.method_args import IndexArg, TensorArg, checked_methods
+
+# the samplers' method arguments (`checked_methods`): metadata only on the per-step pick_batch / record_batch
+SAMPLER_SPECS = {
+    "pick": {"round_index": IndexArg()},
+    "pick_batch": {"shard": TensorArg("int", ("K",), device="same", text="the round's bank indices"),
+                   "round_index": IndexArg(),
+                   "reset_mask": TensorArg("bool", ("N",), device="same", text="one flag per actor")},
+    "record_batch": {"task_index": TensorArg("int", ("E",), device="same"), "score": TensorArg("number", ("E",), device="same"),
+                     "mask": TensorArg("bool", ("E",), device="same", optional=True)},
+}
 
 PassThreshold = restricted_number_type("PassThreshold", float, [(">", 0.0), ("<=", 1.0)],
                                        docstring="the score that counts as a pass, in (0, 1]")
@@ -84,6 +95,7 @@ def _check_keys(name: str, keys: Sequence[str]) -> None:
         raise ValueError(f"{name}.pick: the shard is empty; give the sampler at least one task id")
 
 
+@checked_methods(**SAMPLER_SPECS)
 class RoundRobin:
     """Cycles through the shard in order: deterministic, reward-blind, the default."""
 
@@ -169,6 +181,7 @@ class RoundRobin:
         self.picks.copy_(state["picks"])
 
 
+@checked_methods(**SAMPLER_SPECS)
 class _LearningSampler:
     """Shared machinery of the reward-aware built-ins: per-task statistics as tensors
     ([K] attempts, passes, picks, plus a subclass's own) indexed by task id, one lock, both

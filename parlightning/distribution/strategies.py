@@ -28,6 +28,10 @@ from torch import Tensor
 from parlightning.config_types import NonNegativeFinite, PositiveInt, check_args
 from parlightning.distribution.counters import AgreedCounters
 from parlightning.errors import ConfigError
+from parlightning.method_args import IndexArg, Is, TensorArg, checked_methods
+
+PLAN_SPECS = {"n_workers": IndexArg(lo=1, text="the number of workers"), "round_index": IndexArg()}
+SECTION = IndexArg("n_sections", text="a section of the key table")
 
 __all__ = [
     "WorkUnit",
@@ -65,8 +69,9 @@ class WorkUnit:
             raise TypeError(
                 f"WorkUnit.keys: got the string {self.keys!r}; pass a sequence of task ids, e.g. ({self.keys!r},)"
             )
-        if isinstance(self.worker, int) and not isinstance(self.worker, bool) and self.worker < 0:
-            raise ValueError(f"WorkUnit.worker: got {self.worker}; a worker is a rank index 0..n_workers-1")
+        worker = self.worker
+        if isinstance(worker, bool) or not isinstance(worker, numbers.Integral) or not 0 <= worker < 2**63:
+            raise ConfigError(f"WorkUnit.worker: got {worker!r:.40}; a worker is a rank index 0..n_workers-1 (an int)")
         for field, what in (("section", "a TensorParallel section, 0..n_sections-1"),
                             ("stage", "a pipeline stage index, 0 or more")):
             value = getattr(self, field)
@@ -181,6 +186,7 @@ def _wrap(keys: Sequence[str], n_workers: int, offset: int) -> list[tuple[str, .
 # -- DP --------------------------------------------------------------------------------------
 
 
+@checked_methods(plan=PLAN_SPECS)
 class DataParallel:
     """Disjoint strided task shards covering every task; worker w gets shard (w + round) mod N."""
 
@@ -201,6 +207,7 @@ class DataParallel:
 # -- CP --------------------------------------------------------------------------------------
 
 
+@checked_methods(merge_stats={"global_increments": TensorArg("number")})
 class _AgreedStatistics:
     """The distributed contract CP and TP share, over one `AgreedCounters` (`self._counts`, under
     `self._lock`): `stats_tensor` hands this rank's increments since the last sync out for an
@@ -243,6 +250,11 @@ class _AgreedStatistics:
         return out
 
 
+@checked_methods(plan=PLAN_SPECS, observe={"unit": Is(WorkUnit, "a WorkUnit of this strategy's plan", optional=True)},
+                 leased_clusters={"unit": Is(WorkUnit, "a WorkUnit of this strategy's plan")},
+                 observe_batch={"task_index": Is((Tensor, list, tuple), "[E] bank indices (a long tensor) or task ids"),
+                                "scores": TensorArg("number", ("E",))},
+                 observe_tasks={"task_rows": TensorArg("int", ("E",)), "scores": TensorArg("number", ("E",))})
 class ClusterParallel(_AgreedStatistics):
     """Lease whole task clusters to workers, best UCB first, with a difficulty filter on outcome
     spread.
@@ -461,6 +473,11 @@ def assign_key_sections(keys: Sequence[str], n_sections: int) -> list[tuple[str,
     return out
 
 
+@checked_methods(plan=PLAN_SPECS, validate={"n_workers": PLAN_SPECS["n_workers"]},
+                 section_rows={"section": SECTION}, violation_mask={"row_index": TensorArg("int"), "section": SECTION},
+                 record_updates={"rows": TensorArg("int"), "section": SECTION},
+                 gradient_mask={"section": SECTION, "world_size": IndexArg(lo=1)},
+                 register_gradient_mask={"table": TensorArg(), "section": SECTION, "world_size": IndexArg(lo=1)})
 class TensorParallel(_AgreedStatistics):
     """Split a per-key parameter table (one row per declared artifact key) into `n_sections`
     disjoint sections, one per worker; a worker updates only its section's rows.

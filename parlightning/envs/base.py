@@ -9,6 +9,7 @@ new one, so truncation can bootstrap.
 from __future__ import annotations
 
 import abc
+import math
 import numbers
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -16,6 +17,8 @@ from typing import Any, Callable, Literal, NamedTuple, Optional, Sequence
 
 import torch
 from torch import Tensor
+
+from parlightning.method_args import Arg
 
 
 @dataclass(frozen=True)
@@ -173,6 +176,7 @@ def checked_seed(field: str, seed: Any) -> Optional[int]:
     return check_value(field, Seed, seed)
 
 
+
 def checked_task_index(field: str, value: Any, num_envs: int, num_tasks: int, device: torch.device) -> Tensor:
     """`task_index` of a world's `reset` (or a user's `next_task` tensor): one bank index per actor,
     as a long tensor on `device`. A tensor or a list of ints; an integer dtype (not bool, not float),
@@ -205,6 +209,81 @@ def checked_task_index(field: str, value: Any, num_envs: int, num_tasks: int, de
         raise ConfigError(f"{field}: actor {i} has task index {int(value[i])}, outside the task bank (0..{num_tasks - 1}, "
                           f"{num_tasks} tasks); pass indices into the world's task_ids")
     return value.to(device, torch.long)
+
+
+class ActionArg(Arg):
+    """A world's `step(action)`: a tensor [num_envs, *action_spec.action_shape], integer for discrete
+    actions and float for continuous ones, holding values (not on the meta device); with
+    `same_device` on the world's device (a world that indexes its own tensors with it). Metadata
+    only: O(1) per step."""
+
+    def __init__(self, same_device: bool = True, flat: bool = False) -> None:
+        self.same_device, self.flat = same_device, flat  # flat: [N, prod(shape)] continuous actions too
+
+    def check(self, field: str, value: Any, obj: Any, call: dict) -> None:
+        spec = obj.action_spec
+        want = (obj.num_envs, *spec.action_shape)
+        ok = isinstance(value, Tensor) and value.device.type != "meta" and (tuple(value.shape) == want or (
+            self.flat and not spec.is_discrete and value.dim() == 2 and value.shape[0] == obj.num_envs
+            and value.shape[1] == math.prod(spec.shape)))
+        if ok:
+            dt = value.dtype
+            ok = (not dt.is_floating_point and not dt.is_complex and dt != torch.bool) if spec.is_discrete \
+                else dt.is_floating_point
+        if ok and self.same_device and value.device != obj.device:
+            ok = value.device.type == obj.device.type and (value.device.index is None or obj.device.index is None)
+        if not ok:
+            kind = "an integer (torch.long) tensor of action indices" if spec.is_discrete else "a float tensor"
+            where = f" on {obj.device}" if self.same_device else ""
+            self.fail(field, f"{kind} of shape [num_envs, *action_shape] = {list(want)}{where}", value)
+
+
+class TaskIndexArg(Arg):
+    """A world's `reset(task_index)`: None, or one task bank index per actor (`checked_task_index`: a
+    host read, so reset only, never per step). A world without a task bank ignores it."""
+
+    optional = True
+
+    def check(self, field: str, value: Any, obj: Any, call: dict) -> None:
+        ids = getattr(obj, "task_ids", None)
+        if value is not None and ids is not None:
+            checked_task_index(field, value, obj.num_envs, len(ids), obj.device)
+
+
+class NextTaskArg(Arg):
+    """A world's `step(next_task)`: None, the sampler's callable (the package's step loop: not read),
+    or [num_envs] (or one) bank indices; a direct call's tensor is range-checked in `step` itself."""
+
+    optional = True
+
+    def check(self, field: str, value: Any, obj: Any, call: dict) -> None:
+        if value is not None and not callable(value) and not isinstance(value, (Tensor, list, tuple)):
+            self.fail(field, f"a callable done -> [N] bank indices or [num_envs] = [{obj.num_envs}] task bank indices "
+                      "(a long tensor)", value)
+
+
+def needs_reset(obj: Any, method: str) -> None:
+    """A world's `_lifecycle`: `step` before the first `reset` is one LifecycleError."""
+    if method == "step" and getattr(obj, "_needs_reset", False):
+        from parlightning.errors import LifecycleError
+
+        raise LifecycleError(f"{type(obj).__name__}.step: called before reset(); call env.reset() first"
+                             + getattr(obj, "_needs_reset_why", ""))
+
+
+def world_specs(action: Optional[Arg] = None, **more: Any) -> dict[str, Any]:
+    """The argument checks of the `BatchedEnv` methods (`checked_methods(**world_specs())`): reset's
+    seed (0..2**32 - 1) and task_index, step's action and next_task, load_state_dict's state (a dict)."""
+    from parlightning.config_types import Seed
+
+    specs: dict[str, Any] = {
+        "reset": {"seed": Optional[Seed], "task_index": TaskIndexArg()},
+        "step": {"action": action or ActionArg(), "next_task": NextTaskArg()},
+        "load_state_dict": {"state": dict},
+    }
+    for name, spec in more.items():
+        specs[name] = {**specs.get(name, {}), **spec}
+    return specs
 
 
 def task_ids_of(env: Any) -> Optional[Sequence[str]]:

@@ -17,7 +17,8 @@ import torch
 from torch import Tensor
 
 from parlightning.config_types import PositiveInt, Seed, check_allocation, check_args
-from parlightning.envs.base import ActionSpec, BatchedEnv, StepResult, checked_device
+from parlightning.envs.base import ActionSpec, BatchedEnv, StepResult, checked_device, needs_reset, world_specs
+from parlightning.method_args import checked_methods
 
 # Gymnasium's constants (gymnasium/envs/classic_control/cartpole.py).
 GRAVITY = 9.8
@@ -33,6 +34,7 @@ X_THRESHOLD = 2.4
 RESET_BOUND = 0.05
 
 
+@checked_methods(**world_specs())
 class CartPoleEnv(BatchedEnv):
     """N CartPole-v1 actors stepped by one set of tensor ops, with per-actor auto-reset.
 
@@ -75,6 +77,8 @@ class CartPoleEnv(BatchedEnv):
         u = torch.rand(self.num_envs, 4, generator=self.generator, device=self.device)
         return u.mul_(2 * RESET_BOUND).sub_(RESET_BOUND)
 
+    _lifecycle = needs_reset
+
     def reset(self, *, seed: Optional[int] = None, task_index: Optional[Tensor] = None) -> Tensor:
         """Start every actor afresh; `seed` reseeds the generator. CartPole has no task bank, so
         `task_index` is ignored."""
@@ -87,12 +91,7 @@ class CartPoleEnv(BatchedEnv):
 
     def step(self, action: Tensor, next_task: Optional[Tensor] = None) -> StepResult:
         """Advance all actors one Euler step of 0.02 s; finished actors restart (`next_task` ignored)."""
-        if self._needs_reset:
-            raise RuntimeError("CartPoleEnv.step called before reset(): call env.reset() first")
-        if action.shape != (self.num_envs,):
-            raise ValueError(f"action must have shape ({self.num_envs},), got {tuple(action.shape)}")
-        if action.is_floating_point() or action.is_complex():
-            raise TypeError(f"CartPole actions are integers 0/1, got dtype {action.dtype}: pass a long tensor")
+        # before reset, and action's shape, dtype and device: checked at entry (`checked_methods`)
         action = action.to(self.device)
 
         x, x_dot, theta, theta_dot = self.state.unbind(1)

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import Any, Callable, Mapping, NamedTuple, Optional, Protocol, Sequence
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, Optional, Protocol, Sequence
 
 import numpy as np
 import torch
@@ -54,7 +54,9 @@ from torch import Tensor
 from parlightning.config_types import (
     ClosedUnitInterval, NonNegativeInt, PositiveFinite, PositiveInt, Seed, check_allocation, check_args,
 )
-from parlightning.envs.base import ActionSpec, BatchedEnv, EpisodeParts, StepResult, checked_device, checked_task_index
+from parlightning.envs.base import (ActionArg, ActionSpec, BatchedEnv, EpisodeParts, StepResult, checked_device,
+                                    checked_task_index, world_specs)
+from parlightning.method_args import TensorArg, checked_methods
 from parlightning.envs.world_processes import WorkerLost, WorkerProcesses
 from parlightning.envs.world_runner import (WorldCallFailed, WorldRunner, _check_plain_types, build_shared, close_all,
                                             warn_close_errors,
@@ -133,6 +135,8 @@ def _action_spec(spec: Any) -> ActionSpec:
 START_METHODS = ("fork", "spawn", "forkserver")
 
 
+@checked_methods(**world_specs(ActionArg(same_device=False),
+                                send={"actors": Iterable[int], "action": TensorArg()}))
 class ExternalBatchedEnv(BatchedEnv):
     """N external worlds as one `BatchedEnv` with auto-reset; see the module docstring.
 
@@ -379,7 +383,7 @@ class ExternalBatchedEnv(BatchedEnv):
         """Start every world (on `task_index` [N] bank indices where the world has tasks)."""
         if getattr(self, "task_ids", None) is not None:
             if task_index is not None:
-                task_index = checked_task_index("ExternalBatchedEnv.reset: task_index", task_index, self.num_envs,
+                task_index = checked_task_index("ExternalBatchedEnv.reset(task_index)", task_index, self.num_envs,
                                                 len(self.task_ids), torch.device("cpu"))
             idx = task_index.tolist() if task_index is not None else [i % len(self.task_ids) for i in range(self.num_envs)]
             self._tasks = [int(k) for k in idx]

@@ -16,7 +16,8 @@ import torch
 from torch import Tensor
 
 from parlightning.config_types import PositiveInt, Seed, check_args
-from parlightning.envs.base import ActionSpec, BatchedEnv, StepResult, checked_device
+from parlightning.envs.base import ActionArg, ActionSpec, BatchedEnv, StepResult, checked_device, needs_reset, world_specs
+from parlightning.method_args import checked_methods
 from parlightning.errors import ConfigError
 
 _VECTORIZATIONS = ("sync", "async", "vector_entry_point")
@@ -80,6 +81,7 @@ def resolve_wrappers(wrappers: Optional[Sequence[Any]]) -> Optional[list[Callabl
     return out
 
 
+@checked_methods(**world_specs(ActionArg(same_device=False, flat=True)))
 class GymVectorEnv(BatchedEnv):
     """N copies of a Gymnasium env as one `BatchedEnv` (Gymnasium's SAME_STEP auto-reset).
 
@@ -246,6 +248,9 @@ class GymVectorEnv(BatchedEnv):
         """Episodes each actor has finished ([N] long)."""
         return self._to_tensor(self._count.copy())
 
+    _lifecycle = needs_reset
+    _needs_reset_why = " (also needed after load_state_dict: Gymnasium env internals are not checkpointed)"
+
     def reset(self, *, seed: Optional[int] = None, task_index: Optional[Tensor] = None) -> Tensor:
         """Reset every actor. The first reset uses the constructor's seed; `seed` reseeds (actor i
         gets seed + i). No task bank, so `task_index` is ignored."""
@@ -280,11 +285,7 @@ class GymVectorEnv(BatchedEnv):
 
     def step(self, action: Tensor, next_task: Optional[Tensor] = None) -> StepResult:
         """Step all actors; finished ones are reset by Gymnasium in the same step (`next_task` ignored)."""
-        if self._needs_reset:
-            raise RuntimeError(
-                "GymVectorEnv.step called before reset(): call env.reset() first "
-                "(also needed after load_state_dict: Gymnasium env internals are not checkpointed)"
-            )
+        # before reset (also after load_state_dict), action's shape and dtype: checked at entry
         obs, reward, terminated, truncated, info = self.env.step(self._to_numpy_action(action))
         both = np.empty((2, *np.shape(obs)), dtype=np.float32)  # [obs, final_obs], converted at once
         both[0] = obs

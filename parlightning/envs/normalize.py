@@ -35,7 +35,8 @@ import torch
 from torch import Tensor, nn
 
 from parlightning.config_types import ClosedUnitInterval, PositiveFinite, PositiveInt, Seed, check_args
-from parlightning.envs.base import BatchedEnv, StepResult
+from parlightning.envs.base import BatchedEnv, StepResult, world_specs
+from parlightning.method_args import Passed, TensorArg, checked_methods
 from parlightning.errors import ConfigError
 
 EnvFactory = Callable[[int, str, int], BatchedEnv]
@@ -102,6 +103,8 @@ def _resolve_env(env: Any) -> EnvFactory:
     raise ConfigError(f"env: expected the world to wrap (a class_path with init_args), got {env!r}")
 
 
+@checked_methods(**world_specs(Passed("checked by the wrapped world's own step"),
+                                normalize={"obs": TensorArg("float", (..., "*observation_shape"))}))
 class NormalizeEnv(BatchedEnv):
     """SB3's `VecNormalize` around any `BatchedEnv` (see the module docstring).
 

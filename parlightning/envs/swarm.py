@@ -52,10 +52,11 @@ from parlightning.config_types import (
     ClosedUnitInterval, PositiveInt, Seed, check_allocation, check_args, check_value, restricted_number_type,
 )
 from parlightning.envs.base import (
-    ActionSpec, BatchedEnv, EpisodeParts, StepResult, checked_device, checked_seed, checked_task_index,
+    ActionSpec, BatchedEnv, EpisodeParts, StepResult, checked_device, checked_seed, checked_task_index, world_specs,
 )
 from parlightning.envs.swarm_tasks import FAMILIES, HARD, LOCAL, N_KINDS, PLAIN, SPLITS, Costs, TaskBank, oracle_split_index
-from parlightning.errors import ConfigError
+from parlightning.errors import ArgumentError, ConfigError
+from parlightning.method_args import OneOf, TensorArg, checked_methods
 
 __all__ = ["FAMILIES", "SPLITS", "SCRIPTED", "SwarmEnv", "TaskBank"]
 SLOT_FEATURES = 6  # pending, size, plain, hard, local, failed last round
@@ -74,6 +75,10 @@ LateWindow = restricted_number_type("LateWindow", float, [(">=", 1.0), ("<=", 1e
                                     docstring="a multiple of the budget, 1..1e6")
 
 
+@checked_methods(**world_specs(
+    scripted_action={"name": OneOf(*SCRIPTED),
+                     "obs": TensorArg("float", ("B", "*observation_shape"),
+                                      text="this world's observations, as reset and step return them")}))
 class SwarmEnv(BatchedEnv):
     """N orchestrator actors on one split's task bank, stepped together; see the module docstring.
 
@@ -370,14 +375,14 @@ class SwarmEnv(BatchedEnv):
         """Start every actor on `task_index` ([N] bank indices, a tensor or a list of ints; default: actor
         i on task i mod K). `seed` (0..2**32 - 1) reseeds the world's generators. Both are checked
         (a ConfigError naming them): reset is not the per-step path."""
-        seed = checked_seed("SwarmEnv.reset: seed", seed)
+        seed = checked_seed("SwarmEnv.reset(seed)", seed)
         if seed is not None:
             self.generator.manual_seed(seed)
             self._noise_generator.manual_seed(seed + NOISE_STREAM)
         if task_index is None:
             task_index = self._arange % len(self.bank)
         else:
-            task_index = checked_task_index("SwarmEnv.reset: task_index", task_index, self.num_envs, len(self.bank),
+            task_index = checked_task_index("SwarmEnv.reset(task_index)", task_index, self.num_envs, len(self.bank),
                                             self.device)
         self._start(torch.ones(self.num_envs, dtype=torch.bool, device=self.device), task_index.to(self.device, torch.long))
         return self._observe_state(self.task, self.level, self._pend, self._fail, self.elapsed, self.n_subagents)
@@ -414,13 +419,7 @@ class SwarmEnv(BatchedEnv):
         package's collection passes its sampler's pick: valid by construction, not checked, no host read),
         or an [N] tensor of bank indices from a direct call, checked in full (dtype, shape and range: one
         host read, outside the package's step loop, which never passes a tensor)."""
-        if not isinstance(action, Tensor) or tuple(action.shape) != (self.num_envs, self.max_width):
-            got = list(action.shape) if isinstance(action, Tensor) else type(action).__name__
-            raise ValueError(f"SwarmEnv.step: `action` must be a tensor of shape [num_envs, max_width] = "
-                             f"[{self.num_envs}, {self.max_width}] (one entry per actor and subtask slot), got {got}")
-        if action.dtype.is_floating_point or action.dtype.is_complex or action.dtype == torch.bool:
-            raise ValueError(f"SwarmEnv.step: `action` must hold integer action indices (torch.long, 0..6 per slot), "
-                             f"got dtype {action.dtype}; a float action is not truncated to an index silently")
+        # action and next_task's kind: checked at entry (`checked_methods`, metadata only)
         if next_task is not None and not callable(next_task):
             next_task = self._checked_next_task(next_task)
         if self._compiled is not None and not self.trace:  # the same round, bitwise, as C++ kernels
@@ -434,9 +433,9 @@ class SwarmEnv(BatchedEnv):
                 isinstance(next_task, Tensor) and tuple(next_task.shape) == (1,)):
             next_task = next_task.reshape(1).expand(self.num_envs)
         if not isinstance(next_task, Tensor):
-            raise ConfigError(f"SwarmEnv.step: `next_task` must be None, a callable done -> [N] bank indices or an "
-                              f"[N] = [{self.num_envs}] long tensor of bank indices, got {type(next_task).__name__}")
-        return checked_task_index("SwarmEnv.step: next_task", next_task, self.num_envs, len(self.bank), self.device)
+            raise ArgumentError(f"SwarmEnv.step(next_task): must be None, a callable done -> [N] bank indices or an "
+                                f"[N] = [{self.num_envs}] long tensor of bank indices, got {type(next_task).__name__}")
+        return checked_task_index("SwarmEnv.step(next_task)", next_task, self.num_envs, len(self.bank), self.device)
 
     def _cap(self, res: StepResult) -> StepResult:
         """`round_cap: terminal`: an episode cut by the round cap ends as a termination; then the
@@ -582,13 +581,7 @@ class SwarmEnv(BatchedEnv):
         `serial` does everything itself; `oracle` delegates every non-LOCAL subtask in the largest
         split that leaves no shard empty, briefed exactly when HARD, and does LOCAL work itself
         (one shard each when the fine split does not fit under the caps); `random` draws every slot uniformly."""
-        W, S = self.max_width, len(self.splits)
-        shape = tuple(self.observation_shape)
-        if not isinstance(obs, Tensor) or obs.dim() != 3 or tuple(obs.shape[1:]) != shape or not obs.is_floating_point():
-            got = f"{list(obs.shape)} {obs.dtype}" if isinstance(obs, Tensor) else type(obs).__name__
-            raise ConfigError(f"SwarmEnv.scripted_action: `obs` must be this world's observations, a float tensor "
-                              f"[batch, {shape[0]}, {shape[1]}] (max_width + 1 rows of {shape[1]} features, as reset "
-                              f"and step return them), got {got}")
+        W, S = self.max_width, len(self.splits)  # name and obs: checked at entry (`checked_methods`)
         slots = obs[:, :W]
         if name == "serial":
             return torch.zeros(obs.shape[0], W, dtype=torch.long, device=obs.device)
@@ -596,8 +589,6 @@ class SwarmEnv(BatchedEnv):
             return torch.randint(0, 1 + 2 * S, (obs.shape[0], W), generator=generator, device=obs.device)
         if name == "optimal":
             return self._round_optimal(obs)
-        if name != "oracle":
-            raise ConfigError(f"scripted policy: unknown {name!r}; choose one of {list(SCRIPTED)}")
         pending = slots[..., 0] > 0.5
         size = torch.round(slots[..., 1] * self.max_cost)
         kind = slots[..., 2:5].argmax(-1)
@@ -663,18 +654,15 @@ class SwarmEnv(BatchedEnv):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore `state_dict()` of a SwarmEnv with the same num_envs and max_width (every key present,
         every tensor of this world's shape: a ConfigError naming the key otherwise, before any is loaded)."""
-        if not isinstance(state, dict):
-            raise ConfigError(f"SwarmEnv.load_state_dict: `state` must be a SwarmEnv's state_dict() (a dict), got "
-                              f"{type(state).__name__}")
         missing = [k for k in (*self._STATE, "generator") if k not in state]
         if missing:
-            raise ConfigError(f"SwarmEnv.load_state_dict: `state` lacks {missing}; pass a SwarmEnv's state_dict() "
+            raise ConfigError(f"SwarmEnv.load_state_dict(state): lacks {missing}; pass a SwarmEnv's state_dict() "
                               f"(it has {list(self.state_dict())})")
         for name in self._STATE:
             value, own = state[name], getattr(self, name)
             if not isinstance(value, Tensor) or value.shape != own.shape:
                 got = list(value.shape) if isinstance(value, Tensor) else type(value).__name__
-                raise ConfigError(f"SwarmEnv.load_state_dict: state[{name!r}] is {got}, this SwarmEnv's is "
+                raise ConfigError(f"SwarmEnv.load_state_dict(state): state[{name!r}] is {got}, this SwarmEnv's is "
                                   f"{list(own.shape)} (num_envs={self.num_envs}, max_width={self.max_width}); "
                                   "load it into a SwarmEnv built with the num_envs and max_width it was saved from")
         for name, value in state.items():

@@ -14,10 +14,13 @@ from torch import Tensor
 from torchmetrics import Metric
 
 from parlightning.errors import ConfigError
+from parlightning.method_args import TensorArg, checked, checked_methods
 
 __all__ = ["stage_critical_steps", "CriticalSteps"]
 
 
+@checked(main=TensorArg("number", device="same"), sub=TensorArg("number", device="same"),
+         sub_mask=TensorArg("bool", device="same", text="True = a subagent that ran"))
 def stage_critical_steps(main: Tensor, sub: Tensor, sub_mask: Tensor) -> Tensor:
     """Per-stage latency main + max over valid subagents (0 where a stage has none), shape `main.shape`.
 
@@ -26,9 +29,6 @@ def stage_critical_steps(main: Tensor, sub: Tensor, sub_mask: Tensor) -> Tensor:
     Shapes and dtypes are checked first (`sub` and `sub_mask` the same shape, `main` theirs without the
     last dimension, `sub_mask` bool): metadata only, no host sync; a mismatch is a ConfigError naming it.
     """
-    for name, t in (("main", main), ("sub", sub), ("sub_mask", sub_mask)):
-        if not isinstance(t, Tensor):
-            raise ConfigError(f"stage_critical_steps: {name} must be a tensor, got {type(t).__name__}")
     if sub.dim() == 0 or tuple(sub_mask.shape) != tuple(sub.shape) or tuple(main.shape) != tuple(sub.shape[:-1]):
         raise ConfigError(f"stage_critical_steps: shapes disagree: main {list(main.shape)}, sub {list(sub.shape)}, "
                          f"sub_mask {list(sub_mask.shape)}; sub and sub_mask are [..., A] (A subagent slots) and main "
@@ -50,6 +50,12 @@ def _check(name: str, t: Any, shape: tuple[int, ...], bool_mask: bool) -> None:
         raise ValueError(f"CriticalSteps: {name} must be a bool mask (got {t.dtype}); pass mask.bool()")
 
 
+@checked_methods(
+    update={n: TensorArg(dt, device="same", optional=True) for n, dt in (
+        ("main_steps", "number"), ("sub_steps", "number"), ("stage_mask", "bool"), ("sub_mask", "bool"),
+        ("critical", "number"), ("serial", "number"), ("mask", "bool"))},
+    update_totals={"critical": TensorArg("number", ("E",), device="same"), "serial": TensorArg("number", ("E",), device="same"),
+                   "mask": TensorArg("bool", ("E",), device="same", optional=True)})
 class CriticalSteps(Metric):
     """Mean critical steps per episode and the speed-up over serial execution, DDP-correct.
 

@@ -16,6 +16,10 @@ import torch
 from torch import Tensor
 
 from parlightning.config_types import NonNegativeFinite, PositiveFinite, PositiveInt, check_args
+from parlightning.method_args import IndexArg, TensorArg, checked_methods
+
+_POSITION = {"position": IndexArg(text="a non-negative count in the annealing unit")}
+_COUNT = TensorArg("number", device="same")
 
 __all__ = ["Schedule", "LinearSchedule", "CosineSchedule", "ConstantSchedule", "PARLReward"]
 
@@ -47,6 +51,7 @@ class Schedule:
         return self.value(position)
 
 
+@checked_methods(value=_POSITION)
 class _Annealed(Schedule):
     """Shared logic of start -> end schedules: hold `start` for `warmup` units, anneal over the
     next `horizon` units, then hold `end` (exactly) forever after."""
@@ -107,6 +112,7 @@ class CosineSchedule(_Annealed):
         return 0.5 * (1.0 - math.cos(math.pi * t))
 
 
+@checked_methods(value=_POSITION)
 class ConstantSchedule(Schedule):
     """A fixed λ at every position (e.g. the never-annealed ablation arm, or 0 to switch a term off)."""
 
@@ -129,6 +135,8 @@ def _float_dtype(*tensors: Tensor) -> torch.dtype:
     return dtype if dtype.is_floating_point else torch.get_default_dtype()
 
 
+@checked_methods(advance_to=_POSITION, terms={n: _COUNT for n in ("n_subagents", "assigned", "completed", "outcome")},
+                 bonus={n: _COUNT for n in ("n_subagents", "assigned", "completed")})
 class PARLReward:
     """Per finished episode r = λ1·r_parallel + λ2·r_finish + r_perf, batched, tensor in / tensor out.
 

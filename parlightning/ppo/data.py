@@ -29,12 +29,16 @@ from parlightning.collection import Collector, RoundHooks, make_collector
 from parlightning.distribution.planning import RoundPlanner
 from parlightning.config_types import ClosedUnitInterval, NonNegativeInt, PositiveInt, Seed, check_args
 from parlightning.envs.base import BatchedEnv, task_ids_of
+from parlightning.method_args import IndexArg, Is, checked_methods
 from parlightning.errors import ConfigError, ReportedError, check_call_shape
 from parlightning.distribution.strategies import family_of
 from parlightning.runtime.preflight import check_datamodule, env_signature
 from parlightning.parl.reward import PARLReward
 from parlightning.rollout import Rollout
 from parlightning.distribution.samplers import RoundRobin, TaskSampler, check_sampler_calls, pass_threshold_mismatch
+
+# Lightning's hooks: Lightning calls them with its own objects (not wrapped)
+DATA_HOOKS = ("setup", "teardown", "on_exception", "train_dataloader")
 
 EnvFactory = Callable[[int, str, int], BatchedEnv]  # (num_envs, device, seed) -> env
 
@@ -236,6 +240,9 @@ class RolloutLoader:
             yield batch
 
 
+@checked_methods(skip=DATA_HOOKS, build={"rank": IndexArg()}, make_collector={"rank": IndexArg()},
+                 preflight={"ranks_here": IndexArg(lo=1)},
+                 bind_memory={"policy": Is(torch.nn.Module, "the policy network (torch.nn.Module)")})
 class RolloutDataModule(pl.LightningDataModule):
     """Env + buffer + sampler; see the module docstring.
 

@@ -7,8 +7,10 @@ from typing import NamedTuple, Optional
 import torch
 from torch import Tensor
 
-from parlightning.config_types import NonNegativeFinite, PositiveFinite, check_value
-from parlightning.errors import ConfigError
+from parlightning.config_types import NonNegativeFinite, PositiveFinite
+from parlightning.method_args import TensorArg, checked
+
+_SAMPLE = TensorArg("float", "same", device="same", text="one entry per sample")
 
 
 class PPOLoss(NamedTuple):
@@ -21,6 +23,10 @@ class PPOLoss(NamedTuple):
     clip_fraction: Tensor
 
 
+@checked(new_logprob=_SAMPLE, entropy=_SAMPLE, new_value=_SAMPLE, old_logprob=_SAMPLE, old_value=_SAMPLE,
+         advantages=_SAMPLE, returns=_SAMPLE, clip_coef=PositiveFinite, ent_coef=NonNegativeFinite,
+         vf_coef=NonNegativeFinite, is_weight=TensorArg("float", "same", device="same", optional=True),
+         sample_mask=TensorArg("bool", "same", device="same", optional=True))
 def ppo_loss(
     new_logprob: Tensor,
     entropy: Tensor,
@@ -46,10 +52,9 @@ def ppo_loss(
     `parlightning.collection.schedules.Trajectories`): bool per sample, False for samples outside the
     staleness bound; they take no part in any term (means over the kept samples); None keeps all.
 
-    Checked first (metadata and Python numbers only, no host sync): every tensor has `new_logprob`'s
-    shape (one entry per sample: nothing broadcasts), clip_coef > 0, ent_coef and vf_coef >= 0 (finite);
-    a ConfigError names the argument."""
-    _check_loss_args(locals())
+    Checked at entry (`checked`: metadata and Python numbers only, no host sync): every tensor float
+    (`sample_mask` bool) with `new_logprob`'s shape and device (one entry per sample: nothing
+    broadcasts), clip_coef > 0, ent_coef and vf_coef >= 0 (finite); an ArgumentError names the argument."""
     if sample_mask is not None:
         return _masked_loss(new_logprob, entropy, new_value, old_logprob, old_value, advantages, returns, clip_coef,
                             ent_coef, vf_coef, norm_adv, clip_vloss, is_weight, sample_mask)
@@ -72,26 +77,6 @@ def ppo_loss(
     entropy_mean = entropy.mean()
     loss = pg_loss - ent_coef * entropy_mean + vf_coef * v_loss
     return PPOLoss(loss, pg_loss, v_loss, entropy_mean, approx_kl, old_approx_kl, clip_fraction)
-
-
-_TENSORS = ("new_logprob", "entropy", "new_value", "old_logprob", "old_value", "advantages", "returns", "is_weight",
-            "sample_mask")
-
-
-def _check_loss_args(args: dict) -> None:
-    shape = getattr(args["new_logprob"], "shape", None)
-    for name in _TENSORS:
-        value = args[name]
-        if value is None and name in ("is_weight", "sample_mask"):
-            continue
-        if not isinstance(value, Tensor):
-            raise ConfigError(f"ppo_loss: {name} must be a tensor (one entry per sample), got {type(value).__name__}")
-        if value.shape != shape:
-            raise ConfigError(f"ppo_loss: {name} has shape {list(value.shape)}, new_logprob {list(shape)}; every "
-                              "per-sample tensor must have the same shape (one entry per sample: nothing broadcasts)")
-    for name, annotation in (("clip_coef", PositiveFinite), ("ent_coef", NonNegativeFinite),
-                             ("vf_coef", NonNegativeFinite)):
-        check_value(f"ppo_loss: {name}", annotation, args[name])
 
 
 def _masked_loss(new_logprob: Tensor, entropy: Tensor, new_value: Tensor, old_logprob: Tensor, old_value: Tensor,

@@ -19,11 +19,17 @@ from torch import Tensor
 from parlightning.buffer import UPDATE_EPOCH_END
 from parlightning.callbacks.planner import find_planner
 from parlightning.config_types import NonNegativeFinite, PositiveFinite, PositiveInt, check_args
-from parlightning.envs.base import action_mask_of
+from parlightning.envs.base import ActionSpec, action_mask_of
 from parlightning.errors import ConfigError
+from parlightning.method_args import IndexArg, Is, checked_methods
 from parlightning.ppo.loss import ppo_loss
 from parlightning.policies.actor_critic import ACTIVATIONS, ActorCritic, set_action_prior
 from parlightning.policies.recurrent import CELLS, RecurrentActorCritic
+
+# Lightning's hooks and overrides: Lightning calls them with its own objects (not wrapped)
+MODULE_HOOKS = ("setup", "on_load_checkpoint", "on_fit_start", "configure_optimizers", "on_train_epoch_start",
+                "configure_gradient_clipping", "training_step", "on_train_batch_end", "on_update_epoch_end",
+                "on_train_epoch_end", "on_save_checkpoint", "load_from_checkpoint")
 
 LOSS_METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "old_approx_kl", "clipfrac")  # logged as losses/*
 
@@ -93,6 +99,8 @@ def delegation_share(buffer: Any) -> Optional[Tensor]:
     return ((buffer.actions != 0) & masks).sum().float() / live.clamp(min=1).float()
 
 
+@checked_methods(skip=MODULE_HOOKS, annealed_lr={"iteration": IndexArg()},
+                 build_policy={"action_spec": Is(ActionSpec, "the world's ActionSpec")})
 class PPOModule(pl.LightningModule):
     """Clipped PPO with the standard implementation details.
 

@@ -41,7 +41,8 @@ from typing import Any, Iterable, Mapping, Optional
 from parlightning.config_types import NonNegativeFinite, NonNegativeInt, PositiveFinite, PositiveInt, check_args
 from parlightning.errors import ConfigError
 from parlightning.subagents.http import check_request_text, prompt_of
-from parlightning.subagents.pool import PoolBase, PoolClosedError, SubagentResult, checked_timeout
+from parlightning.method_args import checked_methods
+from parlightning.subagents.pool import POOL_SPECS, PoolBase, PoolClosedError, SubagentResult, checked_timeout
 
 RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})  # the statuses OpenAI's own client retries (5xx all)
 
@@ -84,6 +85,7 @@ def retry_after_seconds(headers: Any) -> Optional[float]:
     return max(when.timestamp() - time.time(), 0.0)
 
 
+@checked_methods(**POOL_SPECS, acall=POOL_SPECS["spawn"], call=POOL_SPECS["spawn"])
 class AsyncHTTPPool(PoolBase):
     """Subagents as chat completions on one event loop; see the module docstring.
 

@@ -15,7 +15,8 @@ import urllib.request
 from typing import Any, Optional
 
 from parlightning.config_types import PositiveFinite, PositiveInt, check_args
-from parlightning.subagents.pool import PoolBase, PoolClosedError, SubagentResult
+from parlightning.method_args import checked_methods
+from parlightning.subagents.pool import POOL_SPECS, PoolBase, PoolClosedError, SubagentResult
 
 
 def prompt_of(instruction: Any) -> str:
@@ -59,6 +60,7 @@ def check_request_text(pool: str, **values: Any) -> None:
                              "it); give the key alone, one line with no spaces")
 
 
+@checked_methods(**POOL_SPECS)
 class HTTPPool(PoolBase):
     """Subagents as chat completions; see the module docstring.
 

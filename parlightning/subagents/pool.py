@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Optional, Protocol, runtime_checkable
 
 from parlightning.config_types import ClosedUnitInterval, NonNegativeFinite, NonNegativeInt, Seed, check_args
-from parlightning.errors import ConfigError
+from parlightning.errors import ConfigError, LifecycleError
+from parlightning.method_args import Arg, Is, Passed, checked_methods
 
 
 @dataclass(frozen=True)
@@ -84,8 +85,8 @@ def _steps(value: Any) -> int:
     return int(value)
 
 
-class PoolClosedError(RuntimeError):
-    """A pool used (spawn, poll, wait) after its `close()`: build a new pool."""
+class PoolClosedError(LifecycleError):
+    """A pool used (any method but `close`) after its `close()`: build a new pool. A RuntimeError."""
 
 
 class UnknownHandleError(KeyError):
@@ -104,16 +105,38 @@ def checked_timeout(owner: str, timeout: Any) -> Optional[float]:
     if timeout is None:
         return None
     if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or math.isnan(timeout):
-        raise ConfigError(f"{owner}.wait: timeout must be None (no limit) or a number of seconds (a negative one "
+        raise ConfigError(f"{owner}.wait(timeout): must be None (no limit) or a number of seconds (a negative one "
                           f"does not wait), got {timeout!r:.60}")
     return max(float(timeout), 0.0)
 
 
+class TimeoutArg(Arg):
+    """`wait(timeout)`: `checked_timeout` at entry."""
+
+    optional = True
+
+    def check(self, field: str, value: Any, obj: Any, call: dict) -> None:
+        checked_timeout(field.partition(".wait")[0], value)
+
+
+INSTRUCTION = Passed("the instruction is the subagent's own payload: the pool hands it to its function or endpoint")
+POOL_SPECS = {"spawn": {"instruction": INSTRUCTION}, "wait": {"timeout": TimeoutArg()}}  # handles: int / Iterable
+
+
+def closed_pool(pool: Any, method: str) -> None:
+    """A pool's `_lifecycle`: after `close()` every method but `close` is one PoolClosedError naming the pool."""
+    if getattr(pool, "_closed", False) and method != "close":
+        name = type(pool).__name__
+        raise PoolClosedError(f"{name}.{method}: the pool is closed (close() was called); build a new {name}")
+
+
+@checked_methods(**{k: v for k, v in POOL_SPECS.items() if k == "wait"})
 class PoolBase:
     """Shared `wait`: poll every handle until all finished, or give up after `timeout` seconds
     (then the unfinished ones are cancelled and reported as failures)."""
 
     poll_interval = 0.0005
+    _lifecycle = closed_pool
 
     def _unknown(self, handle: Any) -> UnknownHandleError:
         return UnknownHandleError(f"{type(self).__name__}: handle {handle!r:.60} is not a running subagent of this "
@@ -152,6 +175,9 @@ class PoolBase:
         return None
 
 
+@checked_methods(spawn={"instruction": Is(Mapping, "a mapping such as {'cost': 2, 'skill': 0, 'instruction': 0} (a "
+                                                  "subtask's cost, the skill it needs and the instruction given)")},
+                 wait=POOL_SPECS["wait"])
 class SimulatedPool(PoolBase):
     """Subagents as SwarmEnv models them, in process, for tests and benchmarks.
 
@@ -173,17 +199,9 @@ class SimulatedPool(PoolBase):
         self.spawned = 0
         self._closed = False
 
-    def _check_open(self, method: str) -> None:
-        if self._closed:
-            raise PoolClosedError(f"SimulatedPool.{method}: the pool is closed (close() was called); build a new "
-                                  "SimulatedPool")
-
     def spawn(self, instruction: Any) -> int:
-        self._check_open("spawn")
-        if not isinstance(instruction, Mapping):
-            raise TypeError(f"SimulatedPool.spawn: instruction is {type(instruction).__name__} {instruction!r:.60}; the "
-                            "simulated pool reads a mapping such as {'cost': 2, 'skill': 0, 'instruction': 0} (a "
-                            "subtask's cost, the skill it needs and the instruction given)")
+        """`instruction`: a mapping such as {'cost': 2, 'skill': 0, 'instruction': 0} (a subtask's cost, the
+        skill it needs and the instruction given); checked at entry, as the pool being open."""
         steps = int(instruction.get("cost", 1)) + self.spawn_steps
         right = instruction.get("instruction") == instruction.get("skill")
         seconds = steps * self.seconds_per_step
@@ -195,7 +213,6 @@ class SimulatedPool(PoolBase):
         return handle
 
     def poll(self, handle: int) -> Optional[SubagentResult]:
-        self._check_open("poll")
         with self._lock:
             if handle not in self._pending:
                 raise self._unknown(handle)
@@ -206,7 +223,6 @@ class SimulatedPool(PoolBase):
             return result
 
     def wait(self, handles: Iterable[int], timeout: Optional[float] = None) -> list[SubagentResult]:
-        self._check_open("wait")
         timeout = checked_timeout("SimulatedPool", timeout)
         handles = list(handles)
         with self._lock:

@@ -35,7 +35,8 @@ from parlightning.config_types import PositiveFinite, PositiveInt, check_args
 from parlightning.errors import check_call_shape
 from parlightning.runtime.processes import Child, receive, send, sendable_error, watch_parent
 from parlightning.runtime.waits import expected_wait
-from parlightning.subagents.pool import PoolBase, PoolClosedError, SubagentResult, normalize
+from parlightning.method_args import checked_methods
+from parlightning.subagents.pool import POOL_SPECS, PoolBase, PoolClosedError, SubagentResult, normalize
 
 
 def _load(path: str) -> Any:
@@ -121,6 +122,7 @@ class _Worker:
         self.child.conn.close()
 
 
+@checked_methods(**POOL_SPECS)
 class ProcessPool(PoolBase):
     """Subagents as calls of `fn(instruction)` in worker processes; see the module docstring.
 

@@ -23,6 +23,7 @@ from parlightning.config_types import (
     check_allocation, restricted_number_type,
 )
 from parlightning.envs.base import ActionSpec
+from parlightning.method_args import checked_methods
 from parlightning.subagents.pool import SubagentPool, SubagentResult
 
 LateWindow = restricted_number_type("PoolLateWindow", float, [(">=", 1.0), ("<", math.inf)],
@@ -53,6 +54,7 @@ def make_tasks(families: Sequence[str], tasks_per_family: int, max_levels: int, 
     return tasks
 
 
+@checked_methods
 class PoolOrchestrationWorld:
     """One orchestrator episode at a time on a subagent pool; see the module docstring.
 
@@ -225,6 +227,7 @@ class PoolOrchestrationWorld:
         return self._observe(), outcome, terminated, truncated, parts
 
 
+@checked_methods
 class AsyncPoolOrchestrationWorld(PoolOrchestrationWorld):
     """`PoolOrchestrationWorld` with `async def` reset and step: its waits (the model call, the
     subagents, a hang) are awaited, so thousands of worlds share one event loop in one thread

@@ -1,0 +1,455 @@
+"""Checked public methods: the arguments of every public method and function users are pointed to
+are checked at entry by one mechanism, and a bad one is one `ArgumentError` (a `ConfigError`, and a
+`TypeError` for callers that caught the old raw one) naming `Class.method(arg)` and what it must be:
+
+    SwarmEnv.step(action): must be an integer (torch.long) tensor of shape [num_envs, max_width] =
+    [8, 6], got a float32 tensor [8, 6]
+
+`checked_methods` (a class decorator) wraps a class's public methods, `checked` one function. What
+is checked comes from the annotations (`int`, `float`, `bool`, `str`, the constrained types of
+`parlightning.config_types`, `Tensor`, `Mapping`, `Callable`, `Optional` / `Sequence` of them) and
+from specs given by name for what an annotation cannot say: `TensorArg` (dtype kind, shape against
+the object's sizes or the call's other tensors, device, finite values, a value range), `IndexArg`
+(an int in a range the object knows), `OneOf`, `Passed` (accepted as is, with the reason: the
+user's own payload). A class may define `_lifecycle(self, method)`, run before the checks of every
+wrapped method, to refuse a call in the wrong state (a closed pool).
+
+Cost: the checks read metadata only (isinstance, shape, dtype, device: O(1) Python, no host read),
+except the ones a spec asks for (`finite=True`, `values=`), which are never used on a per-step path.
+Torch is imported lazily: pools import this module without it.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import numbers
+import sys
+import typing
+from collections.abc import Iterable as AbcIterable
+from collections.abc import Mapping
+from typing import Any, Optional, Union
+
+from parlightning.config_types import check_plain, check_value, constraint_of, plain_of
+from parlightning.errors import ArgumentError, ConfigError
+
+__all__ = ["Arg", "ArgumentError", "IndexArg", "Is", "OneOf", "Passed", "TensorArg", "checked", "checked_methods", "specs_of"]
+
+_DTYPE_TEXT = {"int": "an integer (torch.long)", "float": "a float", "bool": "a bool", "number": "a numeric"}
+
+
+def _torch() -> Any:
+    import torch
+
+    return torch
+
+
+def _got(value: Any) -> str:
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor):
+        return f"a {str(value.dtype).removeprefix('torch.')} tensor {list(value.shape)} on {value.device}"
+    text = repr(value) if not isinstance(value, (list, tuple, dict)) else f"{type(value).__name__} {value!r}"
+    return f"{text:.80}"
+
+
+def _size(obj: Any, name: Any) -> Any:
+    """A dimension or bound a spec names: an int, an attribute of the object (`num_envs`), or a
+    function of it."""
+    if callable(name):
+        return name(obj)
+    if isinstance(name, str):
+        value = getattr(obj, name)
+        return len(value) if isinstance(value, (list, tuple)) and not name.startswith("*") else value
+    return name
+
+
+class Arg:
+    """What one argument must be; `check` raises ArgumentError naming `field` (`Class.method(arg)`)."""
+
+    optional = False
+
+    def check(self, field: str, value: Any, obj: Any, call: dict) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def fail(self, field: str, need: str, value: Any) -> None:
+        raise ArgumentError(f"{field}: must be {need}{', or None' if self.optional else ''}, got {_got(value)}")
+
+
+class Passed(Arg):
+    """Accepted as is: the user's own payload, passed through (`reason` says why it is not checked)."""
+
+    optional = True
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def check(self, field: str, value: Any, obj: Any, call: dict) -> None:
+        return None
+
+
+class TensorArg(Arg):
+    """A tensor argument. `dtype`: "int" (an integer dtype, not bool), "float", "bool" or "number"
+    (not bool), or a tuple of them. `shape`: a tuple of dims, each an int, None (any size), the name
+    of an attribute of the object (`"num_envs"`), `"*name"` (the attribute's tuple spliced in, e.g.
+    `"*observation_shape"`) or a capital letter shared by the call's tensors (`"B"`: every tensor
+    with it agrees); a leading `...` allows any leading dims. `ndim`: the number of dims when the
+    shape is not fixed. `device`: "self" (the object's `device`) or "same" (every "same" tensor of
+    the call on one device). `finite` / `values=(lo, hi)` (hi exclusive, an int, attribute or
+    function) read the values on the host: for calls off the per-step path only."""
+
+    def __init__(self, dtype: Any = None, shape: Optional[tuple] = None, ndim: Any = None, device: Optional[str] = None,
+                 optional: bool = False, finite: bool = False, values: Optional[tuple] = None, text: str = "") -> None:
+        self.dtype = (dtype,) if isinstance(dtype, str) else dtype
+        self.shape, self.ndim, self.device = shape, ndim, device
+        self.optional, self.finite, self.values, self.text = optional, finite, values, text
+
+    def _dims(self, obj: Any) -> list:
+        dims = []
+        for d in self.shape or ():
+            if isinstance(d, str) and d.startswith("*"):
+                dims += list(getattr(obj, d[1:]))
+            else:
+                dims.append(d)
+        return dims
+
+    def need(self, obj: Any, call: dict) -> str:
+        kind = " or ".join(_DTYPE_TEXT[d] for d in self.dtype) if self.dtype else "a"
+        text = f"{kind} tensor"
+        if self.shape == "same":
+            text += " of the call's per-sample shape"
+        elif self.shape is not None:
+            names = [("..." if d is Ellipsis else "any" if d is None else str(d)) for d in self.shape]
+            sizes = [("..." if d is Ellipsis else "any" if d is None else d if isinstance(d, str) and d.isupper() else str(_size(obj, d)) if isinstance(d, str) and not d.startswith("*")
+                      else ", ".join(map(str, getattr(obj, d[1:]))) if isinstance(d, str) else str(d))
+                     for d in self.shape]
+            text += f" of shape [{', '.join(names)}]" + (f" = [{', '.join(sizes)}]" if sizes != names else "")
+        elif self.ndim is not None:
+            text += f" with {self.ndim} dims"
+        if self.device == "self":
+            text += f" on {obj.device}"
+        return text + (f" ({self.text})" if self.text else "")
+
+    def check(self, field: str, value: Any, obj: Any, call: dict) -> None:
+        torch = _torch()
+        if value is None:
+            if self.optional:
+                return
+            self.fail(field, self.need(obj, call), value)
+        if not isinstance(value, torch.Tensor):
+            self.fail(field, self.need(obj, call), value)
+        if self.dtype is not None:
+            dt = value.dtype
+            kind = ("bool" if dt == torch.bool else "float" if dt.is_floating_point
+                    else "complex" if dt.is_complex else "int")
+            if kind not in self.dtype and not (kind in ("int", "float") and "number" in self.dtype):
+                self.fail(field, self.need(obj, call), value)
+        if self.shape == "same":  # every "same" tensor of the call has the first one's shape (nothing broadcasts)
+            first = call.setdefault("shape", (field, tuple(value.shape)))
+            if first[1] != tuple(value.shape):
+                raise ArgumentError(f"{field}: must have the shape of {_arg(first[0])} ({list(first[1])}: one entry per "
+                                    f"sample, nothing broadcasts), got {_got(value)}")
+        elif self.shape is not None:
+            why = self._shape_fault(field, tuple(value.shape), obj, call)
+            if why is not None:
+                self.fail(field, self.need(obj, call) + why, value)
+        if self.ndim is not None and value.dim() not in ((self.ndim,) if isinstance(self.ndim, int) else self.ndim):
+            self.fail(field, self.need(obj, call), value)
+        if self.device == "self" and not _same_device(value.device, obj.device):
+            self.fail(field, self.need(obj, call), value)
+        if self.device == "same":
+            first = call.setdefault("device", (field, value.device))
+            if not _same_device(value.device, first[1]):
+                raise ArgumentError(f"{field}: must be on the device of {_arg(first[0])} ({first[1]}), got {_got(value)}")
+        if self.finite and value.is_floating_point() and value.numel() and not bool(torch.isfinite(value).all()):
+            raise ArgumentError(f"{field}: must hold finite values, got NaN or inf in {_got(value)}")
+        if self.values is not None and value.numel():
+            lo, hi = self.values
+            hi = _size(obj, hi)
+            outside = (value < lo) | (value >= hi) if hi is not None else value < lo
+            if bool(outside.any()):
+                bad = value.reshape(-1)[outside.reshape(-1).long().argmax()]
+                raise ArgumentError(f"{field}: every entry must lie in {lo}..{'' if hi is None else hi - 1}, got "
+                                    f"{bad.item()} in {_got(value)}")
+
+    def _shape_fault(self, field: str, shape: tuple, obj: Any, call: dict) -> Optional[str]:
+        """None when `shape` fits; else what to add to the requirement ("" or which argument set a
+        shared dim)."""
+        dims = self._dims(obj)
+        if dims and dims[0] is Ellipsis:
+            dims = dims[1:]
+            if len(shape) < len(dims):
+                return ""
+            shape = shape[len(shape) - len(dims):]
+        if len(shape) != len(dims):
+            return ""
+        for got, want in zip(shape, dims):
+            if want is None:
+                continue
+            if isinstance(want, str):
+                if want.isupper():
+                    size, where = call.setdefault(want, (got, field))
+                    if size != got:
+                        return f" with {want} = {size} as in {_arg(where)} (the call's tensors agree)"
+                    continue
+                want = _size(obj, want)
+            if got != want:
+                return ""
+        return None
+
+
+def _arg(field: str) -> str:
+    """The argument a field names (`ppo_loss(new_logprob)` -> `new_logprob`)."""
+    return field.rpartition("(")[2].rstrip(")")
+
+
+def _same_device(a: Any, b: Any) -> bool:
+    if a == b:
+        return True
+    torch = _torch()
+    a, b = torch.device(a), torch.device(b)
+    return a.type == b.type and (a.index is None or b.index is None or a.index == b.index)
+
+
+class IndexArg(Arg):
+    """An int (not a bool, not a float) in `lo`..`hi - 1`; `hi` an int, an attribute of the object
+    (a sequence's length) or a function of it; None: no upper bound."""
+
+    def __init__(self, hi: Any = None, lo: int = 0, optional: bool = False, text: str = "") -> None:
+        self.hi, self.lo, self.optional, self.text = hi, lo, optional, text
+
+    def check(self, field: str, value: Any, obj: Any, call: dict) -> None:
+        if value is None and self.optional:
+            return
+        hi = _size(obj, self.hi)
+        torch = sys.modules.get("torch")
+        if torch is not None and isinstance(value, torch.Tensor) and value.dim() == 0 and not value.is_floating_point() \
+                and value.dtype != torch.bool:
+            value = int(value)
+        ok = isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= self.lo and (
+            value < (2**63 if hi is None else min(hi, 2**63)))  # beyond 64 bits: no count torch can hold
+        if not ok:
+            span = f"an integer >= {self.lo}" if hi is None else f"an integer in {self.lo}..{hi - 1}"
+            if hi is not None and hi <= self.lo:
+                span = f"an integer in {self.lo}..{hi - 1} (there is none: the range is empty)"
+            self.fail(field, span + (f" ({self.text})" if self.text else ""), value)
+
+
+class Is(Arg):
+    """An instance of `types` (a class or a tuple of them); `need` says what it must be."""
+
+    def __init__(self, types: Any, need: str, optional: bool = False) -> None:
+        self.types, self.need, self.optional = types, need, optional
+
+    def check(self, field: str, value: Any, obj: Any, call: dict) -> None:
+        if not (value is None and self.optional) and not isinstance(value, self.types):
+            self.fail(field, self.need, value)
+
+
+class OneOf(Arg):
+    def __init__(self, *choices: Any, optional: bool = False) -> None:
+        self.choices, self.optional = choices, optional
+
+    def check(self, field: str, value: Any, obj: Any, call: dict) -> None:
+        if value is None and self.optional:
+            return
+        try:
+            ok = value in self.choices and not isinstance(value, bool)
+        except TypeError:
+            ok = False
+        if not ok:
+            self.fail(field, "one of " + ", ".join(map(repr, self.choices)), value)
+
+
+class Annotated(Arg):
+    """The check an annotation implies (`_from_annotation`)."""
+
+    def __init__(self, kind: str, annotation: Any, optional: bool) -> None:
+        self.kind, self.annotation, self.optional = kind, annotation, optional
+
+    def check(self, field: str, value: Any, obj: Any, call: dict) -> None:
+        kind = self.kind
+        if value is None and self.optional:
+            return
+        if kind == "constrained":
+            check_value(field, self.annotation, value)
+        elif kind == "plain":
+            check_plain(field, self.annotation, value)
+        elif kind == "mapping":
+            if not isinstance(value, Mapping):
+                self.fail(field, "a dict", value)
+        elif kind == "callable":
+            if not callable(value):
+                self.fail(field, "a callable", value)
+        elif kind == "iterable":
+            if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, AbcIterable):
+                self.fail(field, "a list", value)
+        elif kind == "generator":
+            if not isinstance(value, _torch().Generator):
+                self.fail(field, "a torch.Generator (e.g. torch.Generator().manual_seed(0))", value)
+        elif kind == "tensor_or_callable":
+            if not callable(value) and not isinstance(value, _torch().Tensor):
+                self.fail(field, "a tensor or a callable", value)
+        elif kind == "device":
+            try:
+                _torch().device(value)
+            except (RuntimeError, TypeError, ValueError):
+                self.fail(field, "a torch device (cpu, cuda, cuda:N or a torch.device)", value)
+
+
+def _from_annotation(annotation: Any) -> Optional[Arg]:
+    """The check an annotation implies, or None (Any, a class of the package, a protocol)."""
+    if constraint_of(annotation) is not None:
+        return Annotated("constrained", annotation, constraint_of(annotation)[1])
+    if plain_of(annotation) is not None:
+        return Annotated("plain", annotation, plain_of(annotation)[1])
+    optional, args = False, (annotation,)
+    if typing.get_origin(annotation) in (Union, getattr(__import__("types"), "UnionType", Union)):
+        args = tuple(a for a in typing.get_args(annotation) if a is not type(None))
+        optional = len(args) < len(typing.get_args(annotation))
+    names = {getattr(typing.get_origin(a) or a, "__name__", "") for a in args}
+    torch = sys.modules.get("torch")
+    if names == {"Tensor"}:
+        return TensorArg(optional=optional)
+    if names <= {"Tensor", "Callable"} and "Callable" in names:
+        return Annotated("tensor_or_callable", annotation, optional)
+    if names <= {"dict", "Mapping", "MutableMapping"}:
+        return Annotated("mapping", annotation, optional)
+    if names == {"Callable"}:
+        return Annotated("callable", annotation, optional)
+    if names <= {"Iterable", "Sequence", "list", "tuple"}:
+        return Annotated("iterable", annotation, optional)
+    if names == {"Generator"} and torch is not None and args[0] is torch.Generator:
+        return Annotated("generator", annotation, optional)
+    if names <= {"str", "device"} and "device" in names:
+        return Annotated("device", annotation, optional)
+    return None
+
+
+def _resolve(annotation: Any, function: Any) -> Any:
+    if not isinstance(annotation, str):
+        return annotation
+    namespace = dict(vars(typing))
+    namespace.update(getattr(sys.modules.get(function.__module__), "__dict__", {}))
+    try:
+        return eval(annotation, namespace)  # noqa: S307 - the module's own annotation text
+    except Exception:  # a name only imported for type checkers: nothing to check
+        return None
+
+
+class _Plan:
+    """One function's checks: (position, name, spec) per checked parameter."""
+
+    def __init__(self, function: Any, specs: dict[str, Arg]) -> None:
+        params = list(inspect.signature(function).parameters.values())
+        self.checks: list[tuple[int, str, Arg]] = []
+        self.unchecked: list[str] = []
+        unknown = set(specs) - {p.name for p in params}
+        if unknown:
+            raise TypeError(f"checked({function.__qualname__}): no parameter {sorted(unknown)}")
+        for i, p in enumerate(params):
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) or (i == 0 and p.name in ("self", "cls")):
+                continue
+            spec = specs.get(p.name)
+            if spec is not None and not isinstance(spec, Arg):  # an annotation: the check it implies
+                spec = _from_annotation(spec)
+                if spec is not None and p.default is None:
+                    spec.optional = True
+            if spec is None and p.annotation is not p.empty:
+                spec = _from_annotation(_resolve(p.annotation, function))
+                if spec is not None and p.default is None:
+                    spec.optional = True
+            if spec is None:
+                self.unchecked.append(p.name)
+                continue
+            position = i if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) else -1
+            self.checks.append((position, p.name, spec))
+        self.specs = {name: spec for _, name, spec in self.checks}
+
+
+def _wrap(function: Any, method: str, specs: dict[str, Arg], owner: Optional[str], bound: bool) -> Any:
+    plan: list[Optional[_Plan]] = [None]
+
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        p = plan[0]
+        if p is None:
+            p = plan[0] = _Plan(function, specs)
+        obj = args[0] if bound and args else None
+        if bound and obj is not None and not isinstance(obj, type):
+            lifecycle = getattr(obj, "_lifecycle", None)
+            if lifecycle is not None:
+                lifecycle(method)
+        name = owner or (type(obj).__name__ if bound else "")
+        call: dict = {}
+        n = len(args)
+        for position, arg, spec in p.checks:
+            if 0 <= position < n:
+                value = args[position]
+            elif arg in kwargs:
+                value = kwargs[arg]
+            else:
+                continue
+            try:
+                spec.check(f"{name}.{method}({arg})" if name else f"{method}({arg})", value, obj, call)
+            except ConfigError as err:  # a shared check's (check_value's): the method's kind, in Python's words
+                if isinstance(err, ArgumentError):
+                    raise
+                raise ArgumentError(str(err).replace(", or null", ", or None")) from None
+        return function(*args, **kwargs)
+
+    if inspect.iscoroutinefunction(function):  # still a coroutine function: checked when awaited
+        plain = wrapper
+
+        @functools.wraps(function)
+        async def wrapper(*args: Any, **kwargs: Any) -> Any:
+            return await plain(*args, **kwargs)
+
+    wrapper.__checked__ = (function, specs)
+    return wrapper
+
+
+def checked(function: Any = None, *, owner: str = "", **specs: Arg) -> Any:
+    """Decorator: `function`'s arguments checked at entry (annotations, and `specs` by name); a
+    module function's errors name `function(arg)` (or `owner.function(arg)`)."""
+    if function is None:
+        return lambda f: checked(f, owner=owner, **specs)
+    return _wrap(function, function.__name__, specs, owner, bound=False)
+
+
+def checked_methods(cls: Any = None, *, skip: tuple[str, ...] = (), **specs: dict[str, Arg]) -> Any:
+    """Class decorator: every public method the class defines (not those in `skip`, not
+    properties) checked at entry; `specs` maps a method's name to its argument specs. Errors name
+    the object's own class (`ProcessPool.wait(timeout)` for a method inherited from `PoolBase`)."""
+    if cls is None:
+        return lambda c: checked_methods(c, skip=skip, **specs)
+    unknown = set(specs) - set(dir(cls))
+    if unknown:
+        raise TypeError(f"checked_methods({cls.__name__}): no method {sorted(unknown)}")
+    members = dict(vars(cls))
+    for name in dir(cls):  # a static method inherited from a private base: named after this class
+        static = inspect.getattr_static(cls, name)
+        if name not in members and isinstance(static, staticmethod) and hasattr(static.__func__, "__checked__"):
+            function, base_specs = static.__func__.__checked__
+            members[name] = staticmethod(function)
+            specs.setdefault(name, base_specs)
+    for name, member in members.items():
+        if name.startswith("_") or name in skip:
+            continue
+        if isinstance(member, staticmethod):
+            setattr(cls, name, staticmethod(_wrap(member.__func__, name, specs.get(name, {}), cls.__name__, False)))
+        elif isinstance(member, classmethod):
+            setattr(cls, name, classmethod(_wrap(member.__func__, name, specs.get(name, {}), cls.__name__, True)))
+        elif inspect.isfunction(member) and not hasattr(member, "__checked__"):
+            setattr(cls, name, _wrap(member, name, specs.get(name, {}), None, True))
+    return cls
+
+
+def specs_of(function: Any) -> Optional[tuple[dict[str, Arg], list[str]]]:
+    """({argument: its check}, [unchecked arguments]) of a checked function or method, or None when it
+    is not checked (the enumerated tests read it)."""
+    function = getattr(function, "__func__", function)
+    found = getattr(function, "__checked__", None)
+    if found is None:
+        return None
+    plan = _Plan(*found)
+    return plan.specs, plan.unchecked
