@@ -103,11 +103,16 @@ class TensorArg(Arg):
         self.shape, self.ndim, self.device = shape, ndim, device
         self.optional, self.finite, self.values, self.text = optional, finite, values, text
 
-    def _dims(self, obj: Any) -> list:
+    def _dims(self, obj: Any) -> Optional[list]:
+        """The wanted dims with `*attr` expanded from `obj`; None when such an attribute is unknown
+        (None: e.g. a Policy built without its observation shape), so the shape is not checked."""
         dims = []
         for d in self.shape or ():
             if isinstance(d, str) and d.startswith("*"):
-                dims += list(getattr(obj, d[1:]))
+                known = getattr(obj, d[1:], None)
+                if known is None:
+                    return None
+                dims += list(known)
             else:
                 dims.append(d)
         return dims
@@ -120,7 +125,7 @@ class TensorArg(Arg):
         elif self.shape is not None:
             names = [("..." if d is Ellipsis else "any" if d is None else str(d)) for d in self.shape]
             sizes = [("..." if d is Ellipsis else "any" if d is None else d if isinstance(d, str) and d.isupper() else str(_size(obj, d)) if isinstance(d, str) and not d.startswith("*")
-                      else ", ".join(map(str, getattr(obj, d[1:]))) if isinstance(d, str) else str(d))
+                      else ", ".join(map(str, getattr(obj, d[1:], None) or ("?",))) if isinstance(d, str) else str(d))
                      for d in self.shape]
             text += f" of shape [{', '.join(names)}]" + (f" = [{', '.join(sizes)}]" if sizes != names else "")
         elif self.ndim is not None:
@@ -175,6 +180,8 @@ class TensorArg(Arg):
         """None when `shape` fits; else what to add to the requirement ("" or which argument set a
         shared dim)."""
         dims = self._dims(obj)
+        if dims is None:
+            return None
         if dims and dims[0] is Ellipsis:
             dims = dims[1:]
             if len(shape) < len(dims):

@@ -152,8 +152,10 @@ def test_a_failed_call_drops_its_trajectory_and_nothing_of_it_is_trained(tmp_cwd
         trained_calls += obs[..., 3][obs[..., 0] == 1].tolist()  # the calls before each of actor 1's samples
         ep = rollout.episodes  # every finished episode whole: task t-k lasts k + 2 steps
         assert ep is not None and torch.equal(ep.critical_steps, ep.task.float() + 2)
-    # calls 1-3 made actor 1's first segment (T = 4 not reached): all of it dropped, call 3's sample too
-    assert trained_calls and min(trained_calls) >= 3
+    # calls 1-3 made actor 1's first segment (T = 4 not reached): all of it dropped, call 3's sample too. Which
+    # segments fill a round depends on which worlds answer first, so on a loaded machine actor 1's later segments
+    # may not be in these 3 rounds: the property is that none of its samples before call 3 is ever trained
+    assert all(call >= 3 for call in trained_calls), trained_calls
 
 
 @pytest.mark.parametrize("workers", [0, 2])

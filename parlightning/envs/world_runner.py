@@ -323,10 +323,12 @@ class WorldRunner:
         first: dict[int, BaseException] = {}
         batch = _Batch(len(args))
         actors = self._actors
-        for i, a in args.items():
-            actors[i].inbox.put((batch, method, a))
-        deadline = time.monotonic() + self.step_timeout
+        # the wait opens before the first call is handed over: a world thread may run its call before this
+        # thread gets the CPU back, and the call is part of the bounded wait from its start
         with expected_wait(self.step_timeout, f"the external worlds' {method} (step_timeout)"):
+            for i, a in args.items():
+                actors[i].inbox.put((batch, method, a))
+            deadline = time.monotonic() + self.step_timeout
             return self._collect(batch, method, args, attempts, first, deadline)
 
     def _collect(self, batch: "_Batch", method: str, args: Mapping[int, tuple], attempts: dict[int, int],
