@@ -99,9 +99,31 @@ def _serve(conn: Connection, owner: int, world: Any, world_kwargs: dict, shared:
 def _run_all(conn: Connection, runner: WorldRunner, message: tuple) -> None:
     seq, method, args = message
     try:
-        send(conn, (seq, "ok", runner.run_all(method, args)))
+        reply = (seq, "ok", runner.run_all(method, args))
     except WorldCallFailed as failed:
-        send(conn, (seq, "failed", (failed.actor, failed.method, failed.why)))
+        reply = (seq, "failed", (failed.actor, failed.method, failed.why))
+    _reply(conn, reply, method)
+
+
+def _reply(conn: Connection, reply: tuple, method: str) -> None:
+    """Send a lock-step reply; an answer that cannot be pickled (a world returning a generator, a
+    lock) becomes the failure of the first actor whose value does not pickle, named as such."""
+    try:
+        send(conn, reply)
+    except Exception as err:  # noqa: BLE001 (send pickles before it writes: nothing half-sent)
+        seq, status, value = reply
+        actor = min(value) if status == "ok" and value else -1
+        if status == "ok":
+            for i in sorted(value):
+                try:
+                    pickle.dumps(value[i])
+                except Exception:  # noqa: BLE001
+                    actor = i
+                    break
+        shown = value.get(actor) if isinstance(value, dict) else value
+        send(conn, (seq, "failed", (actor, method, f"returned a value that cannot be sent to the trainer process "
+                                                   f"({type(err).__name__}: {err}): {shown!r:.80}; return plain "
+                                                   "values (numbers, lists, numpy arrays)")))
 
 
 def _read(conn: Connection, runner: WorldRunner) -> None:
@@ -219,7 +241,7 @@ def _stream_on_loop(conn: Connection, runner: WorldRunner, first: tuple) -> None
         except WorldCallFailed as failed:
             reply = (seq, "failed", (failed.actor, failed.method, failed.why))
         with lock:
-            send(conn, reply)
+            _reply(conn, reply, method)
 
 
 def _sendable(packed: tuple) -> tuple:
@@ -232,6 +254,11 @@ def _sendable(packed: tuple) -> tuple:
         why = TypeError(f"returned a value that cannot be sent to the trainer process ({type(err).__name__}: "
                         f"{err}): {value!r:.80}")
         return i, method, False, why, seconds, attempts, busy
+
+
+def _said(err: Any) -> str:
+    """A worker's reported exception as text for the one line."""
+    return f"{type(err).__name__}: {' '.join(str(err).split())[:300]}"
 
 
 def _picklable(name: str, value: Any, fix: str) -> None:
@@ -316,10 +343,14 @@ class WorkerProcesses:
             raise WorldCallFailed(self.blocks[w][0], method, f"worker process {w} (actors {self._span(w)}) "
                                                             f"stopped answering for {timeout:g}s")
         try:
-            return self._children[w].receive()
+            message = self._children[w].receive()
         except ProcessDied as err:
             raise WorldCallFailed(self.blocks[w][0], method, f"worker process {w} (actors {self._span(w)}) "
                                                             f"died (exit code {err.exitcode})") from None
+        if message[0] == "error":  # the worker failed (and exits): what it said, in the one line
+            raise WorldCallFailed(self.blocks[w][0], method, f"worker process {w} (actors {self._span(w)}) failed: "
+                                                            f"{_said(message[1])}")
+        return message
 
     def _span(self, w: int) -> str:
         block = self.blocks[w]
@@ -418,6 +449,8 @@ class WorkerProcesses:
                     raise self._lost(w, f"failed ({type(err).__name__}: {err})") from None
                 if message[0] == "answers":
                     out += self._unpack(w, message[1])
+                elif message[0] == "error":
+                    raise self._lost(w, f"failed ({_said(message[1])})")
                 if not conn.poll(0):
                     break
         now = time.monotonic()
