@@ -38,7 +38,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any, Mapping, Optional, Sequence
 
 from parlightning.envs.world_runner import (
-    StreamAnswer, WorldCallFailed, WorldRunner, build_shared, close_all, describe_raised, resolve, warn_close_errors,
+    CloseTimeout, StreamAnswer, WorldCallFailed, WorldRunner, build_shared, close_all, describe_raised, resolve, warn_close_errors,
 )
 from parlightning.errors import ConfigError
 from parlightning.runtime.processes import (
@@ -46,6 +46,7 @@ from parlightning.runtime.processes import (
 )
 from parlightning.runtime.waits import expected_wait
 
+CLOSE_GRACE = 2.0  # seconds a worker may take to close its worlds and exit once asked, before it is terminated
 READY_TIMEOUT = 120.0  # seconds a worker may take to import and build its worlds
 IDLE_WAKE = 1.0  # seconds a streaming worker with nothing to do sleeps between looks at its deadlines
 TICK = 0.05  # seconds between a streaming event loop's looks at its calls' deadlines
@@ -307,7 +308,9 @@ class WorkerProcesses:
         self._stash: list[StreamAnswer] = []
         self._worker_of: dict[Any, int] = {}
         self.replaced = 0  # worlds rebuilt after a hung call (in their workers)
-        self._finalizer = weakref.finalize(self, stop, self._processes, self._connections)
+        self._finalizer = weakref.finalize(self, stop, self._processes, self._connections, CLOSE_GRACE)
+        self.close_errors: list[tuple[int, BaseException]] = []  # (first actor, why) of workers that hung closing
+        self.world_name = getattr(world, "__name__", str(world).rpartition(":")[2].rpartition(".")[2])
         for w, block in enumerate(self.blocks):  # forkserver: the server imports this module once
             child = Child(_serve, (world, dict(world_kwargs), dict(shared or {}), block, seed, step_timeout, retries,
                                    switch_interval, retry_any), name=f"external-worlds-{w}",
@@ -329,6 +332,7 @@ class WorkerProcesses:
                 raise
             if self._facts is None:
                 self._facts = facts
+                self.world_name = facts.get("world_name", self.world_name)
 
     def facts(self) -> dict[str, Any]:
         return dict(self._facts)
@@ -473,5 +477,13 @@ class WorkerProcesses:
         return describe_raised(first, attempts, last, self.retries)
 
     def close(self) -> None:
-        """Close every worker's worlds and shared resources and end the processes; idempotent."""
+        """Close every worker's worlds and shared resources and end the processes; idempotent. A
+        worker still closing its worlds after the grace is terminated, and named in `close_errors`."""
+        alive = self._finalizer.alive and [p.is_alive() for p in self._processes]
         self._finalizer()
+        for w, was in enumerate(alive or ()):
+            code = self._processes[w].exitcode
+            if was and code is not None and code < 0:  # terminated or killed by `stop`, not ended by itself
+                self.close_errors.append((self.blocks[w][0], CloseTimeout(
+                    f"did not return: worker process {w} (actors {self._span(w)}) was still closing its worlds "
+                    f"{CLOSE_GRACE:g}s after it was asked to, and was terminated")))
