@@ -188,7 +188,7 @@ def test_a_deadlocked_main_thread_ends_every_rank_at_the_stall_timeout_naming_wh
     assert len(lines) == 1, stderr[-3000:]
     assert (tmp_path / "slow_call_done").exists(), lines  # the declared wait ran to its end
     assert f"rank 1 (pid {pids[1]})" in lines[0] and "made no progress for 4 s" in lines[0], lines[0]
-    assert "reliability_helpers.py" in lines[0] and "in on_rollout_start" in lines[0], lines[0]
+    assert "reliability_helpers.py" in lines[0] and "in DeadlockOnRank.on_rollout_start" in lines[0], lines[0]  # Class.method
     assert "declared_slow_call" not in lines[0] and "--stall_timeout" in lines[0], lines[0]
     assert "Traceback" not in stderr, stderr[-3000:]
     assert took < SIGNAL_BOUND_S and not _processes_mentioning(str(tmp_path))

@@ -103,6 +103,11 @@ class ParlCLI(LightningCLI):
             value = config.get(name)
             if value is not None and not value >= least:  # NaN too
                 raise SystemExit(f"error: --{name}: must be at least {least:g} seconds or null (off), got {value}")
+        watch = _STARTING.get("watch")
+        if watch is not None:  # from here on user code runs (the config's classes): a main thread stuck
+            watch.heartbeat_timeout = config.get("heartbeat_timeout")  # anywhere ends the run with one line
+            watch.stall_timeout = config.get("stall_timeout")
+            watch.watch_from_start()
 
 
 def main(args: Optional[list[str]] = None) -> ParlCLI:
@@ -113,6 +118,19 @@ def main(args: Optional[list[str]] = None) -> ParlCLI:
     field, before any rollout and before anything is written.
     """
     args = resolve_config_args(sys.argv[1:] if args is None else args)  # `--config swarm`: the packaged file
+    watch = RankWatch()  # started once the arguments are parsed, before any class of the config is built
+    _STARTING["watch"] = watch
+    try:
+        return _main(args, watch)
+    finally:
+        _STARTING.pop("watch", None)
+        watch.stop_watching_alone()  # the one-process stall watch covers the whole run, teardown included
+
+
+_STARTING: dict[str, RankWatch] = {}  # the watch `main` made, for `ParlCLI.before_instantiate_classes` to start
+
+
+def _main(args: list[str], watch: RankWatch) -> ParlCLI:
     try:
         cli = build_cli(args)
         ckpt = cli.config.get("ckpt_path")
@@ -130,8 +148,8 @@ def main(args: Optional[list[str]] = None) -> ParlCLI:
     estimate = (probe or {}).get("iteration_estimate")
     if stall is not None and estimate:  # one step (a minibatch's backward) may not look stuck: 3x its estimate
         stall = max(stall, 3 * estimate["longest_call_seconds"])
-    watch = RankWatch(flat_config(cli.config, (probe or {}).get("env_signature")),  # DDP: one rank's fault stops all
-                      cli.config.get("heartbeat_timeout"), stall)
+    watch.config = flat_config(cli.config, (probe or {}).get("env_signature"))  # DDP: one rank's fault stops all
+    watch.heartbeat_timeout, watch.stall_timeout = cli.config.get("heartbeat_timeout"), stall
     cli.trainer.callbacks.append(watch)
     use_atomic_checkpoints(cli.trainer)
     claimed = claim_version(cli.trainer)  # an atomic mkdir: runs started together get their own version_N
@@ -146,7 +164,6 @@ def main(args: Optional[list[str]] = None) -> ParlCLI:
         try:
             cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=ckpt)
         finally:
-            watch.stop_watching_alone()  # a one-process run's stall watch ends with its fit
             restore_signals()  # fit() from the Python API leaves the caller's handlers as they were
     except BaseException as err:
         _reopen_stderr()  # user code that closed sys.stderr must not swallow the one error line

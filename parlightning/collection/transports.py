@@ -403,7 +403,10 @@ def serve(conn: Any, owner: int, factory: Callable, num_envs: int, num_steps: in
     finally:
         close = getattr(child.loop.env, "close", None)
         if callable(close):
-            close()
+            try:
+                close()
+            except Exception:  # noqa: BLE001 (the child prints nothing: its run already ended or failed)
+                pass
 
 
 class ProcessTransport:

@@ -149,7 +149,12 @@ class ExternalBatchedEnv(BatchedEnv):
             init_args}}` (e.g. `pool:` a subagent pool), closed by `close()`; objects passed
             ready-made are shared as they are and left to their owner to close.
         task_ids: the task bank; default the first world's `tasks` (None: a world without tasks).
-        step_timeout: seconds a reset or step may take before the run ends with an error.
+        step_timeout: seconds a reset or step may take before the run ends with an error. It also
+            bounds each world's constructor and the worlds' close(), at least 10 s each
+            (`world_runner.LIFECYCLE_FLOOR_S`): a constructor that never returns is one error naming
+            the world and the actor; a close() that never returns is abandoned (its daemon thread;
+            a worker process still closing 2 s after it was asked is terminated) with one
+            `WorldCloseWarning` naming it, refused by the preflight's probe like a close() that raises.
         retries: times a call that raised a retryable exception (the world's `retryable`, default
             ConnectionError / TimeoutError) is repeated before the run ends with its first error.
         on_error: what a world call that still fails (raised after `retries`, hung past

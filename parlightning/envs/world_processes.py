@@ -38,7 +38,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any, Mapping, Optional, Sequence
 
 from parlightning.envs.world_runner import (
-    StreamAnswer, WorldCallFailed, WorldRunner, build_shared, close_all, describe_raised, resolve, warn_close_errors,
+    CloseTimeout, StreamAnswer, WorldCallFailed, WorldRunner, build_shared, close_all, describe_raised, resolve, warn_close_errors,
 )
 from parlightning.errors import ConfigError
 from parlightning.runtime.processes import (
@@ -46,6 +46,7 @@ from parlightning.runtime.processes import (
 )
 from parlightning.runtime.waits import expected_wait
 
+CLOSE_GRACE = 2.0  # seconds a worker may take to close its worlds and exit once asked, before it is terminated
 READY_TIMEOUT = 120.0  # seconds a worker may take to import and build its worlds
 IDLE_WAKE = 1.0  # seconds a streaming worker with nothing to do sleeps between looks at its deadlines
 TICK = 0.05  # seconds between a streaming event loop's looks at its calls' deadlines
@@ -99,9 +100,31 @@ def _serve(conn: Connection, owner: int, world: Any, world_kwargs: dict, shared:
 def _run_all(conn: Connection, runner: WorldRunner, message: tuple) -> None:
     seq, method, args = message
     try:
-        send(conn, (seq, "ok", runner.run_all(method, args)))
+        reply = (seq, "ok", runner.run_all(method, args))
     except WorldCallFailed as failed:
-        send(conn, (seq, "failed", (failed.actor, failed.method, failed.why)))
+        reply = (seq, "failed", (failed.actor, failed.method, failed.why))
+    _reply(conn, reply, method)
+
+
+def _reply(conn: Connection, reply: tuple, method: str) -> None:
+    """Send a lock-step reply; an answer that cannot be pickled (a world returning a generator, a
+    lock) becomes the failure of the first actor whose value does not pickle, named as such."""
+    try:
+        send(conn, reply)
+    except Exception as err:  # noqa: BLE001 (send pickles before it writes: nothing half-sent)
+        seq, status, value = reply
+        actor = min(value) if status == "ok" and value else -1
+        if status == "ok":
+            for i in sorted(value):
+                try:
+                    pickle.dumps(value[i])
+                except Exception:  # noqa: BLE001
+                    actor = i
+                    break
+        shown = value.get(actor) if isinstance(value, dict) else value
+        send(conn, (seq, "failed", (actor, method, f"returned a value that cannot be sent to the trainer process "
+                                                   f"({type(err).__name__}: {err}): {shown!r:.80}; return plain "
+                                                   "values (numbers, lists, numpy arrays)")))
 
 
 def _read(conn: Connection, runner: WorldRunner) -> None:
@@ -219,7 +242,7 @@ def _stream_on_loop(conn: Connection, runner: WorldRunner, first: tuple) -> None
         except WorldCallFailed as failed:
             reply = (seq, "failed", (failed.actor, failed.method, failed.why))
         with lock:
-            send(conn, reply)
+            _reply(conn, reply, method)
 
 
 def _sendable(packed: tuple) -> tuple:
@@ -232,6 +255,11 @@ def _sendable(packed: tuple) -> tuple:
         why = TypeError(f"returned a value that cannot be sent to the trainer process ({type(err).__name__}: "
                         f"{err}): {value!r:.80}")
         return i, method, False, why, seconds, attempts, busy
+
+
+def _said(err: Any) -> str:
+    """A worker's reported exception as text for the one line."""
+    return f"{type(err).__name__}: {' '.join(str(err).split())[:300]}"
 
 
 def _picklable(name: str, value: Any, fix: str) -> None:
@@ -280,7 +308,9 @@ class WorkerProcesses:
         self._stash: list[StreamAnswer] = []
         self._worker_of: dict[Any, int] = {}
         self.replaced = 0  # worlds rebuilt after a hung call (in their workers)
-        self._finalizer = weakref.finalize(self, stop, self._processes, self._connections)
+        self._finalizer = weakref.finalize(self, stop, self._processes, self._connections, CLOSE_GRACE)
+        self.close_errors: list[tuple[int, BaseException]] = []  # (first actor, why) of workers that hung closing
+        self.world_name = getattr(world, "__name__", str(world).rpartition(":")[2].rpartition(".")[2])
         for w, block in enumerate(self.blocks):  # forkserver: the server imports this module once
             child = Child(_serve, (world, dict(world_kwargs), dict(shared or {}), block, seed, step_timeout, retries,
                                    switch_interval, retry_any), name=f"external-worlds-{w}",
@@ -302,6 +332,7 @@ class WorkerProcesses:
                 raise
             if self._facts is None:
                 self._facts = facts
+                self.world_name = facts.get("world_name", self.world_name)
 
     def facts(self) -> dict[str, Any]:
         return dict(self._facts)
@@ -316,10 +347,14 @@ class WorkerProcesses:
             raise WorldCallFailed(self.blocks[w][0], method, f"worker process {w} (actors {self._span(w)}) "
                                                             f"stopped answering for {timeout:g}s")
         try:
-            return self._children[w].receive()
+            message = self._children[w].receive()
         except ProcessDied as err:
             raise WorldCallFailed(self.blocks[w][0], method, f"worker process {w} (actors {self._span(w)}) "
                                                             f"died (exit code {err.exitcode})") from None
+        if message[0] == "error":  # the worker failed (and exits): what it said, in the one line
+            raise WorldCallFailed(self.blocks[w][0], method, f"worker process {w} (actors {self._span(w)}) failed: "
+                                                            f"{_said(message[1])}")
+        return message
 
     def _span(self, w: int) -> str:
         block = self.blocks[w]
@@ -418,6 +453,8 @@ class WorkerProcesses:
                     raise self._lost(w, f"failed ({type(err).__name__}: {err})") from None
                 if message[0] == "answers":
                     out += self._unpack(w, message[1])
+                elif message[0] == "error":
+                    raise self._lost(w, f"failed ({_said(message[1])})")
                 if not conn.poll(0):
                     break
         now = time.monotonic()
@@ -440,5 +477,13 @@ class WorkerProcesses:
         return describe_raised(first, attempts, last, self.retries)
 
     def close(self) -> None:
-        """Close every worker's worlds and shared resources and end the processes; idempotent."""
+        """Close every worker's worlds and shared resources and end the processes; idempotent. A
+        worker still closing its worlds after the grace is terminated, and named in `close_errors`."""
+        alive = self._finalizer.alive and [p.is_alive() for p in self._processes]
         self._finalizer()
+        for w, was in enumerate(alive or ()):
+            code = self._processes[w].exitcode
+            if was and code is not None and code < 0:  # terminated or killed by `stop`, not ended by itself
+                self.close_errors.append((self.blocks[w][0], CloseTimeout(
+                    f"did not return: worker process {w} (actors {self._span(w)}) was still closing its worlds "
+                    f"{CLOSE_GRACE:g}s after it was asked to, and was terminated")))

@@ -25,6 +25,31 @@ from parlightning.runtime.waits import expected_wait
 TIMEOUT_HINT = "(raise data.env.init_args.step_timeout if it is just slow)"
 
 
+LIFECYCLE_FLOOR_S = 10.0  # a world's constructor and close() may take max(step_timeout, this) seconds
+
+
+class CloseTimeout(Exception):
+    """A world's close() (or a worker process closing its worlds) did not return within its bound."""
+
+
+def run_bounded(fn: Callable[[], Any], seconds: float, what: str) -> tuple[str, Any]:
+    """Call `fn()` on a daemon thread and wait at most `seconds` (a declared wait): `("ok", value)`,
+    `("raised", exc)` or `("hung", None)` (the thread is abandoned: a daemon never keeps the process)."""
+    box: list = []
+
+    def call() -> None:
+        try:
+            box.append(("ok", fn()))
+        except BaseException as err:  # noqa: BLE001 (handed to the caller)
+            box.append(("raised", err))
+
+    thread = threading.Thread(target=call, name=f"external-world-{what}", daemon=True)
+    thread.start()
+    with expected_wait(seconds, what):
+        thread.join(seconds)
+    return box[0] if box else ("hung", None)
+
+
 DEFAULT_RETRYABLE = (ConnectionError, TimeoutError)  # what `retries` repeats unless a world declares `retryable`
 
 
@@ -66,6 +91,12 @@ def warn_close_errors(runner: Any) -> None:
         return
     actors = ", ".join(str(i) for i, _ in failed[:8]) + (", ..." if len(failed) > 8 else "")
     err = failed[0][1]
+    if isinstance(err, CloseTimeout):
+        warnings.warn(f"data.env.world: {getattr(runner, 'world_name', 'the world')}.close() (actor {actors}) "
+                      f"{err}; abandoned, the rest was closed and anything already written (checkpoints) is kept; "
+                      "make close() return promptly (or raise data.env.init_args.step_timeout if it is just slow)",
+                      WorldCloseWarning, stacklevel=3)
+        return
     warnings.warn(f"data.env.world: {getattr(runner, 'world_name', 'the world')}.close() raised {type(err).__name__}: "
                   f"{error_text(err)[:160]} (actor {actors}); the rest was closed; fix close() (make it idempotent "
                   "and let it not raise when its resource is already gone)", WorldCloseWarning, stacklevel=3)
@@ -253,7 +284,7 @@ class WorldRunner:
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         for i in actors:
             try:
-                self.worlds[i] = self._build(i, seed + i)
+                self.worlds[i] = self._build_bounded(i, seed + i)
             except ConfigError:
                 self.close()
                 raise
@@ -270,6 +301,26 @@ class WorldRunner:
             self._loop_thread.start()
         else:
             self._actors = {i: _ThreadActor(i, w) for i, w in self.worlds.items()}
+
+    @property
+    def lifecycle_timeout(self) -> float:
+        """Seconds a world's constructor or close() may take: step_timeout, at least 10 s."""
+        return max(self.step_timeout, LIFECYCLE_FLOOR_S)
+
+    def _build_bounded(self, i: int, seed: int) -> Any:
+        """`_build` on a daemon thread, bounded by `lifecycle_timeout`: a constructor that never
+        returns (a login that never answers) is a ConfigError naming the world, the actor and the bound."""
+        bound = self.lifecycle_timeout
+        status, value = run_bounded(lambda: self._build(i, seed), bound, f"{self.world_name}'s constructor "
+                                                                           f"(actor {i}, step_timeout)")
+        if status == "ok":
+            return value
+        if status == "raised":
+            raise value
+        raise ConfigError(f"data.env.world: {self.world_name}(**world_kwargs) for actor {i}: its constructor did not "
+                          f"return within {bound:g}s (a world's constructor and close() are bounded by step_timeout="
+                          f"{self.step_timeout:g}s, at least {LIFECYCLE_FLOOR_S:g}s); it was abandoned; raise "
+                          "data.env.init_args.step_timeout if it is just slow, else fix the constructor")
 
     def _build(self, i: int, seed: int) -> Any:
         factory = self._factory
@@ -522,7 +573,7 @@ class WorldRunner:
         """A fresh world for actor i (its call hung: a thread world's thread is abandoned, daemon)."""
         self._calls.pop(i, None)
         self.replaced += 1
-        world = self._build(i, self._seed + i + 7919 * self.replaced)
+        world = self._build_bounded(i, self._seed + i + 7919 * self.replaced)
         self.worlds[i] = world
         self._busy_seen.pop(i, None)
         if not self.is_async:
@@ -539,15 +590,26 @@ class WorldRunner:
             actor.thread.join(timeout=1.0)
         self._actors = {}
         loop = self._loop
+        bound = self.lifecycle_timeout
+        deadline = time.monotonic() + bound  # one bound for all the worlds' close(), each on a daemon thread
         for i, world in self.worlds.items():
             close = getattr(world, "close", None)
             if callable(close):
-                try:
+                def closing(close: Callable = close) -> None:
                     result = close()
                     if inspect.isawaitable(result) and loop is not None:
-                        asyncio.run_coroutine_threadsafe(result, loop).result(timeout=5.0)
-                except Exception as err:  # closing the rest matters more than one world's close error
+                        asyncio.run_coroutine_threadsafe(result, loop).result(timeout=bound)
+
+                left = max(deadline - time.monotonic(), 0.5)
+                status, err = run_bounded(closing, left, f"{self.world_name}.close() (actor {i}, step_timeout)")
+                if status == "raised" and not isinstance(err, Exception):
+                    raise err  # KeyboardInterrupt, SystemExit: as before
+                if status == "raised":  # closing the rest matters more than one world's close error
                     self.close_errors.append((i, err))  # the env reports them once all is closed
+                elif status == "hung":  # named first (ahead of close() errors), in actor order
+                    self.close_errors.insert(sum(isinstance(e, CloseTimeout) for _, e in self.close_errors), (i, CloseTimeout(
+                        f"did not return within {bound:g}s (a world's constructor and close() are bounded by "
+                        f"step_timeout={self.step_timeout:g}s, at least {LIFECYCLE_FLOOR_S:g}s)")))
         self.worlds = {}
         if loop is not None:
             loop.call_soon_threadsafe(loop.stop)

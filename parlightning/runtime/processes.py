@@ -90,9 +90,14 @@ def sendable_error(err: BaseException, where: str = "child process") -> BaseExce
     try:
         pickle.loads(pickle.dumps(err))
         return err
-    except Exception:
-        text = "".join(traceback.format_exception(type(err), err, err.__traceback__))
-        return RuntimeError(f"{where}: {type(err).__name__}: {err}\n{text}")
+    except Exception:  # the innermost frame, not the whole traceback: the parent reports it in one line
+        frames = traceback.extract_tb(err.__traceback__)
+        at = f" (at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno} in {frames[-1].name})" if frames else ""
+        try:
+            text = " ".join(str(err).split())[:300]
+        except Exception:  # noqa: BLE001 (an exception whose __str__ fails)
+            text = "?"
+        return RuntimeError(f"{where}: {type(err).__name__}: {text}{at}")
 
 
 def _watch(owner: int, interval: float) -> None:
@@ -138,10 +143,22 @@ def stop(processes: Sequence[Any], connections: Sequence[Connection], grace: flo
         conn.close()
 
 
-def _child_main(target: Callable[..., None], wait_slot: Any, *args: Any) -> None:
-    """The child's entry: its declared waits are published to its parent, then `target` runs."""
+def _child_main(target: Callable[..., None], wait_slot: Any, conn: Connection, *args: Any) -> None:
+    """The child's entry: its declared waits are published to its parent, then `target` runs. A child
+    never prints a traceback of its own (the run's one line is its parent's): an exception that
+    escapes `target` (a bug, a message that cannot be pickled) is sent to the parent as
+    `("error", exc)`, which `Child` reports, and the child exits with status 1 without a word."""
     waits.serve_in_child(wait_slot)
-    target(*args)
+    try:
+        target(conn, *args)
+    except SystemExit:
+        raise
+    except BaseException as err:  # noqa: BLE001 (KeyboardInterrupt too: the parent reports the run's end)
+        try:
+            send(conn, ("error", sendable_error(err, f"{mp.current_process().name} process")))
+        except Exception:  # noqa: BLE001 (the parent has gone: nobody to tell)
+            pass
+        os._exit(1)
 
 
 class Child:

@@ -189,6 +189,8 @@ class RankWatch(RolloutCallback):
         self._main_ident = threading.main_thread().ident
         self._done = False
         self.cleanup: Optional[Any] = None  # a one-process run: what to remove before it ends (set by the CLI)
+        self._from_start = False  # started by `watch_from_start` (the CLI): watches the whole run
+        self._alone: list[threading.Thread] = []
 
     @property
     def active(self) -> bool:
@@ -199,6 +201,11 @@ class RankWatch(RolloutCallback):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         import torch.distributed as dist
 
+        if isinstance(self.store, _LocalStore) and not self._done:  # the CLI's watch, started before the classes
+            if trainer.world_size <= 1:
+                self.trainer = trainer  # it goes on watching this process
+                return
+            self._end_early_watch()  # DDP: the ranks' own watch takes over from here
         if trainer.world_size <= 1 and self.stall_timeout is not None and self.store is None:
             self._watch_alone(trainer)  # one process: only its own main thread can be stuck
             return
@@ -228,7 +235,7 @@ class RankWatch(RolloutCallback):
         self._compare_configs()
         self._beats.compared = True  # every rank has written its first beat: a missing one is now a fault
 
-    def _watch_alone(self, trainer: pl.Trainer) -> None:
+    def _watch_alone(self, trainer: Optional[pl.Trainer]) -> None:
         """A one-process run: the same progress rules as a rank's (hooks, declared waits, a moving
         stack or child), judged on this process alone, so a main thread stuck for good (a deadlocked
         sampler, callback or world) ends the run with one line naming where, instead of hanging. No
@@ -237,8 +244,31 @@ class RankWatch(RolloutCallback):
         self.store = _LocalStore()
         self._beats = _Beats(self)
         self._beats.compared = True
-        threading.Thread(target=self._watch, name="parlightning-stall-watch", daemon=True).start()
-        threading.Thread(target=self._tick_alone, name="parlightning-stall-tick", daemon=True).start()
+        self._alone = [threading.Thread(target=self._watch, name="parlightning-stall-watch", daemon=True),
+                       threading.Thread(target=self._tick_alone, name="parlightning-stall-tick", daemon=True)]
+        for thread in self._alone:
+            thread.start()
+
+    def watch_from_start(self) -> None:
+        """Start the one-process stall watch now, before the trainer exists (the CLI calls this before
+        it builds any class of the config): a main thread stuck anywhere in the run (a user class's
+        constructor, the preflight probe, the data module's setup, a strategy's `plan`, teardown and
+        the worlds' `close`) ends it with one line naming where. `setup` keeps it for a one-process
+        fit and hands over to the ranks' own watch under DDP; `stop_watching_alone` ends it."""
+        if self.stall_timeout is not None and self.store is None:
+            self._from_start = True
+            self._watch_alone(None)
+
+    def _end_early_watch(self) -> None:
+        """(DDP setup) stop the one-process watch started by `watch_from_start`, so the ranks' watch
+        starts from a clean state (its threads are joined: none of them judges this rank alone again)."""
+        self._stop.set()
+        for thread in getattr(self, "_alone", ()):
+            if thread is not threading.current_thread():
+                thread.join(timeout=5 * BEAT_S)
+        self._alone = []
+        self._stop = threading.Event()
+        self.store, self._beats, self._from_start = None, None, False
 
     def _tick_alone(self) -> None:
         """The second thread of a one-process watch: it only notes that the process runs (a beat
@@ -254,13 +284,16 @@ class RankWatch(RolloutCallback):
             self._stop.set()
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
-        self.stop_watching_alone()
+        if not self._from_start:  # the CLI's watch goes on through the data module's on_exception (closing the
+            self.stop_watching_alone()  # worlds) and the CLI's report; it stops it itself
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.active:
             self._install_handlers()  # Lightning installed its own SIGTERM handler after setup: replace it
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if self._from_start and isinstance(self.store, _LocalStore):
+            return  # the CLI's one-process watch ends when the CLI is done (after the worlds are closed)
         self._done = True
         self._stop.set()  # a normal end: rank 0's store may close before this rank exits, that is no fault
         if self.active:
@@ -615,8 +648,9 @@ class _Beats:
                 f"hung: its main thread made no progress for {timeout:g} s, stuck at {mine['where']} (raise "
                 "--stall_timeout if one step can take longer, or declare the wait with "
                 "parlightning.runtime.waits.expected_wait)")}
-        # every rank waits for the others (a rank stuck elsewhere names itself, above)
-        if len(live) == watch.world_size and watch.rank == min(live) and all(
+        # every rank waits for the others (a rank stuck elsewhere names itself, above); one process alone
+        # waiting in torch.distributed is a DDP rank before its own watch took over (the rendezvous)
+        if watch.active and len(live) == watch.world_size and watch.rank == min(live) and all(
                 b.get("stalled", 0) > b.get("allowed", timeout) and b.get("waiting") for b in live.values()):
             each = "; ".join(f"rank {r} at {b.get('where') or '?'}" + (f" ({b['waiting']})" if b.get("waiting") else "")
                              for r, b in sorted(live.items()))
@@ -668,7 +702,8 @@ def _where(frame: Any) -> str:
             name = rel if not rel.startswith("..") else os.path.join(*name.split(os.sep)[-2:])
         except ValueError:
             pass
-        return f"{name}:{f.f_lineno} in {f.f_code.co_name}"
+        qualname = getattr(f.f_code, "co_qualname", f.f_code.co_name).rsplit(".<locals>.", 1)[-1]  # Class.method
+        return f"{name}:{f.f_lineno} in {qualname}"
 
     if inner is None:
         return "?"
