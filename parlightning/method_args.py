@@ -33,7 +33,7 @@ from typing import Any, Optional, Union
 from parlightning.config_types import check_plain, check_value, constraint_of, plain_of
 from parlightning.errors import ArgumentError, ConfigError
 
-__all__ = ["Arg", "ArgumentError", "IndexArg", "Is", "OneOf", "Passed", "TensorArg", "checked", "checked_methods", "specs_of"]
+__all__ = ["Arg", "ArgumentError", "IndexArg", "Is", "MappingArg", "OneOf", "Passed", "TensorArg", "checked", "checked_methods", "specs_of"]
 
 _DTYPE_TEXT = {"int": "an integer (torch.long)", "float": "a float", "bool": "a bool", "number": "a numeric"}
 
@@ -243,6 +243,29 @@ class Is(Arg):
     def check(self, field: str, value: Any, obj: Any, call: dict) -> None:
         if not (value is None and self.optional) and not isinstance(value, self.types):
             self.fail(field, self.need, value)
+
+
+class MappingArg(Arg):
+    """A mapping with the declared `required` keys, each value passing its check: `required` maps a
+    key to (accepts(value) -> bool, what the value must be); `example` is a valid mapping, quoted in
+    the line. A missing key is named with the keys given; a wrong value with the key."""
+
+    def __init__(self, required: dict, example: str, optional: bool = False) -> None:
+        self.required, self.example, self.optional = required, example, optional
+
+    def check(self, field: str, value: Any, obj: Any, call: dict) -> None:
+        if value is None and self.optional:
+            return
+        if not isinstance(value, Mapping):
+            self.fail(field, f"a mapping such as {self.example}", value)
+        missing = [k for k in self.required if k not in value]
+        if missing:
+            raise ArgumentError(f"{field}: must have the key{'s' if len(missing) > 1 else ''} "
+                                f"{', '.join(map(repr, missing))} (it has {sorted(map(str, value))!r:.80}); every "
+                                f"one of {', '.join(map(repr, self.required))} is required, e.g. {self.example}")
+        for key, (accepts, need) in self.required.items():
+            if not accepts(value[key]):
+                raise ArgumentError(f"{field}[{key!r}]: must be {need}, got {_got(value[key])}")
 
 
 class OneOf(Arg):
