@@ -247,7 +247,8 @@ def check_container(field: str, annotation: Any, value: Any) -> Any:
             if not _item_ok(inner, key):
                 raise ConfigError(f"{field}: each key must be {_item_name(inner)}, got {key!r:.40}")
             if not _item_ok(vtype, item):
-                raise ConfigError(f"{field}[{key!r:.40}]: must be {_item_name(vtype)}, got "
+                at = f"{field}.{key}" if isinstance(key, str) and key.isidentifier() else f"{field}[{key!r:.40}]"
+                raise ConfigError(f"{at}: must be {_item_name(vtype)}, got "
                                   f"{type(item).__name__} {item!r:.40}")
         return value
     if isinstance(value, (str, bytes, AbcMapping)) or not isinstance(value, AbcSequence):

@@ -28,12 +28,12 @@ import sys
 import typing
 from collections.abc import Iterable as AbcIterable
 from collections.abc import Mapping
-from typing import Any, Optional, Union
+from typing import Any, Iterable, Optional, Union
 
 from parlightning.config_types import check_plain, check_value, constraint_of, plain_of
 from parlightning.errors import ArgumentError, ConfigError
 
-__all__ = ["Arg", "ArgumentError", "IndexArg", "Is", "MappingArg", "OneOf", "Passed", "TensorArg", "checked", "checked_methods", "specs_of"]
+__all__ = ["Arg", "ArgumentError", "IndexArg", "Is", "MappingArg", "check_state", "OneOf", "Passed", "TensorArg", "checked", "checked_methods", "specs_of"]
 
 _DTYPE_TEXT = {"int": "an integer (torch.long)", "float": "a float", "bool": "a bool", "number": "a numeric"}
 
@@ -476,3 +476,45 @@ def specs_of(function: Any) -> Optional[tuple[dict[str, Arg], list[str]]]:
         return None
     plan = _Plan(*found)
     return plan.specs, plan.unchecked
+
+
+def _state_text(value: Any) -> str:
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor):
+        return f"a tensor of shape {list(value.shape)} and dtype {str(value.dtype).removeprefix('torch.')}"
+    return f"{type(value).__name__} {value!r:.40}"
+
+
+def check_state(owner: str, state: Any, own: Mapping, *, optional: Iterable[str] = (), free_shape: Iterable[str] = (),
+                skip: Iterable[str] = (), hint: str = "", _path: str = "state") -> None:
+    """The one check of a world's or sampler's `load_state_dict(state)` before anything is loaded:
+    `state` is a mapping with `own`'s keys (`own` is this object's `state_dict()`; keys in `optional`
+    may be absent on either side), and each tensor in `own` has its counterpart as a tensor of the same
+    dtype and shape (`free_shape`: keys whose length follows a bank or a binding; `skip`: keys a nested
+    object checks itself). Nested mappings are checked the same way. A mismatch is one ConfigError
+    `"{owner}.load_state_dict(state): ..."` naming the missing / unexpected keys or the key and both
+    shapes, with `hint` (e.g. "; load it into a SwarmEnv built with the num_envs it was saved from")."""
+    from parlightning.errors import ConfigError
+
+    torch = _torch()
+    where = f"{owner}.load_state_dict(state)"
+    if not isinstance(state, Mapping):
+        raise ArgumentError(f"{where}: {_path} must be a mapping (a {owner}'s state_dict()), got {_got(state)}")
+    optional, free_shape, skip = set(optional), set(free_shape), set(skip)
+    missing = [k for k in own if k not in state and k not in optional]
+    unexpected = [k for k in state if k not in own and k not in optional]
+    if missing or unexpected:
+        parts = ([f"missing keys {missing}"] if missing else []) + ([f"unexpected keys {unexpected}"] if unexpected else [])
+        raise ConfigError(f"{where}: {_path} has {' and '.join(parts)}; pass a state_dict() of a {owner} (its keys: "
+                          f"{list(own)}){hint}")
+    for key, mine in own.items():
+        if key not in state or key in skip or mine is None:
+            continue
+        value, at = state[key], f"{_path}[{key!r}]"
+        if isinstance(mine, torch.Tensor):
+            if not isinstance(value, torch.Tensor) or value.dtype != mine.dtype or (
+                    key not in free_shape and value.shape != mine.shape):
+                raise ConfigError(f"{where}: {at} is {_state_text(value)}, this {owner}'s is {_state_text(mine)}"
+                                  f"{hint or f'; pass a state_dict() of a {owner} built like this one'}")
+        elif isinstance(mine, Mapping) and isinstance(value, Mapping) and key not in free_shape:
+            check_state(owner, value, mine, hint=hint, _path=at)
