@@ -218,8 +218,13 @@ class Collector:
             return
         try:
             self.sampler.load_state_dict(state["sampler"])
-        except ConfigError:
-            raise
+        except ConfigError as err:
+            if ".load_state_dict(state)" not in str(err):  # not the state check's (method_args.check_state)
+                raise
+            name = type(getattr(self.sampler, "sampler", self.sampler)).__name__
+            raise ConfigError(f"data.sampler: the checkpoint's sampler state does not fit this config's {name} "
+                              f"({str(err)[:240]}); resume with the sampler that wrote it, or start fresh without "
+                              "--ckpt_path") from None
         except (KeyError, ValueError, TypeError, AttributeError) as err:  # another sampler's state (or none)
             name = type(getattr(self.sampler, "sampler", self.sampler)).__name__
             raise ConfigError(f"data.sampler: the checkpoint's sampler state does not fit this config's {name} "

@@ -57,6 +57,39 @@ class ActionSpec:
                 what = "categories" if field == "nvec" else "numbers"
                 raise ValueError(f"ActionSpec.{field}: {getattr(self, field)!r} has {bad[0]!r}; each entry is an int >= 1 "
                                  f"(the {what} of one action dimension), e.g. {example}")
+        self._check_kind()
+
+    def _check_kind(self) -> None:
+        """The fields the kind uses, and only those: discrete one nvec entry, multi_discrete one or more,
+        continuous a shape and optional finite bounds low < high; a field of another kind is refused."""
+        from parlightning.errors import ConfigError
+
+        kind, nvec, shape = self.kind, self.nvec, self.shape
+        if kind == "discrete" and len(nvec) != 1:
+            raise ConfigError(f"ActionSpec.nvec: a discrete action is one category, nvec=(n,), got nvec={nvec!r}" + (
+                f"; for one category per dimension use ActionSpec('multi_discrete', nvec={nvec!r})" if nvec else ""))
+        if kind == "multi_discrete" and not nvec:
+            raise ConfigError("ActionSpec.nvec: a multi_discrete action needs one entry per dimension, e.g. "
+                              "nvec=(3, 2), got nvec=()")
+        if kind == "continuous" and not shape:
+            raise ConfigError("ActionSpec.shape: a continuous action needs its shape, e.g. shape=(2,), got shape=()")
+        if kind != "continuous":
+            for field in ("shape", "low", "high"):
+                if getattr(self, field) not in ((), None):
+                    raise ConfigError(f"ActionSpec.{field}: {getattr(self, field)!r} is for continuous actions; a {kind} "
+                                      f"action is nvec only (drop {field}, or use ActionSpec('continuous', shape=...))")
+            return
+        if nvec:
+            raise ConfigError(f"ActionSpec.nvec: {nvec!r} is for discrete actions; a continuous action is shape (and "
+                              "optional low / high) only: drop nvec")
+        for field in ("low", "high"):
+            value = getattr(self, field)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Real)
+                                      or not math.isfinite(value)):
+                raise ConfigError(f"ActionSpec.{field}: must be a finite number or None (unbounded), got {value!r:.40}")
+        if self.low is not None and self.high is not None and not self.low < self.high:
+            raise ConfigError(f"ActionSpec: low={self.low} must be below high={self.high} (actions are clipped to "
+                              "[low, high])")
 
     @property
     def is_discrete(self) -> bool:

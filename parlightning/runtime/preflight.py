@@ -12,6 +12,7 @@ import functools
 import hashlib
 import inspect
 import io
+import math
 import numbers
 import os
 import re
@@ -525,6 +526,30 @@ def _check_spaces(name: str, env: Any) -> None:
                               "actions are clipped to [low, high], so low must be below high")
 
 
+WORLD_FACTS = {  # optional world attributes the package reads: (accepts, what it must be)
+    "solved_threshold": (lambda v: isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
+                         and 0.0 <= v <= 1.0,
+                         "a number in [0, 1], the task outcome (r_perf, in [0, 1]) at or above which an episode counts "
+                         "as solved (1.0: only a full success)"),
+    "max_subagents": (lambda v: isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 1,
+                      "an integer >= 1, the most subagents an episode may spawn (the PARL reward's cap)"),
+}
+
+
+def check_world_facts(name: str, env: Any) -> None:
+    """The optional attributes the package reads from a world (`WORLD_FACTS`: `solved_threshold`,
+    `max_subagents`), checked once when the world is probed: type, finite, in range; one ConfigError
+    `data.env: {name}.{attr}: must be ...` otherwise (read later, they would be a bare float() error or
+    a threshold no outcome reaches)."""
+    for attr, (accepts, need) in WORLD_FACTS.items():
+        try:
+            value = getattr(env, attr, None)
+        except Exception as err:  # a property raising
+            raise ConfigError(f"data.env: reading {name}.{attr} raised {_raised(err)}; it must be {need}") from None
+        if value is not None and not accepts(value):
+            raise ConfigError(f"data.env: {name}.{attr}: must be {need}, got {type(value).__name__} {value!r:.40}")
+
+
 def _env_field(factory: Callable[..., Any], message: str) -> str:
     message = " ".join(line.strip() for line in message.splitlines() if line.strip())
     head = message.split(":", 1)[0].strip()
@@ -573,6 +598,7 @@ def check_env(env: Any, num_envs: int, seed: int) -> None:
             raise ConfigError(f"data.env: reading {name}.{attr} raised {_raised(err)}; fix the world's "
                               f"{attr}") from None
     _check_spaces(name, env)
+    check_world_facts(name, env)
     try:
         declared = torch.device(env.device)
     except (RuntimeError, TypeError, ValueError):
