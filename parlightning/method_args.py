@@ -33,7 +33,7 @@ from typing import Any, Iterable, Optional, Union
 from parlightning.config_types import check_plain, check_value, constraint_of, plain_of
 from parlightning.errors import ArgumentError, ConfigError
 
-__all__ = ["Arg", "ArgumentError", "IndexArg", "Is", "MappingArg", "check_state", "OneOf", "Passed", "TensorArg", "checked", "checked_methods", "specs_of"]
+__all__ = ["Arg", "ArgumentError", "IndexArg", "Is", "MappingArg", "check_real_device", "check_real_tensors", "check_state", "OneOf", "Passed", "TensorArg", "checked", "checked_methods", "specs_of"]
 
 _DTYPE_TEXT = {"int": "an integer (torch.long)", "float": "a float", "bool": "a bool", "number": "a numeric"}
 
@@ -518,3 +518,51 @@ def check_state(owner: str, state: Any, own: Mapping, *, optional: Iterable[str]
                                   f"{hint or f'; pass a state_dict() of a {owner} built like this one'}")
         elif isinstance(mine, Mapping) and isinstance(value, Mapping) and key not in free_shape:
             check_state(owner, value, mine, hint=hint, _path=at)
+
+
+def _meta_tensor_at(value: Any, path: str, depth: int = 0) -> Optional[str]:
+    torch = _torch()
+    if isinstance(value, torch.Tensor):
+        return path if value.is_meta else None
+    if depth > 16:
+        return None
+    if isinstance(value, Mapping):
+        items: Iterable = ((f"{path}[{k!r}]", v) for k, v in value.items())
+    elif isinstance(value, (list, tuple)):
+        items = ((f"{path}[{i}]", v) for i, v in enumerate(value))
+    else:
+        return None
+    for at, v in items:
+        found = _meta_tensor_at(v, at, depth + 1)
+        if found is not None:
+            return found
+    return None
+
+
+def check_real_tensors(field: str, owner: str, state: Any) -> None:
+    """A user component's `state_dict()` (a world's, a sampler's) holds only tensors with data: one on
+    the meta device (no storage) is one ConfigError naming `field` (`data.env`), the component and the
+    key (`MyWorld.state_dict()['t']`) instead of torch's "Cannot copy out of meta tensor" at the save.
+    A walk over the state's containers, once per save (metadata only)."""
+    from parlightning.errors import ConfigError
+
+    found = _meta_tensor_at(state, f"{owner}.state_dict()")
+    if found is not None:
+        raise ConfigError(f"{field}: {found} is a tensor on the meta device (it holds no data), which a checkpoint "
+                          "cannot save; return real tensors on the component's device (e.g. self.t.clone())")
+
+
+def check_real_device(where: str, tensor: Any, device: Any = None) -> None:
+    """A tensor a user component hands back (a mask, a pick) is on a real device, and on `device` where
+    given (the world's): metadata only, no host sync. ValueError `"{where}: returned a tensor on meta ..."`."""
+    torch = _torch()
+    if not isinstance(tensor, torch.Tensor):
+        return
+    if tensor.is_meta:
+        raise ValueError(f"{where}: returned a tensor on the meta device (it holds no data); return it on the "
+                         f"world's device{f' ({device})' if device is not None else ''}")
+    if device is not None:
+        device = torch.device(device)
+        if tensor.device.type != device.type or (device.index is not None and tensor.device.index not in (None, device.index)):
+            raise ValueError(f"{where}: returned a tensor on {tensor.device}, not on the world's device {device}; "
+                             "return it on self.device")

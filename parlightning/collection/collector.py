@@ -31,6 +31,7 @@ from parlightning.collection.step_loop import SamplerLock, SamplerPicks, StepLoo
 from parlightning.collection.trajectories import TrajectoryTransport
 from parlightning.collection.transports import InlineTransport, ProcessTransport, ThreadTransport
 from parlightning.errors import ConfigError
+from parlightning.method_args import check_real_tensors
 from parlightning.rollout import Rollout
 from parlightning.distribution.samplers import as_batched
 
@@ -191,6 +192,10 @@ class Collector:
                 "sampler": self.sampler.state_dict() if self.sampler is not None else {},
                 "rng": rng_state(),
             }
+        # the user components' own states, walked once per save: a tensor without data named with its key
+        check_real_tensors("data.env", type(self.env).__name__, step_side.get("env"))
+        sampler = step_side.get("sampler", learner["sampler"])
+        check_real_tensors("data.sampler", type(getattr(self.sampler, "sampler", self.sampler)).__name__, sampler)
         return {**learner, **step_side}  # where the child picks, its sampler and task stream are the real ones
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

@@ -204,7 +204,7 @@ class StepLoop:
         if mask is not None:  # a masked world: its mask checked once per reset, before any step
             try:
                 check_action_mask(mask, self.env.action_spec, self.num_envs,
-                                  f"{type(self.env).__name__}.action_masks()")
+                                  f"{type(self.env).__name__}.action_masks()", self.device)
             except ValueError as err:
                 raise ConfigError(str(err)) from None
         self.mask_width = None if mask is None else int(mask.shape[1])

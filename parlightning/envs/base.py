@@ -18,7 +18,7 @@ from typing import Any, Callable, Literal, NamedTuple, Optional, Sequence
 import torch
 from torch import Tensor
 
-from parlightning.method_args import Arg
+from parlightning.method_args import Arg, check_real_device
 
 
 @dataclass(frozen=True)
@@ -342,12 +342,15 @@ def mask_layout(spec: ActionSpec, width: int) -> Literal["dimensions", "categori
         f"(one flag per dimension) or [N, {sum(spec.nvec)}] (one flag per category)")
 
 
-def check_action_mask(mask: Any, spec: ActionSpec, num_envs: int, where: str = "action_masks()") -> None:
+def check_action_mask(mask: Any, spec: ActionSpec, num_envs: int, where: str = "action_masks()",
+                      device: Any = None) -> None:
     """Refuse a world's mask that the policy cannot use, naming what is wrong and the fix (one host
-    sync: call it once, e.g. at the first reset, never per step)."""
+    sync: call it once, e.g. at the first reset, never per step). `device`: the world's, where the
+    mask must be (a meta mask is refused whatever `device` is)."""
     name = f"{where}"
     if not isinstance(mask, Tensor):
         raise ValueError(f"{name}: must return a bool tensor, got {type(mask).__name__}")
+    check_real_device(name, mask, device)  # before any read of its values
     if not spec.is_discrete:
         raise ValueError(f"{name}: action masks apply to discrete actions only; this world's are {spec.kind}: "
                          "drop action_masks() or use discrete actions")

@@ -27,6 +27,7 @@ from torch import Tensor
 from parlightning.config_types import available_memory, size_text
 from parlightning.runtime.checkpoint import not_a_file
 from parlightning.errors import ConfigError, ReportedError, WorldCloseWarning, check_call_shape, error_text
+from parlightning.method_args import check_real_tensors
 
 SEED_RANGE = (0, 2**32 - 1)  # numpy's (and Lightning's seed_everything's) seed range
 PROBE_ACTORS = 2  # actors of the env built to check its contract and measure its shapes
@@ -683,6 +684,7 @@ def check_state(field: str, name: str, obj: Any) -> None:
                           f"calls it: fix it ({fix})") from None
     if not isinstance(state, dict):
         raise ConfigError(f"{field}: {name}.state_dict returned a {type(state).__name__}, not a dict; {fix}")
+    check_real_tensors(field, name, state)  # a meta tensor saves and loads back, but no checkpoint copies it out
     buffer = io.BytesIO()
     try:
         torch.save(state, buffer)
