@@ -89,6 +89,7 @@ class Collector:
         self.sampler = as_batched(sampler, queue_length=self.num_envs)
         self.sampler.bind(self.task_ids, self.device)
         self.picks = SamplerPicks(self.sampler, self.task_generator, self.lock)
+        self.picks.num_tasks = len(self.task_ids)  # every pick checked against the bank, the first reset's too
         if self.loop is not None:
             self.loop.picks = self.picks
         else:
