@@ -522,13 +522,40 @@ def check_output_dirs(trainer: Any) -> None:
         _check_writable(field, str(folder))
 
 
+def dangling_link(path: str) -> Optional[str]:
+    """The part of `path` (itself or a folder above it) that is a symbolic link to nothing, or None.
+    An output there would fail (makedirs: "File exists"; open: "No such file"), or, where a tool
+    resolves the link first (Lightning's ModelCheckpoint), be written somewhere the user did not name."""
+    probe = os.path.abspath(os.path.expanduser(str(path)))
+    while not os.path.exists(probe):
+        if os.path.islink(probe):
+            return probe
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            return None
+        probe = parent
+    return None
+
+
+def dangling_link_error(field: str, path: str) -> Optional[ConfigError]:
+    """One ConfigError naming `field` when `path` runs through a dangling link (`dangling_link`), else None."""
+    link = dangling_link(path)
+    if link is None:
+        return None
+    target = os.readlink(link)
+    return ConfigError(f"{field}: {str(path)!r} " + (f"is a link to {target!r}" if os.path.abspath(link) ==
+                       os.path.abspath(os.path.expanduser(str(path))) else f"goes through {link!r}, a link to "
+                       f"{target!r}") + ", which does not exist; remove the link, create its target, or choose "
+                       "another path")
+
+
 def _check_writable(field: str, folder: str) -> None:
     path = os.path.abspath(folder)
+    err = dangling_link_error(field, folder)  # makedirs would fail on it with "File exists"
+    if err is not None:
+        raise err
     probe = path
     while not os.path.exists(probe):
-        if os.path.islink(probe):  # a dangling link: makedirs would fail on it with "File exists"
-            raise ConfigError(f"{field}: cannot create {folder!r}: {probe!r} is a link to {os.readlink(probe)!r}, "
-                              "which does not exist; remove the link, create its target, or choose another path")
         probe = os.path.dirname(probe)
     try:
         name_max = os.pathconf(probe, "PC_NAME_MAX")

@@ -25,7 +25,7 @@ import yaml
 from torch import Tensor
 
 from parlightning.config_types import available_memory, size_text
-from parlightning.runtime.checkpoint import not_a_file
+from parlightning.runtime.checkpoint import dangling_link_error, not_a_file
 from parlightning.errors import ConfigError, ReportedError, WorldCloseWarning, check_call_shape, error_text
 from parlightning.method_args import check_real_tensors
 
@@ -185,6 +185,7 @@ def check_config(config: Any) -> None:
     _check_env_class_path(data.get("env"))
     trainer = config.get("trainer") or {}
     _check_trainer(trainer)
+    check_output_links(trainer)
     check_environment(trainer)
     _check_finite(config)
     clip = trainer.get("gradient_clip_val")
@@ -195,6 +196,34 @@ def check_config(config: Any) -> None:
     if data.get("collect_in") == "process" and accelerator in ("gpu", "cuda", "mps"):
         raise ConfigError(f"data.collect_in: process collects on the CPU, but trainer.accelerator is {accelerator}; "
                           "use data.collect_in: thread with a GPU")
+
+
+def _get(obj: Any, key: str) -> Any:
+    try:
+        return obj.get(key) if hasattr(obj, "get") else getattr(obj, key, None)
+    except Exception:  # noqa: BLE001 - a config value of another shape: the parser names it
+        return None
+
+
+def check_output_links(trainer: Any) -> None:
+    """The output folders as the config names them (`trainer.default_root_dir`, each logger's `save_dir`,
+    each callback's `dirpath`): a dangling symbolic link is refused, naming the field, before any class
+    is built (Lightning's ModelCheckpoint resolves the link and would write to its missing target)."""
+    places = [("trainer.default_root_dir", _get(trainer, "default_root_dir"))]
+    loggers = _get(trainer, "logger")
+    for logger in loggers if isinstance(loggers, list) else [loggers]:
+        args = _get(logger, "init_args")
+        places.append(("trainer.logger.save_dir", _get(args, "save_dir") if args is not None else None))
+    callbacks = _get(trainer, "callbacks")
+    for i, cb in enumerate(callbacks if isinstance(callbacks, list) else []):
+        args = _get(cb, "init_args")
+        name = str(_get(cb, "class_path") or "").rpartition(".")[2] or f"trainer.callbacks[{i}]"
+        places.append((f"{name}.dirpath (trainer.callbacks[{i}])", _get(args, "dirpath") if args is not None else None))
+    for field, path in places:
+        if isinstance(path, (str, os.PathLike)) and "://" not in str(path) and str(path).strip():
+            err = dangling_link_error(field, str(path))
+            if err is not None:
+                raise err
 
 
 def _check_env_class_path(env: Any) -> None:
