@@ -462,15 +462,24 @@ def check_env_signature(path: str, saved: Optional[dict[str, Any]], ours: dict[s
     if not saved:
         return  # written before signatures were stored: the weight-shape check still runs
     derived = ("observation_shape", "action_spec", "task_ids")  # follow from the settings: reported after them
-    names = ["class", *sorted(set(saved) | set(ours) - {"class", *derived}), *derived]
-    for name in names:
-        if saved.get(name) != ours.get(name):
-            field = name if name in ("class", "observation_shape", "action_spec", "task_ids") else f"init_args.{name}"
-            raise ConfigError(
-                f"data.env.{field}: the checkpoint {path!r} was collected in a world with {saved.get(name)!r} but "
-                f"this config builds {ours.get(name)!r}; resume with the checkpoint's env settings or start fresh "
-                "without --ckpt_path"
-            )
+    fix = "resume with the checkpoint's env settings or start fresh without --ckpt_path"
+    if saved.get("class") != ours.get("class"):
+        raise ConfigError(f"data.env.class: the checkpoint {path!r} was collected in a world {saved.get('class')!r} but "
+                          f"this config builds {ours.get('class')!r}; {fix}")
+    settings = sorted((set(saved) | set(ours)) - {"class", *derived})
+    changed = [n for n in settings if saved.get(n) != ours.get(n)]
+    consequences = [n for n in derived if saved.get(n) != ours.get(n)]
+    if changed:  # the world's init args that differ, every one, with what they change as detail
+        named = "; ".join(f"data.env.init_args.{n} is {saved.get(n)!r} in the checkpoint but {ours.get(n)!r} here"
+                          for n in changed[:4]) + (f" (and {len(changed) - 4} more)" if len(changed) > 4 else "")
+        detail = f" (so {', '.join(consequences)} differ{'s' if len(consequences) == 1 else ''})" if consequences else ""
+        raise ConfigError(f"data.env.init_args.{changed[0]}: the checkpoint {path!r} was collected in another world: "
+                          f"{named}{detail}; {fix}")
+    for name in consequences:  # a world whose settings are not attributes: the derived fact is all there is
+        raise ConfigError(
+            f"data.env.{name}: the checkpoint {path!r} was collected in a world with {saved.get(name)!r} but "
+            f"this config builds {ours.get(name)!r}; {fix}"
+        )
 
 
 def check_weight_shapes(path: str, saved: dict[str, Any], module: Any, probe: dict[str, Any]) -> None:
