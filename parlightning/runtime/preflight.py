@@ -446,7 +446,11 @@ def build_env(factory: Callable[..., Any], num_envs: int, device: str, seed: int
     try:
         env = factory(num_envs, device, seed)
     except ConfigError as err:
-        raise ConfigError(_env_field(factory, str(err))) from None
+        line = _env_field(factory, str(err))
+        name = _factory_name(factory)
+        if line.startswith("data.env: ActionSpec") and name not in line:  # the spec the world builds: name the world
+            line = f"data.env: {name}(num_envs={num_envs}) built an invalid {line.removeprefix('data.env: ')}"
+        raise ConfigError(line) from None
     except (ValueError, TypeError) as err:
         line = _env_field(factory, f"{type(err).__name__}: {err}")
         name = _factory_name(factory)
