@@ -505,7 +505,7 @@ def check_state(owner: str, state: Any, own: Mapping, *, optional: Iterable[str]
     unexpected = [k for k in state if k not in own and k not in optional]
     if missing or unexpected:
         parts = ([f"missing keys {missing}"] if missing else []) + ([f"unexpected keys {unexpected}"] if unexpected else [])
-        raise ConfigError(f"{where}: {_path} has {' and '.join(parts)}; pass a state_dict() of a {owner} (its keys: "
+        raise ConfigError(f"{where}: {_path} has {' and '.join(parts)}; pass what {owner}.state_dict() returns (its keys: "
                           f"{list(own)}){hint}")
     for key, mine in own.items():
         if key not in state or key in skip or mine is None:
@@ -515,7 +515,7 @@ def check_state(owner: str, state: Any, own: Mapping, *, optional: Iterable[str]
             if not isinstance(value, torch.Tensor) or value.dtype != mine.dtype or (
                     key not in free_shape and value.shape != mine.shape):
                 raise ConfigError(f"{where}: {at} is {_state_text(value)}, this {owner}'s is {_state_text(mine)}"
-                                  f"{hint or f'; pass a state_dict() of a {owner} built like this one'}")
+                                  f"{hint or f'; pass what {owner}.state_dict() returns on one built like this one'}")
         elif isinstance(mine, Mapping) and isinstance(value, Mapping) and key not in free_shape:
             check_state(owner, value, mine, hint=hint, _path=at)
 
