@@ -9,6 +9,7 @@ accumulation and DDP all behave as in any Lightning module. The rollout comes fr
 from __future__ import annotations
 
 import contextvars
+from collections.abc import Mapping
 import math
 import os
 from typing import Any, Optional, Sequence, Union
@@ -266,18 +267,18 @@ class PPOModule(pl.LightningModule):
         else:
             self.policy = self.build_policy(observation_shape, action_spec)
 
-    def load_state_dict(self, state_dict: Any, strict: bool = True, **kwargs: Any) -> Any:
+    def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any:
         """`nn.Module.load_state_dict`, after the weights are compared with this module's: a parameter of
         another shape (or, strict, a missing or extra one) is one ConfigError naming the hyper-parameters
         whose checkpoint and current values differ (`hidden_sizes`, `policy`, ...), torch's list as detail."""
         own = super().state_dict()
-        if isinstance(state_dict, dict):
+        if isinstance(state_dict, Mapping):
             shapes = [k for k, v in state_dict.items() if k in own and isinstance(v, Tensor) and v.shape != own[k].shape]
             missing = [k for k in own if k not in state_dict] if strict else []
             unexpected = [k for k in state_dict if k not in own] if strict else []
             if shapes or missing or unexpected:
                 raise ConfigError(self._weights_mismatch(state_dict, own, shapes, missing, unexpected))
-        return super().load_state_dict(state_dict, strict=strict, **kwargs)
+        return super().load_state_dict(state_dict, strict=strict, assign=assign)
 
     def _weights_mismatch(self, state: dict, own: dict, shapes: list, missing: list, unexpected: list) -> str:
         if shapes:
