@@ -124,9 +124,9 @@ def test_4_module_weights_of_other_hparams_name_them() -> None:
 @pytest.mark.parametrize("kw, field", [
     (dict(kind="discrete", nvec=(3,), shape=(2,)), "ActionSpec.shape"),
     (dict(kind="discrete", nvec=(3,), low=0.0), "ActionSpec.low"),
-    (dict(kind="multi_discrete", nvec=()), "ActionSpec.nvec"),
+    (dict(kind="discrete", nvec=(2, 3)), "multi_discrete"),
     (dict(kind="continuous", shape=(2,), nvec=(3,)), "ActionSpec.nvec"),
-    (dict(kind="continuous", shape=()), "ActionSpec.shape"),
+    (dict(kind="multi_discrete", nvec=(2, 3), shape=(2,)), "ActionSpec.shape"),
     (dict(kind="continuous", shape=(2,), low=1.0, high=-1.0), "low=1.0"),
     (dict(kind="continuous", shape=(2,), high=float("inf")), "ActionSpec.high"),
 ])
