@@ -28,6 +28,8 @@ import os
 import sys
 import types
 import typing
+from collections.abc import Mapping as AbcMapping
+from collections.abc import MutableMapping as AbcMutableMapping
 from collections.abc import Sequence as AbcSequence
 from typing import Any, Callable, Optional, Union
 
@@ -43,7 +45,8 @@ from parlightning.errors import ConfigError, requirement
 
 __all__ = [
     "ClosedUnitInterval", "NonNegativeFinite", "NonNegativeInt", "OpenUnitInterval", "PositiveFinite", "PositiveInt",
-    "Seed", "available_memory", "check_allocation", "check_args", "check_value", "constraint_of",
+    "Seed", "available_memory", "check_allocation", "check_args", "check_container", "check_fields", "check_value",
+    "constraint_of", "container_of",
     "restricted_number_type", "size_text",
 ]
 
@@ -169,6 +172,133 @@ def check_plain(field: str, annotation: Any, value: Any) -> Any:
     return value
 
 
+_MAPPING_ORIGINS = (dict, AbcMapping, AbcMutableMapping)
+_SEQUENCE_ORIGINS = (list, tuple, AbcSequence)
+
+
+def container_of(annotation: Any) -> Optional[tuple[str, bool, Any, Any]]:
+    """(kind, optional, key or item annotation(s), value annotation) a container annotation names that
+    `plain_of` / `constraint_of` leave out: `Mapping[K, V]` / `dict[K, V]` -> ("mapping", opt, K, V),
+    `Sequence[T]` / `list[T]` / `tuple[T, ...]` -> ("sequence", opt, T, None), `tuple[A, B]` ->
+    ("tuple", opt, (A, B), None), each also as `Optional[...]`; None for anything else."""
+    optional = False
+    if typing.get_origin(annotation) in (Union, types.UnionType):
+        args = typing.get_args(annotation)
+        rest = [a for a in args if a is not type(None)]
+        if len(rest) != 1:
+            return None
+        optional, annotation = len(rest) < len(args), rest[0]
+    origin, args = typing.get_origin(annotation) or annotation, typing.get_args(annotation)
+    if origin in _MAPPING_ORIGINS:
+        return "mapping", optional, args[0] if args else Any, args[1] if len(args) > 1 else Any
+    if origin is tuple and args and not (len(args) == 2 and args[1] is Ellipsis):
+        return ("tuple", optional, args, None) if args != ((),) else ("tuple", optional, (), None)
+    if origin in _SEQUENCE_ORIGINS:
+        return "sequence", optional, args[0] if args else Any, None
+    return None
+
+
+def _simple_class(annotation: Any) -> Optional[type]:
+    """The class an item annotation names when an isinstance check is cheap and exact (int, str, a
+    plain class); None for Any, generics, protocols that are not runtime-checkable, constrained types."""
+    if annotation is Any or not isinstance(annotation, type) or typing.get_origin(annotation) is not None:
+        return None
+    if is_constrained(annotation) or (getattr(annotation, "_is_protocol", False)
+                                      and not getattr(annotation, "_is_runtime_protocol", False)):
+        return None
+    return annotation
+
+
+def _item_ok(annotation: Any, value: Any) -> bool:
+    if annotation in _PLAIN:
+        return _PLAIN[annotation][0](value)
+    found = constraint_of(annotation)
+    if found is not None:
+        try:
+            check_value("", annotation, value)
+        except ConfigError:
+            return False
+        return True
+    cls = _simple_class(annotation)
+    return cls is None or isinstance(value, cls)
+
+
+def _item_name(annotation: Any) -> str:
+    if annotation in _PLAIN:
+        return _PLAIN[annotation][1].removeprefix("must be ")
+    return getattr(annotation, "__name__", str(annotation))
+
+
+def check_container(field: str, annotation: Any, value: Any) -> Any:
+    """`value` checked against a container annotation (`container_of`): a mapping where a Mapping /
+    dict is declared (its keys and values of the declared classes where that is a cheap isinstance),
+    a list or tuple (not a string, not a mapping) where a Sequence / list / tuple is, with a fixed
+    tuple's length; a ConfigError naming `field` otherwise."""
+    found = container_of(annotation)
+    if found is None or (value is None and found[1]):
+        return value
+    kind, optional, inner, vtype = found
+    null = ", or null" if optional else ""
+    if kind == "mapping":
+        if not isinstance(value, AbcMapping):
+            raise ConfigError(f"{field}: must be a mapping (a dict of name: value){null}, got "
+                              f"{type(value).__name__} {value!r:.60}")
+        for key, item in value.items():
+            if not _item_ok(inner, key):
+                raise ConfigError(f"{field}: each key must be {_item_name(inner)}, got {key!r:.40}")
+            if not _item_ok(vtype, item):
+                at = f"{field}.{key}" if isinstance(key, str) and key.isidentifier() else f"{field}[{key!r:.40}]"
+                raise ConfigError(f"{at}: must be {_item_name(vtype)}, got "
+                                  f"{type(item).__name__} {item!r:.40}")
+        return value
+    if isinstance(value, (str, bytes, AbcMapping)) or not isinstance(value, AbcSequence):
+        raise ConfigError(f"{field}: must be a list{null}, got {type(value).__name__} {value!r:.60}")
+    if kind == "tuple":
+        if len(value) != len(inner):
+            raise ConfigError(f"{field}: must be a list of {len(inner)} items, got {len(value)}: {value!r:.60}")
+        pairs = list(zip(inner, value))
+    else:
+        pairs = [(inner, item) for item in value]
+    for i, (tp, item) in enumerate(pairs):
+        if not _item_ok(tp, item):
+            raise ConfigError(f"{field}[{i}]: must be {_item_name(tp)}, got {type(item).__name__} {item!r:.40}")
+    return value
+
+
+def check_fields(owner: str, instance: Any) -> None:
+    """A dataclass instance's fields checked against their annotations (constrained, plain and
+    container ones), as `check_args` checks a constructor's: ConfigError `"{owner}.{field}: must ..."`.
+    Call it first thing in `__post_init__` of a public dataclass users construct (`WorkUnit`)."""
+    for name, annotation, kind in _field_params(type(instance)):
+        value = getattr(instance, name)
+        field = f"{owner}.{name}"
+        if kind == "constrained":
+            check_value(field, annotation, value)
+        elif kind == "plain":
+            check_plain(field, annotation, value)
+        else:
+            check_container(field, annotation, value)
+
+
+@functools.lru_cache(maxsize=None)
+def _field_params(cls: type) -> tuple[tuple[str, Any, str], ...]:
+    import dataclasses
+
+    hints = typing.get_type_hints(cls)
+    return tuple((f.name, hints[f.name], kind) for f in dataclasses.fields(cls)
+                 if f.name in hints and (kind := _kind_of(hints[f.name])) is not None)
+
+
+def _kind_of(annotation: Any) -> Optional[str]:
+    if constraint_of(annotation) is not None:
+        return "constrained"
+    if plain_of(annotation) is not None:
+        return "plain"
+    if container_of(annotation) is not None:
+        return "container"
+    return None
+
+
 def _fits_64_bits(field: str, value: Any) -> None:
     if isinstance(value, numbers.Integral) and not -2**63 <= value < 2**63:
         raise ConfigError(f"{field}: must fit a 64-bit integer (at most {2**63 - 1:,}), got {value}; give a "
@@ -185,8 +315,9 @@ def _number(value: Any, tp: type) -> Any:
 
 @functools.lru_cache(maxsize=None)
 def _constrained_params(function: Callable) -> tuple[tuple[str, Any, bool], ...]:
-    """(name, annotation, constrained) of `function`'s parameters annotated with a constrained type
-    (True) or a plain `int` / `float` / `bool` / `str` (False)."""
+    """(name, annotation, kind) of `function`'s parameters annotated with a constrained type
+    ("constrained"), a plain `int` / `float` / `bool` / `str` ("plain") or a container of anything
+    (`Mapping`, `dict`, `Sequence`, `list`, `tuple`; "container")."""
     globalns = getattr(sys.modules.get(function.__module__), "__dict__", {})
     out = []
     for name, param in inspect.signature(function).parameters.items():
@@ -196,10 +327,9 @@ def _constrained_params(function: Callable) -> tuple[tuple[str, Any, bool], ...]
                 annotation = eval(annotation, globalns)  # noqa: S307 - the module's own annotation text
             except Exception:  # a name only imported for type checkers: not a constrained type
                 continue
-        if constraint_of(annotation) is not None:
-            out.append((name, annotation, True))
-        elif plain_of(annotation) is not None:
-            out.append((name, annotation, False))
+        kind = _kind_of(annotation)
+        if kind is not None:
+            out.append((name, annotation, kind))
     return tuple(out)
 
 
@@ -207,19 +337,23 @@ def check_args(prefix: str, function: Callable, values: dict[str, Any]) -> dict[
     """Every argument of `function` annotated with a constrained type, checked (`check_value`) and
     plain-typed, in signature order: `{name: value}` for the names found in `values` (typically
     `locals()` at the top of `__init__`); an argument annotated plainly `int`, `float`, `bool` or `str`
-    (or `Optional` of one) is type-checked too (`check_plain`) but not returned. A bad one raises
+    (or `Optional` of one) is type-checked too (`check_plain`), and one annotated with a container
+    (`Mapping` / `dict` / `Sequence` / `list` / `tuple`, `Optional` of one) is checked for the container's
+    kind and cheap item classes (`check_container`); neither is returned. A bad one raises
     ConfigError `"{prefix}.{name}: must ..."` (`"{name}: ..."` with an empty prefix). A world's prefix
     is its class name: `parlightning.runtime.preflight.build_env` names `SwarmEnv.max_width` as
     `data.env.init_args.max_width`. The one checker for constructor arguments: every public world,
     pool, sampler and the module call it first thing in `__init__`."""
     out = {}
-    for name, annotation, constrained in _constrained_params(function):
+    for name, annotation, kind in _constrained_params(function):
         if name in values:
             field = f"{prefix}.{name}" if prefix else name
-            if constrained:
+            if kind == "constrained":
                 out[name] = check_value(field, annotation, values[name])
-            else:
+            elif kind == "plain":
                 check_plain(field, annotation, values[name])
+            else:
+                check_container(field, annotation, values[name])
     return out
 
 

@@ -28,12 +28,12 @@ import sys
 import typing
 from collections.abc import Iterable as AbcIterable
 from collections.abc import Mapping
-from typing import Any, Optional, Union
+from typing import Any, Iterable, Optional, Union
 
 from parlightning.config_types import check_plain, check_value, constraint_of, plain_of
 from parlightning.errors import ArgumentError, ConfigError
 
-__all__ = ["Arg", "ArgumentError", "IndexArg", "Is", "OneOf", "Passed", "TensorArg", "checked", "checked_methods", "specs_of"]
+__all__ = ["Arg", "ArgumentError", "IndexArg", "Is", "MappingArg", "check_real_device", "check_real_tensors", "check_state", "OneOf", "Passed", "TensorArg", "checked", "checked_methods", "specs_of"]
 
 _DTYPE_TEXT = {"int": "an integer (torch.long)", "float": "a float", "bool": "a bool", "number": "a numeric"}
 
@@ -252,6 +252,29 @@ class Is(Arg):
             self.fail(field, self.need, value)
 
 
+class MappingArg(Arg):
+    """A mapping with the declared `required` keys, each value passing its check: `required` maps a
+    key to (accepts(value) -> bool, what the value must be); `example` is a valid mapping, quoted in
+    the line. A missing key is named with the keys given; a wrong value with the key."""
+
+    def __init__(self, required: dict, example: str, optional: bool = False) -> None:
+        self.required, self.example, self.optional = required, example, optional
+
+    def check(self, field: str, value: Any, obj: Any, call: dict) -> None:
+        if value is None and self.optional:
+            return
+        if not isinstance(value, Mapping):
+            self.fail(field, f"a mapping such as {self.example}", value)
+        missing = [k for k in self.required if k not in value]
+        if missing:
+            raise ArgumentError(f"{field}: must have the key{'s' if len(missing) > 1 else ''} "
+                                f"{', '.join(map(repr, missing))} (it has {sorted(map(str, value))!r:.80}); every "
+                                f"one of {', '.join(map(repr, self.required))} is required, e.g. {self.example}")
+        for key, (accepts, need) in self.required.items():
+            if not accepts(value[key]):
+                raise ArgumentError(f"{field}[{key!r}]: must be {need}, got {_got(value[key])}")
+
+
 class OneOf(Arg):
     def __init__(self, *choices: Any, optional: bool = False) -> None:
         self.choices, self.optional = choices, optional
@@ -460,3 +483,93 @@ def specs_of(function: Any) -> Optional[tuple[dict[str, Arg], list[str]]]:
         return None
     plan = _Plan(*found)
     return plan.specs, plan.unchecked
+
+
+def _state_text(value: Any) -> str:
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor):
+        return f"a tensor of shape {list(value.shape)} and dtype {str(value.dtype).removeprefix('torch.')}"
+    return f"{type(value).__name__} {value!r:.40}"
+
+
+def check_state(owner: str, state: Any, own: Mapping, *, optional: Iterable[str] = (), free_shape: Iterable[str] = (),
+                skip: Iterable[str] = (), hint: str = "", _path: str = "state") -> None:
+    """The one check of a world's or sampler's `load_state_dict(state)` before anything is loaded:
+    `state` is a mapping with `own`'s keys (`own` is this object's `state_dict()`; keys in `optional`
+    may be absent on either side), and each tensor in `own` has its counterpart as a tensor of the same
+    dtype and shape (`free_shape`: keys whose length follows a bank or a binding; `skip`: keys a nested
+    object checks itself). Nested mappings are checked the same way. A mismatch is one ConfigError
+    `"{owner}.load_state_dict(state): ..."` naming the missing / unexpected keys or the key and both
+    shapes, with `hint` (e.g. "; load it into a SwarmEnv built with the num_envs it was saved from")."""
+    from parlightning.errors import ConfigError
+
+    torch = _torch()
+    where = f"{owner}.load_state_dict(state)"
+    if not isinstance(state, Mapping):
+        raise ArgumentError(f"{where}: {_path} must be a mapping (a {owner}'s state_dict()), got {_got(state)}")
+    optional, free_shape, skip = set(optional), set(free_shape), set(skip)
+    missing = [k for k in own if k not in state and k not in optional]
+    unexpected = [k for k in state if k not in own and k not in optional]
+    if missing or unexpected:
+        parts = ([f"missing keys {missing}"] if missing else []) + ([f"unexpected keys {unexpected}"] if unexpected else [])
+        raise ConfigError(f"{where}: {_path} has {' and '.join(parts)}; pass what {owner}.state_dict() returns (its keys: "
+                          f"{list(own)}){hint}")
+    for key, mine in own.items():
+        if key not in state or key in skip or mine is None:
+            continue
+        value, at = state[key], f"{_path}[{key!r}]"
+        if isinstance(mine, torch.Tensor):
+            if not isinstance(value, torch.Tensor) or value.dtype != mine.dtype or (
+                    key not in free_shape and value.shape != mine.shape):
+                raise ConfigError(f"{where}: {at} is {_state_text(value)}, this {owner}'s is {_state_text(mine)}"
+                                  f"{hint or f'; pass what {owner}.state_dict() returns on one built like this one'}")
+        elif isinstance(mine, Mapping) and isinstance(value, Mapping) and key not in free_shape:
+            check_state(owner, value, mine, hint=hint, _path=at)
+
+
+def _meta_tensor_at(value: Any, path: str, depth: int = 0) -> Optional[str]:
+    torch = _torch()
+    if isinstance(value, torch.Tensor):
+        return path if value.is_meta else None
+    if depth > 16:
+        return None
+    if isinstance(value, Mapping):
+        items: Iterable = ((f"{path}[{k!r}]", v) for k, v in value.items())
+    elif isinstance(value, (list, tuple)):
+        items = ((f"{path}[{i}]", v) for i, v in enumerate(value))
+    else:
+        return None
+    for at, v in items:
+        found = _meta_tensor_at(v, at, depth + 1)
+        if found is not None:
+            return found
+    return None
+
+
+def check_real_tensors(field: str, owner: str, state: Any) -> None:
+    """A user component's `state_dict()` (a world's, a sampler's) holds only tensors with data: one on
+    the meta device (no storage) is one ConfigError naming `field` (`data.env`), the component and the
+    key (`MyWorld.state_dict()['t']`) instead of torch's "Cannot copy out of meta tensor" at the save.
+    A walk over the state's containers, once per save (metadata only)."""
+    from parlightning.errors import ConfigError
+
+    found = _meta_tensor_at(state, f"{owner}.state_dict()")
+    if found is not None:
+        raise ConfigError(f"{field}: {found} is a tensor on the meta device (it holds no data), which a checkpoint "
+                          "cannot save; return real tensors on the component's device (e.g. self.t.clone())")
+
+
+def check_real_device(where: str, tensor: Any, device: Any = None) -> None:
+    """A tensor a user component hands back (a mask, a pick) is on a real device, and on `device` where
+    given (the world's): metadata only, no host sync. ValueError `"{where}: returned a tensor on meta ..."`."""
+    torch = _torch()
+    if not isinstance(tensor, torch.Tensor):
+        return
+    if tensor.is_meta:
+        raise ValueError(f"{where}: returned a tensor on the meta device (it holds no data); return it on the "
+                         f"world's device{f' ({device})' if device is not None else ''}")
+    if device is not None:
+        device = torch.device(device)
+        if tensor.device.type != device.type or (device.index is not None and tensor.device.index not in (None, device.index)):
+            raise ValueError(f"{where}: returned a tensor on {tensor.device}, not on the world's device {device}; "
+                             "return it on self.device")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from parlightning.config_types import _constrained_params, constraint_of, plain_of
+from parlightning.config_types import _constrained_params, constraint_of, container_of, plain_of
 from parlightning.distribution.samplers import DifficultyWeighted, PosteriorSignal, SamplingForLearnability
 from parlightning.envs.cartpole import CartPoleEnv
 from parlightning.envs.external import ExternalBatchedEnv
@@ -61,7 +61,13 @@ HUGE = [  # sizes whose tables would not fit any machine: refused before anythin
 
 def bad_values(annotation) -> list:
     """Values the annotation makes wrong: another type, a bool, nan, inf where the range is finite,
-    -1 where it starts at 0 or above, a float where an integer is needed."""
+    -1 where it starts at 0 or above, a float where an integer is needed; for a container (Mapping,
+    dict, Sequence, list, tuple) the wrong kind of container, a string, a number."""
+    container = container_of(annotation)
+    if container is not None:
+        kind, optional, _inner, _value = container
+        wrong = [[1], ("a", "b"), "abc", 3] if kind == "mapping" else [{"a": 1}, "abc", 3, {1, 2}]
+        return wrong + ([] if optional else [None])
     plain = plain_of(annotation)
     if plain is not None:
         tp, optional, sequence = plain

@@ -31,7 +31,7 @@ from parlightning.envs.normalize import NormalizeEnv
 from parlightning.envs.swarm import SwarmEnv
 from parlightning.errors import ArgumentError, ConfigError, LifecycleError
 from parlightning.inference import Policy, load_policy
-from parlightning.method_args import Annotated, IndexArg, Is, OneOf, Passed, TensorArg, specs_of
+from parlightning.method_args import Annotated, IndexArg, Is, MappingArg, OneOf, Passed, TensorArg, specs_of
 from parlightning.parl.metrics import CriticalSteps, stage_critical_steps
 from parlightning.parl.reward import ConstantSchedule, CosineSchedule, LinearSchedule, PARLReward
 from parlightning.ppo.data import DATA_HOOKS, RolloutDataModule
@@ -153,6 +153,10 @@ def bad_values(spec, obj):
         return ["no-such-choice", 3, *none]
     if isinstance(spec, Is):
         return [object(), *none]
+    if isinstance(spec, MappingArg):  # another kind; each declared key missing in turn; a value of the wrong kind
+        whole = {key: 1 for key in spec.required}
+        return [object(), [1], *none, *({k: v for k, v in whole.items() if k != key} for key in spec.required),
+                {**whole, list(spec.required)[-1]: object()}]
     if isinstance(spec, TimeoutArg):
         return ["5", math.nan, True]
     if isinstance(spec, TaskIndexArg):

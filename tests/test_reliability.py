@@ -171,7 +171,7 @@ BAD_INPUT = [  # (arguments, the field the message names, a piece of the fix it 
     (["--ckpt_path", "{real}", "--model.policy", "gru"], "model.policy", "resume with the checkpoint's value"),
     (["--ckpt_path", "{wrong_shape}"], "--ckpt_path", "{weight} has shape"),
     (["--ckpt_path", "{real}", "--data.env.init_args.max_subagents", "8", "--data.reward.init_args.max_subagents", "8"],
-     "data.env.init_args.max_subagents", "a world with 128 but this config builds 8"),
+     "data.env.init_args.max_subagents", "max_subagents is 128 in the checkpoint but 8 here"),
     (["--ckpt_path", "{real}", "--trainer.max_epochs", "1"], "trainer.max_epochs",
      "pass --trainer.max_epochs N with N > 1"),
     (["--ckpt_path", "{flipped}"], "--ckpt_path", "do not match the checksum"),

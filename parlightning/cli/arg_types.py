@@ -227,6 +227,11 @@ def output_folder(text: str) -> str:
     if not text:
         raise _refuse("a folder path (created if missing)", "an empty path")
     path = os.path.abspath(os.path.expanduser(text))
+    from parlightning.runtime.checkpoint import dangling_link_error
+
+    dangling = dangling_link_error("", text)  # a link to nothing: makedirs fails on it ("File exists")
+    if dangling is not None:
+        raise argparse.ArgumentTypeError(str(dangling).lstrip(": "))
     if os.path.isdir(path):
         if not os.access(path, os.W_OK):
             raise argparse.ArgumentTypeError(f"{text!r} is a folder this user cannot write into; name a writable folder")

@@ -8,6 +8,7 @@ import os
 from typing import Iterable, NoReturn, Optional, Tuple
 
 from parlightning.errors import ConfigError
+from parlightning.runtime.checkpoint import dangling_link_error
 
 
 def same_file(a: str, b: str) -> bool:
@@ -40,6 +41,9 @@ def check_output_file(flag: str, path: Optional[str], inputs: Iterable[Tuple[str
                               "file: pick another path")
     if os.path.isdir(text):
         raise ConfigError(f"{flag}: {text!r} is a folder; give a file path (e.g. {os.path.join(text, 'out')})")
+    dangling = dangling_link_error(flag, text)  # open() would fail late with "No such file or directory"
+    if dangling is not None:
+        raise dangling
     if os.path.exists(text) and not os.path.isfile(text) and os.path.realpath(text) != os.devnull:
         raise ConfigError(f"{flag}: {text!r} is not a regular file (a device, pipe or socket): writing there would "
                           "block or fail; give a file path")

@@ -31,6 +31,7 @@ from parlightning.collection.step_loop import SamplerLock, SamplerPicks, StepLoo
 from parlightning.collection.trajectories import TrajectoryTransport
 from parlightning.collection.transports import InlineTransport, ProcessTransport, ThreadTransport
 from parlightning.errors import ConfigError
+from parlightning.method_args import check_real_tensors
 from parlightning.rollout import Rollout
 from parlightning.distribution.samplers import as_batched
 
@@ -88,6 +89,7 @@ class Collector:
         self.sampler = as_batched(sampler, queue_length=self.num_envs)
         self.sampler.bind(self.task_ids, self.device)
         self.picks = SamplerPicks(self.sampler, self.task_generator, self.lock)
+        self.picks.num_tasks = len(self.task_ids)  # every pick checked against the bank, the first reset's too
         if self.loop is not None:
             self.loop.picks = self.picks
         else:
@@ -191,6 +193,10 @@ class Collector:
                 "sampler": self.sampler.state_dict() if self.sampler is not None else {},
                 "rng": rng_state(),
             }
+        # the user components' own states, walked once per save: a tensor without data named with its key
+        check_real_tensors("data.env", type(self.env).__name__, step_side.get("env"))
+        sampler = step_side.get("sampler", learner["sampler"])
+        check_real_tensors("data.sampler", type(getattr(self.sampler, "sampler", self.sampler)).__name__, sampler)
         return {**learner, **step_side}  # where the child picks, its sampler and task stream are the real ones
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -218,8 +224,13 @@ class Collector:
             return
         try:
             self.sampler.load_state_dict(state["sampler"])
-        except ConfigError:
-            raise
+        except ConfigError as err:
+            if ".load_state_dict(state)" not in str(err):  # not the state check's (method_args.check_state)
+                raise
+            name = type(getattr(self.sampler, "sampler", self.sampler)).__name__
+            raise ConfigError(f"data.sampler: the checkpoint's sampler state does not fit this config's {name} "
+                              f"({str(err)[:240]}); resume with the sampler that wrote it, or start fresh without "
+                              "--ckpt_path") from None
         except (KeyError, ValueError, TypeError, AttributeError) as err:  # another sampler's state (or none)
             name = type(getattr(self.sampler, "sampler", self.sampler)).__name__
             raise ConfigError(f"data.sampler: the checkpoint's sampler state does not fit this config's {name} "

@@ -198,13 +198,22 @@ class StepLoop:
         self.current_task = first
         if first is None:
             self.obs = self.env.reset(seed=self.env_seed)
-        else:
-            self.obs = self.env.reset(seed=self.env_seed, task_index=first)
+        else:  # the first tasks are the sampler's picks: out of the bank, the sampler is named, not the world
+            try:
+                self.obs = self.env.reset(seed=self.env_seed, task_index=first)
+            except Exception:
+                fault = self._sampler_fault()
+                if fault is not None:
+                    raise fault from None
+                raise
+            fault = self._sampler_fault()  # one host read per reset (rare), never per step
+            if fault is not None:
+                raise fault
         mask = action_mask_of(self.env)
         if mask is not None:  # a masked world: its mask checked once per reset, before any step
             try:
                 check_action_mask(mask, self.env.action_spec, self.num_envs,
-                                  f"{type(self.env).__name__}.action_masks()")
+                                  f"{type(self.env).__name__}.action_masks()", self.device)
             except ValueError as err:
                 raise ConfigError(str(err)) from None
         self.mask_width = None if mask is None else int(mask.shape[1])

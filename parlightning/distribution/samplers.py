@@ -26,7 +26,7 @@ from parlightning.config_types import (
 )
 from parlightning.distribution.counters import AgreedCounters
 from parlightning.errors import ConfigError, ReportedError, check_call_shape
-from parlightning.method_args import IndexArg, TensorArg, checked_methods
+from parlightning.method_args import IndexArg, TensorArg, check_state, checked_methods
 
 # the samplers' method arguments (`checked_methods`): metadata only on the per-step pick_batch / record_batch
 SAMPLER_SPECS = {
@@ -166,6 +166,7 @@ class RoundRobin:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        check_state("RoundRobin", state, self.state_dict(), free_shape=("picks", "batch_cursor"))  # sizes: below
         self._cursor = int(state["cursor"])
         if state.get("batch_cursor") is None:
             return
@@ -437,11 +438,11 @@ class _LearningSampler:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore statistics. Bound, they are laid out over the current bank by task id (a
         checkpoint from another bank keeps what overlaps); works before or after bind()."""
-        missing = [k for k in ("task_ids", *self.PER_TASK) if k not in state]
-        if missing:
-            raise ValueError(
-                f"{type(self).__name__}.load_state_dict: state lacks {missing}; pass a dict from state_dict()"
-            )
+        own = self.state_dict()
+        # the per-task counts follow the checkpoint's bank (laid out by task id below); older checkpoints lack
+        # the rng, the agreed counts and the dirty flag
+        check_state(type(self).__name__, state, own, optional=("rng", "synced", "dirty", "pass_threshold"),
+                    free_shape=(*self.PER_TASK, "synced", "task_ids"))
         if float(state.get("pass_threshold", self.pass_threshold)) != self.pass_threshold:
             raise ValueError(
                 f"{type(self).__name__}.load_state_dict: the checkpoint counted a pass at "

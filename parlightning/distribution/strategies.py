@@ -25,7 +25,7 @@ from typing import Any, Callable, Optional, Protocol, Sequence, Union, runtime_c
 import torch
 from torch import Tensor
 
-from parlightning.config_types import NonNegativeFinite, PositiveInt, check_args
+from parlightning.config_types import NonNegativeFinite, PositiveInt, check_args, check_fields
 from parlightning.distribution.counters import AgreedCounters
 from parlightning.errors import ConfigError
 from parlightning.method_args import IndexArg, Is, TensorArg, checked_methods
@@ -77,6 +77,7 @@ class WorkUnit:
             value = getattr(self, field)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
                 raise ConfigError(f"WorkUnit.{field}: got {value!r}; it is None or {what}")
+        check_fields("WorkUnit", self)  # the annotations: keys a list of task ids (strings), ...
         object.__setattr__(self, "keys", tuple(self.keys))  # a user's plan may hand back a list
 
 

@@ -18,7 +18,7 @@ from typing import Any, Callable, Literal, NamedTuple, Optional, Sequence
 import torch
 from torch import Tensor
 
-from parlightning.method_args import Arg
+from parlightning.method_args import Arg, check_real_device
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,37 @@ class ActionSpec:
                 what = "categories" if field == "nvec" else "numbers"
                 raise ValueError(f"ActionSpec.{field}: {getattr(self, field)!r} has {bad[0]!r}; each entry is an int >= 1 "
                                  f"(the {what} of one action dimension), e.g. {example}")
+        self._check_kind()
+
+    def _check_kind(self) -> None:
+        """The fields the kind uses, and only those: a discrete action has at most one nvec entry, a field
+        of another kind (a discrete spec's shape or bounds, a continuous one's nvec) is refused, bounds are
+        finite with low < high. A field left empty (`ActionSpec('continuous')` with no shape, a discrete
+        spec with no nvec) is the preflight probe's to refuse, naming the world: a module may build a spec
+        before it fills it in."""
+        from parlightning.errors import ConfigError
+
+        kind, nvec = self.kind, self.nvec
+        if kind == "discrete" and len(nvec) > 1:
+            raise ConfigError(f"ActionSpec.nvec: a discrete action is one category, nvec=(n,), got nvec={nvec!r}; for "
+                              f"one category per dimension use ActionSpec('multi_discrete', nvec={nvec!r})")
+        if kind != "continuous":
+            for field in ("shape", "low", "high"):
+                if getattr(self, field) not in ((), None):
+                    raise ConfigError(f"ActionSpec.{field}: {getattr(self, field)!r} is for continuous actions; a {kind} "
+                                      f"action is nvec only (drop {field}, or use ActionSpec('continuous', shape=...))")
+            return
+        if nvec:
+            raise ConfigError(f"ActionSpec.nvec: {nvec!r} is for discrete actions; a continuous action is shape (and "
+                              "optional low / high) only: drop nvec")
+        for field in ("low", "high"):
+            value = getattr(self, field)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Real)
+                                      or not math.isfinite(value)):
+                raise ConfigError(f"ActionSpec.{field}: must be a finite number or None (unbounded), got {value!r:.40}")
+        if self.low is not None and self.high is not None and not self.low < self.high:
+            raise ConfigError(f"ActionSpec: low={self.low} must be below high={self.high} (actions are clipped to "
+                              "[low, high])")
 
     @property
     def is_discrete(self) -> bool:
@@ -309,12 +340,15 @@ def mask_layout(spec: ActionSpec, width: int) -> Literal["dimensions", "categori
         f"(one flag per dimension) or [N, {sum(spec.nvec)}] (one flag per category)")
 
 
-def check_action_mask(mask: Any, spec: ActionSpec, num_envs: int, where: str = "action_masks()") -> None:
+def check_action_mask(mask: Any, spec: ActionSpec, num_envs: int, where: str = "action_masks()",
+                      device: Any = None) -> None:
     """Refuse a world's mask that the policy cannot use, naming what is wrong and the fix (one host
-    sync: call it once, e.g. at the first reset, never per step)."""
+    sync: call it once, e.g. at the first reset, never per step). `device`: the world's, where the
+    mask must be (a meta mask is refused whatever `device` is)."""
     name = f"{where}"
     if not isinstance(mask, Tensor):
         raise ValueError(f"{name}: must return a bool tensor, got {type(mask).__name__}")
+    check_real_device(name, mask, device)  # before any read of its values
     if not spec.is_discrete:
         raise ValueError(f"{name}: action masks apply to discrete actions only; this world's are {spec.kind}: "
                          "drop action_masks() or use discrete actions")

@@ -18,7 +18,7 @@ from torch import Tensor
 
 from parlightning.config_types import PositiveInt, Seed, check_allocation, check_args
 from parlightning.envs.base import ActionSpec, BatchedEnv, StepResult, checked_device, needs_reset, world_specs
-from parlightning.method_args import checked_methods
+from parlightning.method_args import check_state, checked_methods
 
 # Gymnasium's constants (gymnasium/envs/classic_control/cartpole.py).
 GRAVITY = 9.8
@@ -135,6 +135,8 @@ class CartPoleEnv(BatchedEnv):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore `state_dict()`; the env must have the same num_envs and max_episode_steps."""
+        own = self.state_dict()
+        check_state("CartPoleEnv", state, own, skip=own)  # the key set; num_envs, the generator's kind, below
         for key in ("num_envs", "max_episode_steps"):
             if state[key] != getattr(self, key):
                 raise ValueError(
@@ -146,6 +148,7 @@ class CartPoleEnv(BatchedEnv):
                 f"checkpoint's generator is a {state['generator_device']} generator but this CartPoleEnv is on "
                 f"{self.device.type}: build the env with device={state['generator_device']!r} to resume exactly"
             )
+        check_state("CartPoleEnv", state, own)  # every tensor's dtype and shape
         self.seed = state["seed"]
         self.state = state["state"].to(self.device, torch.float32).clone()
         self.elapsed = state["elapsed"].to(self.device, torch.long).clone()

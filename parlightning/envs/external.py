@@ -56,7 +56,7 @@ from parlightning.config_types import (
 )
 from parlightning.envs.base import (ActionArg, ActionSpec, BatchedEnv, EpisodeParts, StepResult, checked_device,
                                     checked_task_index, world_specs)
-from parlightning.method_args import TensorArg, checked_methods
+from parlightning.method_args import TensorArg, check_state, checked_methods
 from parlightning.envs.world_processes import WorkerLost, WorkerProcesses
 from parlightning.envs.world_runner import (WorldCallFailed, WorldRunner, _check_plain_types, build_shared, close_all,
                                             warn_close_errors,
@@ -616,6 +616,7 @@ class ExternalBatchedEnv(BatchedEnv):
         return {"tasks": torch.tensor(self._tasks, dtype=torch.long)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        check_state("ExternalBatchedEnv", state, self.state_dict(), optional=("tasks",))  # the shared state check
         if "tasks" in state:
             self._tasks = [int(k) for k in state["tasks"].tolist()]
 

@@ -17,7 +17,7 @@ from torch import Tensor
 
 from parlightning.config_types import PositiveInt, Seed, check_args
 from parlightning.envs.base import ActionArg, ActionSpec, BatchedEnv, StepResult, checked_device, needs_reset, world_specs
-from parlightning.method_args import checked_methods
+from parlightning.method_args import check_state, checked_methods
 from parlightning.errors import ConfigError
 
 _VECTORIZATIONS = ("sync", "async", "vector_entry_point")
@@ -328,12 +328,15 @@ class GymVectorEnv(BatchedEnv):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore the counters and the seed; the next `reset()` reseeds with it (call it before stepping)."""
+        own = self.state_dict()
+        check_state("GymVectorEnv", state, own, skip=own)  # the key set; env_id and num_envs below
         for key in ("env_id", "num_envs"):
             if state[key] != getattr(self, key):
                 raise ValueError(
                     f"checkpoint has {key}={state[key]!r} but this GymVectorEnv has {key}={getattr(self, key)!r}: "
                     f"build the env with {key}={state[key]!r} to resume"
                 )
+        check_state("GymVectorEnv", state, own)  # the counters' dtype and shape
         self.seed = state["seed"]
         self._last_return[:] = state["last_episode_return"].cpu().double().numpy()
         self._last_length[:] = state["last_episode_length"].cpu().long().numpy()

@@ -15,7 +15,7 @@ from torch import Tensor
 
 from parlightning.config_types import PositiveInt, Seed, check_allocation, check_args, restricted_number_type
 from parlightning.envs.base import ActionSpec, BatchedEnv, StepResult, checked_device, world_specs
-from parlightning.method_args import checked_methods
+from parlightning.method_args import check_state, checked_methods
 
 Cues = restricted_number_type("Cues", int, [(">=", 2)], docstring="the number of cues, at least 2")
 # an episode is delay + 1 steps: a million blank steps is far past what any rollout or BPTT chunk can span
@@ -77,19 +77,10 @@ class CueMemoryEnv(BatchedEnv):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore `state_dict()` of a CueMemoryEnv with the same num_envs (a ConfigError naming the key
         otherwise, before anything is loaded)."""
-        from parlightning.errors import ConfigError
 
-        missing = [k for k in ("cue", "elapsed", "generator") if k not in state]
-        if missing:
-            raise ConfigError(f"CueMemoryEnv.load_state_dict(state): lacks {missing}; pass a CueMemoryEnv's "
-                              "state_dict()")
-        for key in ("cue", "elapsed"):
-            value = state[key]
-            if not isinstance(value, torch.Tensor) or tuple(value.shape) != (self.num_envs,):
-                got = list(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
-                raise ConfigError(f"CueMemoryEnv.load_state_dict(state): state[{key!r}] is {got}, this CueMemoryEnv's "
-                                  f"is [{self.num_envs}] (num_envs={self.num_envs}); load it into a CueMemoryEnv "
-                                  "built with the num_envs it was saved from")
+        check_state("CueMemoryEnv", state, self.state_dict(),
+                    hint=f" (num_envs={self.num_envs}); load it into a CueMemoryEnv built with the num_envs it was "
+                         "saved from")
         self.cue = state["cue"].to(self.device).clone()
         self.elapsed = state["elapsed"].to(self.device).clone()
         self.generator.set_state(state["generator"])

@@ -36,7 +36,7 @@ from torch import Tensor, nn
 
 from parlightning.config_types import ClosedUnitInterval, PositiveFinite, PositiveInt, Seed, check_args
 from parlightning.envs.base import BatchedEnv, StepResult, world_specs
-from parlightning.method_args import Passed, TensorArg, checked_methods
+from parlightning.method_args import Passed, TensorArg, check_state, checked_methods
 from parlightning.errors import ConfigError
 
 EnvFactory = Callable[[int, str, int], BatchedEnv]
@@ -188,6 +188,7 @@ class NormalizeEnv(BatchedEnv):
                 "clip_obs": self.clip_obs, "epsilon": self.epsilon}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        check_state("NormalizeEnv", state, self.state_dict(), skip=("env",))  # the wrapped world checks its own
         self.env.load_state_dict(state["env"])
         self.obs_rms.load_state_dict(state["obs_rms"])
         self.ret_rms.load_state_dict(state["ret_rms"])

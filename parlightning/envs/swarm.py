@@ -56,7 +56,7 @@ from parlightning.envs.base import (
 )
 from parlightning.envs.swarm_tasks import FAMILIES, HARD, LOCAL, N_KINDS, PLAIN, SPLITS, Costs, TaskBank, oracle_split_index
 from parlightning.errors import ArgumentError, ConfigError
-from parlightning.method_args import OneOf, TensorArg, checked_methods
+from parlightning.method_args import OneOf, TensorArg, check_state, checked_methods
 
 __all__ = ["FAMILIES", "SPLITS", "SCRIPTED", "SwarmEnv", "TaskBank"]
 SLOT_FEATURES = 6  # pending, size, plain, hard, local, failed last round
@@ -654,17 +654,9 @@ class SwarmEnv(BatchedEnv):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore `state_dict()` of a SwarmEnv with the same num_envs and max_width (every key present,
         every tensor of this world's shape: a ConfigError naming the key otherwise, before any is loaded)."""
-        missing = [k for k in (*self._STATE, "generator") if k not in state]
-        if missing:
-            raise ConfigError(f"SwarmEnv.load_state_dict(state): lacks {missing}; pass a SwarmEnv's state_dict() "
-                              f"(it has {list(self.state_dict())})")
-        for name in self._STATE:
-            value, own = state[name], getattr(self, name)
-            if not isinstance(value, Tensor) or value.shape != own.shape:
-                got = list(value.shape) if isinstance(value, Tensor) else type(value).__name__
-                raise ConfigError(f"SwarmEnv.load_state_dict(state): state[{name!r}] is {got}, this SwarmEnv's is "
-                                  f"{list(own.shape)} (num_envs={self.num_envs}, max_width={self.max_width}); "
-                                  "load it into a SwarmEnv built with the num_envs and max_width it was saved from")
+        check_state("SwarmEnv", state, self.state_dict(), optional=("noise_generator",),
+                    hint=f" (num_envs={self.num_envs}, max_width={self.max_width}); load it into a SwarmEnv built "
+                         "with the num_envs and max_width it was saved from")
         for name, value in state.items():
             if name == "generator":
                 self.generator.set_state(value)

@@ -8,6 +8,8 @@ accumulation and DDP all behave as in any Lightning module. The rollout comes fr
 
 from __future__ import annotations
 
+import contextvars
+from collections.abc import Mapping
 import math
 import os
 from typing import Any, Optional, Sequence, Union
@@ -26,10 +28,14 @@ from parlightning.ppo.loss import ppo_loss
 from parlightning.policies.actor_critic import ACTIVATIONS, ActorCritic, set_action_prior
 from parlightning.policies.recurrent import CELLS, RecurrentActorCritic
 
+# the checkpoint's own hyper-parameters while `load_from_checkpoint` runs with overrides (Lightning merges
+# them into the checkpoint's before the module sees it): a weights mismatch names what the overrides changed
+_SAVED_HPARAMS: contextvars.ContextVar = contextvars.ContextVar("parlightning_saved_hparams", default=None)
+
 # Lightning's hooks and overrides: Lightning calls them with its own objects (not wrapped)
 MODULE_HOOKS = ("setup", "on_load_checkpoint", "on_fit_start", "configure_optimizers", "on_train_epoch_start",
                 "configure_gradient_clipping", "training_step", "on_train_batch_end", "on_update_epoch_end",
-                "on_train_epoch_end", "on_save_checkpoint", "load_from_checkpoint")
+                "on_train_epoch_end", "on_save_checkpoint", "load_from_checkpoint", "load_state_dict")
 
 LOSS_METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "old_approx_kl", "clipfrac")  # logged as losses/*
 
@@ -218,12 +224,14 @@ class PPOModule(pl.LightningModule):
     def load_from_checkpoint(cls, checkpoint_path: Any, *args: Any, **kwargs: Any) -> Any:
         """Lightning's `load_from_checkpoint`, after the file itself is checked: a missing, truncated,
         damaged or foreign file is one `ConfigError` naming it (not an OSError or unpickling error)."""
+        saved = None
         if isinstance(checkpoint_path, (str, os.PathLike)) and "://" not in os.fspath(checkpoint_path):
             from parlightning.runtime.checkpoint import load_checkpoint_file
             try:
-                load_checkpoint_file(os.fspath(checkpoint_path))
+                checkpoint = load_checkpoint_file(os.fspath(checkpoint_path))
             except ConfigError as err:
                 raise ConfigError(str(err).replace("--ckpt_path", "checkpoint_path", 1)) from None
+            saved = checkpoint.get("hyper_parameters") if isinstance(checkpoint, dict) else None
         location = args[0] if args else kwargs.get("map_location")
         if isinstance(location, str):  # torch's own error for a bad name is a traceback deep in unpickling
             try:
@@ -231,12 +239,19 @@ class PPOModule(pl.LightningModule):
             except (RuntimeError, ValueError):
                 raise ConfigError(f"map_location: {location!r} is not a device name; use 'cpu', 'cuda' or 'cuda:0' "
                                   "(or a torch.device, a dict or a function, as torch.load takes)") from None
-        return super().load_from_checkpoint(checkpoint_path, *args, **kwargs)
+        # Lightning merges the overrides into the checkpoint's hyper-parameters: keep its own for the weights check
+        token = _SAVED_HPARAMS.set(dict(saved) if isinstance(saved, dict) else None)
+        try:
+            return super().load_from_checkpoint(checkpoint_path, *args, **kwargs)
+        finally:
+            _SAVED_HPARAMS.reset(token)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """`PPOModule.load_from_checkpoint(path)` (no trainer, no env): build the policy from the
         checkpoint's `policy_spaces` before Lightning loads the weights. A resumed fit has built it in
         `setup` already; nothing changes then."""
+        saved = _SAVED_HPARAMS.get() or checkpoint.get("hyper_parameters")  # named by load_state_dict
+        self._checkpoint_hparams = dict(saved) if isinstance(saved, dict) else None  # when the weights do not fit
         if self.policy is not None:
             return
         spaces = checkpoint.get("policy_spaces")
@@ -251,6 +266,38 @@ class PPOModule(pl.LightningModule):
                                       self.hparams.activation, n_keys=int(keys.shape[0]))
         else:
             self.policy = self.build_policy(observation_shape, action_spec)
+
+    def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any:
+        """`nn.Module.load_state_dict`, after the weights are compared with this module's: a parameter of
+        another shape (or, strict, a missing or extra one) is one ConfigError naming the hyper-parameters
+        whose checkpoint and current values differ (`hidden_sizes`, `policy`, ...), torch's list as detail."""
+        own = super().state_dict()
+        if isinstance(state_dict, Mapping):
+            shapes = [k for k, v in state_dict.items() if k in own and isinstance(v, Tensor) and v.shape != own[k].shape]
+            missing = [k for k in own if k not in state_dict] if strict else []
+            unexpected = [k for k in state_dict if k not in own] if strict else []
+            if shapes or missing or unexpected:
+                raise ConfigError(self._weights_mismatch(state_dict, own, shapes, missing, unexpected))
+        return super().load_state_dict(state_dict, strict=strict, assign=assign)
+
+    def _weights_mismatch(self, state: dict, own: dict, shapes: list, missing: list, unexpected: list) -> str:
+        if shapes:
+            k = shapes[0]
+            detail = f"{k} is {list(state[k].shape)} in the checkpoint, {list(own[k].shape)} here"
+        else:
+            detail = (f"missing {missing[:3]}" if missing else "") + ("; " if missing and unexpected else "") + (
+                f"unexpected {unexpected[:3]}" if unexpected else "")
+        saved = getattr(self, "_checkpoint_hparams", None) or {}
+        differ = [n for n in saved if n in self.hparams and saved[n] != self.hparams[n]]
+        shaping = ("policy", "hidden_sizes", "rnn_hidden")  # the ones that set the network's shapes, first
+        differ.sort(key=lambda n: (n not in shaping, n))
+        if differ:
+            named = "; ".join(f"{n} is {saved[n]!r} in the checkpoint but {self.hparams[n]!r} here" for n in differ[:4])
+            return (f"model: the checkpoint's weights do not fit this PPOModule: {named}; load it with the "
+                    f"checkpoint's {', '.join(differ[:4])} (drop the override) or start fresh ({detail})")
+        return (f"model: the checkpoint's weights do not fit this PPOModule ({detail}); the policy's observation or "
+                "action spaces (the world) or its hyper-parameters differ from the run that saved it: load it with "
+                "the world and model settings it was trained with")
 
     def on_fit_start(self) -> None:
         planner = find_planner(self.trainer)

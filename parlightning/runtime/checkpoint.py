@@ -462,15 +462,24 @@ def check_env_signature(path: str, saved: Optional[dict[str, Any]], ours: dict[s
     if not saved:
         return  # written before signatures were stored: the weight-shape check still runs
     derived = ("observation_shape", "action_spec", "task_ids")  # follow from the settings: reported after them
-    names = ["class", *sorted(set(saved) | set(ours) - {"class", *derived}), *derived]
-    for name in names:
-        if saved.get(name) != ours.get(name):
-            field = name if name in ("class", "observation_shape", "action_spec", "task_ids") else f"init_args.{name}"
-            raise ConfigError(
-                f"data.env.{field}: the checkpoint {path!r} was collected in a world with {saved.get(name)!r} but "
-                f"this config builds {ours.get(name)!r}; resume with the checkpoint's env settings or start fresh "
-                "without --ckpt_path"
-            )
+    fix = "resume with the checkpoint's env settings or start fresh without --ckpt_path"
+    if saved.get("class") != ours.get("class"):
+        raise ConfigError(f"data.env.class: the checkpoint {path!r} was collected in a world {saved.get('class')!r} but "
+                          f"this config builds {ours.get('class')!r}; {fix}")
+    settings = sorted((set(saved) | set(ours)) - {"class", *derived})
+    changed = [n for n in settings if saved.get(n) != ours.get(n)]
+    consequences = [n for n in derived if saved.get(n) != ours.get(n)]
+    if changed:  # the world's init args that differ, every one, with what they change as detail
+        named = "; ".join(f"data.env.init_args.{n} is {saved.get(n)!r} in the checkpoint but {ours.get(n)!r} here"
+                          for n in changed[:4]) + (f" (and {len(changed) - 4} more)" if len(changed) > 4 else "")
+        detail = f" (so {', '.join(consequences)} differ{'s' if len(consequences) == 1 else ''})" if consequences else ""
+        raise ConfigError(f"data.env.init_args.{changed[0]}: the checkpoint {path!r} was collected in another world: "
+                          f"{named}{detail}; {fix}")
+    for name in consequences:  # a world whose settings are not attributes: the derived fact is all there is
+        raise ConfigError(
+            f"data.env.{name}: the checkpoint {path!r} was collected in a world with {saved.get(name)!r} but "
+            f"this config builds {ours.get(name)!r}; {fix}"
+        )
 
 
 def check_weight_shapes(path: str, saved: dict[str, Any], module: Any, probe: dict[str, Any]) -> None:
@@ -522,13 +531,40 @@ def check_output_dirs(trainer: Any) -> None:
         _check_writable(field, str(folder))
 
 
+def dangling_link(path: str) -> Optional[str]:
+    """The part of `path` (itself or a folder above it) that is a symbolic link to nothing, or None.
+    An output there would fail (makedirs: "File exists"; open: "No such file"), or, where a tool
+    resolves the link first (Lightning's ModelCheckpoint), be written somewhere the user did not name."""
+    probe = os.path.abspath(os.path.expanduser(str(path)))
+    while not os.path.exists(probe):
+        if os.path.islink(probe):
+            return probe
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            return None
+        probe = parent
+    return None
+
+
+def dangling_link_error(field: str, path: str) -> Optional[ConfigError]:
+    """One ConfigError naming `field` when `path` runs through a dangling link (`dangling_link`), else None."""
+    link = dangling_link(path)
+    if link is None:
+        return None
+    target = os.readlink(link)
+    return ConfigError(f"{field}: {str(path)!r} " + (f"is a link to {target!r}" if os.path.abspath(link) ==
+                       os.path.abspath(os.path.expanduser(str(path))) else f"goes through {link!r}, a link to "
+                       f"{target!r}") + ", which does not exist; remove the link, create its target, or choose "
+                       "another path")
+
+
 def _check_writable(field: str, folder: str) -> None:
     path = os.path.abspath(folder)
+    err = dangling_link_error(field, folder)  # makedirs would fail on it with "File exists"
+    if err is not None:
+        raise err
     probe = path
     while not os.path.exists(probe):
-        if os.path.islink(probe):  # a dangling link: makedirs would fail on it with "File exists"
-            raise ConfigError(f"{field}: cannot create {folder!r}: {probe!r} is a link to {os.readlink(probe)!r}, "
-                              "which does not exist; remove the link, create its target, or choose another path")
         probe = os.path.dirname(probe)
     try:
         name_max = os.pathconf(probe, "PC_NAME_MAX")

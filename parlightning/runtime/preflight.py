@@ -12,6 +12,7 @@ import functools
 import hashlib
 import inspect
 import io
+import math
 import numbers
 import os
 import re
@@ -24,8 +25,9 @@ import yaml
 from torch import Tensor
 
 from parlightning.config_types import available_memory, size_text
-from parlightning.runtime.checkpoint import not_a_file
+from parlightning.runtime.checkpoint import dangling_link_error, not_a_file
 from parlightning.errors import ConfigError, ReportedError, WorldCloseWarning, check_call_shape, error_text
+from parlightning.method_args import check_real_tensors
 
 SEED_RANGE = (0, 2**32 - 1)  # numpy's (and Lightning's seed_everything's) seed range
 PROBE_ACTORS = 2  # actors of the env built to check its contract and measure its shapes
@@ -183,6 +185,7 @@ def check_config(config: Any) -> None:
     _check_env_class_path(data.get("env"))
     trainer = config.get("trainer") or {}
     _check_trainer(trainer)
+    check_output_links(trainer)
     check_environment(trainer)
     _check_finite(config)
     clip = trainer.get("gradient_clip_val")
@@ -193,6 +196,34 @@ def check_config(config: Any) -> None:
     if data.get("collect_in") == "process" and accelerator in ("gpu", "cuda", "mps"):
         raise ConfigError(f"data.collect_in: process collects on the CPU, but trainer.accelerator is {accelerator}; "
                           "use data.collect_in: thread with a GPU")
+
+
+def _get(obj: Any, key: str) -> Any:
+    try:
+        return obj.get(key) if hasattr(obj, "get") else getattr(obj, key, None)
+    except Exception:  # noqa: BLE001 - a config value of another shape: the parser names it
+        return None
+
+
+def check_output_links(trainer: Any) -> None:
+    """The output folders as the config names them (`trainer.default_root_dir`, each logger's `save_dir`,
+    each callback's `dirpath`): a dangling symbolic link is refused, naming the field, before any class
+    is built (Lightning's ModelCheckpoint resolves the link and would write to its missing target)."""
+    places = [("trainer.default_root_dir", _get(trainer, "default_root_dir"))]
+    loggers = _get(trainer, "logger")
+    for logger in loggers if isinstance(loggers, list) else [loggers]:
+        args = _get(logger, "init_args")
+        places.append(("trainer.logger.save_dir", _get(args, "save_dir") if args is not None else None))
+    callbacks = _get(trainer, "callbacks")
+    for i, cb in enumerate(callbacks if isinstance(callbacks, list) else []):
+        args = _get(cb, "init_args")
+        name = str(_get(cb, "class_path") or "").rpartition(".")[2] or f"trainer.callbacks[{i}]"
+        places.append((f"{name}.dirpath (trainer.callbacks[{i}])", _get(args, "dirpath") if args is not None else None))
+    for field, path in places:
+        if isinstance(path, (str, os.PathLike)) and "://" not in str(path) and str(path).strip():
+            err = dangling_link_error(field, str(path))
+            if err is not None:
+                raise err
 
 
 def _check_env_class_path(env: Any) -> None:
@@ -415,7 +446,11 @@ def build_env(factory: Callable[..., Any], num_envs: int, device: str, seed: int
     try:
         env = factory(num_envs, device, seed)
     except ConfigError as err:
-        raise ConfigError(_env_field(factory, str(err))) from None
+        line = _env_field(factory, str(err))
+        name = _factory_name(factory)
+        if line.startswith("data.env: ActionSpec") and name not in line:  # the spec the world builds: name the world
+            line = f"data.env: {name}(num_envs={num_envs}) built an invalid {line.removeprefix('data.env: ')}"
+        raise ConfigError(line) from None
     except (ValueError, TypeError) as err:
         line = _env_field(factory, f"{type(err).__name__}: {err}")
         name = _factory_name(factory)
@@ -525,6 +560,30 @@ def _check_spaces(name: str, env: Any) -> None:
                               "actions are clipped to [low, high], so low must be below high")
 
 
+WORLD_FACTS = {  # optional world attributes the package reads: (accepts, what it must be)
+    "solved_threshold": (lambda v: isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
+                         and 0.0 <= v <= 1.0,
+                         "a number in [0, 1], the task outcome (r_perf, in [0, 1]) at or above which an episode counts "
+                         "as solved (1.0: only a full success)"),
+    "max_subagents": (lambda v: isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 1,
+                      "an integer >= 1, the most subagents an episode may spawn (the PARL reward's cap)"),
+}
+
+
+def check_world_facts(name: str, env: Any) -> None:
+    """The optional attributes the package reads from a world (`WORLD_FACTS`: `solved_threshold`,
+    `max_subagents`), checked once when the world is probed: type, finite, in range; one ConfigError
+    `data.env: {name}.{attr}: must be ...` otherwise (read later, they would be a bare float() error or
+    a threshold no outcome reaches)."""
+    for attr, (accepts, need) in WORLD_FACTS.items():
+        try:
+            value = getattr(env, attr, None)
+        except Exception as err:  # a property raising
+            raise ConfigError(f"data.env: reading {name}.{attr} raised {_raised(err)}; it must be {need}") from None
+        if value is not None and not accepts(value):
+            raise ConfigError(f"data.env: {name}.{attr}: must be {need}, got {type(value).__name__} {value!r:.40}")
+
+
 def _env_field(factory: Callable[..., Any], message: str) -> str:
     message = " ".join(line.strip() for line in message.splitlines() if line.strip())
     head = message.split(":", 1)[0].strip()
@@ -573,6 +632,7 @@ def check_env(env: Any, num_envs: int, seed: int) -> None:
             raise ConfigError(f"data.env: reading {name}.{attr} raised {_raised(err)}; fix the world's "
                               f"{attr}") from None
     _check_spaces(name, env)
+    check_world_facts(name, env)
     try:
         declared = torch.device(env.device)
     except (RuntimeError, TypeError, ValueError):
@@ -657,6 +717,7 @@ def check_state(field: str, name: str, obj: Any) -> None:
                           f"calls it: fix it ({fix})") from None
     if not isinstance(state, dict):
         raise ConfigError(f"{field}: {name}.state_dict returned a {type(state).__name__}, not a dict; {fix}")
+    check_real_tensors(field, name, state)  # a meta tensor saves and loads back, but no checkpoint copies it out
     buffer = io.BytesIO()
     try:
         torch.save(state, buffer)

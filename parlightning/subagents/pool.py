@@ -8,8 +8,9 @@ over HTTP). Plain Python (no torch), so worker processes start fast.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 
+import inspect
 import itertools
 import math
 import numbers
@@ -21,7 +22,7 @@ from typing import Any, Iterable, Optional, Protocol, runtime_checkable
 
 from parlightning.config_types import ClosedUnitInterval, NonNegativeFinite, NonNegativeInt, Seed, check_args
 from parlightning.errors import ConfigError, LifecycleError
-from parlightning.method_args import Arg, Is, Passed, checked_methods
+from parlightning.method_args import Arg, MappingArg, Passed, checked_methods
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,12 @@ def normalize(value: Any, seconds: float) -> SubagentResult:
     goes under the mapping's `output` key."""
     if isinstance(value, SubagentResult):
         return value
+    lazy = _lazy_kind(value)
+    if lazy is not None:
+        getattr(value, "close", lambda: None)()  # never run: no "was never awaited" warning
+        raise TypeError(f"returned {lazy}, not an answer; a sync pool calls the function and takes what it returns: "
+                        "make it a plain `def` that returns the answer (run a coroutine inside it with "
+                        "asyncio.run), or serve it over HTTP for AsyncHTTPPool")
     if isinstance(value, Mapping) and "success" in value:
         flag = value["success"]
         if not (isinstance(flag, bool) or (isinstance(flag, int) and flag in (0, 1))):
@@ -76,6 +83,31 @@ def normalize(value: Any, seconds: float) -> SubagentResult:
             f"{type(value).__name__} {value!r:.40}")
     raise TypeError(f"returned {what}; return a mapping {{'success': bool, 'steps': int, 'output': ...}} (an output "
                     "goes under 'output'), a bool, or a (bool, steps) pair")
+
+
+def _lazy_kind(value: Any) -> Optional[str]:
+    """What a deferred value is (a coroutine, an awaitable, a generator), or None for an answer."""
+    if inspect.iscoroutine(value):
+        return "a coroutine (is the function `async def`?)"
+    if inspect.isgenerator(value) or inspect.isasyncgen(value):
+        return "a generator (does the function `yield`?)"
+    if inspect.isawaitable(value):
+        return f"an awaitable ({type(value).__name__})"
+    return None
+
+
+def sync_function_problem(fn: Any) -> Optional[str]:
+    """Why `fn` cannot be a sync pool's subagent function (it is `async def`, an async generator or a
+    generator function: calling it returns a coroutine or generator, not an answer), or None."""
+    target = getattr(fn, "__func__", fn)
+    for test, what in ((inspect.iscoroutinefunction, "an async function (`async def`)"),
+                       (inspect.isasyncgenfunction, "an async generator function"),
+                       (inspect.isgeneratorfunction, "a generator function (it `yield`s)")):
+        if test(target) or test(getattr(target, "__call__", None)):
+            return (f"is {what}: calling it returns a {'generator' if 'generator' in what else 'coroutine'}, not an "
+                    "answer; make it a plain `def` that returns the answer (run a coroutine inside it with "
+                    "asyncio.run), or serve it over HTTP for AsyncHTTPPool")
+    return None
 
 
 def _steps(value: Any) -> int:
@@ -175,8 +207,22 @@ class PoolBase:
         return None
 
 
-@checked_methods(spawn={"instruction": Is(Mapping, "a mapping such as {'cost': 2, 'skill': 0, 'instruction': 0} (a "
-                                                  "subtask's cost, the skill it needs and the instruction given)")},
+def _count(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+
+
+def _label(value: Any) -> bool:
+    return isinstance(value, Hashable) and not isinstance(value, bool)
+
+
+SIMULATED_INSTRUCTION = MappingArg(
+    {"skill": (_label, "the skill the subtask needs (an int or a name)"),
+     "instruction": (_label, "the instruction given (an int or a name; it succeeds when it equals skill)"),
+     "cost": (_count, "the subtask's cost in steps, a finite number >= 0")},
+    "{'cost': 2, 'skill': 0, 'instruction': 0}")
+
+
+@checked_methods(spawn={"instruction": SIMULATED_INSTRUCTION},
                  wait=POOL_SPECS["wait"])
 class SimulatedPool(PoolBase):
     """Subagents as SwarmEnv models them, in process, for tests and benchmarks.
@@ -201,8 +247,8 @@ class SimulatedPool(PoolBase):
 
     def spawn(self, instruction: Any) -> int:
         """`instruction`: a mapping such as {'cost': 2, 'skill': 0, 'instruction': 0} (a subtask's cost, the
-        skill it needs and the instruction given); checked at entry, as the pool being open."""
-        steps = int(instruction.get("cost", 1)) + self.spawn_steps
+        skill it needs and the instruction given), every key required; checked at entry, as the pool being open."""
+        steps = int(instruction["cost"]) + self.spawn_steps
         right = instruction.get("instruction") == instruction.get("skill")
         seconds = steps * self.seconds_per_step
         with self._lock:

@@ -32,11 +32,11 @@ import warnings
 from typing import Any, Optional
 
 from parlightning.config_types import PositiveFinite, PositiveInt, check_args
-from parlightning.errors import check_call_shape
+from parlightning.errors import ConfigError, check_call_shape
 from parlightning.runtime.processes import Child, receive, send, sendable_error, watch_parent
 from parlightning.runtime.waits import expected_wait
 from parlightning.method_args import checked_methods
-from parlightning.subagents.pool import POOL_SPECS, PoolBase, PoolClosedError, SubagentResult, normalize
+from parlightning.subagents.pool import POOL_SPECS, PoolBase, PoolClosedError, SubagentResult, normalize, sync_function_problem
 
 
 def _load(path: str) -> Any:
@@ -158,6 +158,8 @@ class ProcessPool(PoolBase):
         if not callable(target):
             raise ValueError(f"ProcessPool: fn {fn!r} is a {type(target).__name__}, not a function; name the function "
                              "a subagent calls ('package.module:function')")
+        if sync_function_problem(target) is not None:  # the pool calls fn synchronously in its workers
+            raise ConfigError(f"ProcessPool.fn: {fn!r} {sync_function_problem(target)}")
         module, _, attr = fn.partition(":") if ":" in fn else fn.rpartition(".")
         check_call_shape("ProcessPool.fn", module, attr, target, ("instruction",), caller="each subagent's worker")
         if start_method not in ("spawn", "forkserver", "fork"):
