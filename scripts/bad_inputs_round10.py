@@ -1080,7 +1080,7 @@ http("control-http-good", "good", (), control=True)
 
 # ------------------------------------------------------------------------------------ the command line
 C = "cli"
-fit("cli-lr-equals-word", C, TINY + ["--model.lr=fast"], "model.lr|lr", quick=True)
+fit("cli-lr-equals-word", C, TINY + ["--model.lr=fast"], "model.lr|lr")
 fit("cli-hidden-sizes-equals-mixed-list", C, TINY + ["--model.hidden_sizes=[64, abc]"], "hidden_sizes")
 fit("cli-hidden-sizes-append-zero", C, TINY + ["--model.hidden_sizes+", "0"], "hidden_sizes")
 fit("cli-env-shortcut-arg-typo", C, TINY + ["--data.env.max_widht", "4"], "max_widht|max_width")
@@ -1118,7 +1118,7 @@ fit("cli-cp-planner-on-cartpole", C, CART + ["--config", "parallel/cp"], "Cluste
 
 # ------------------------------------------------------------------------------------ config files
 Y = "yaml"
-yaml_case("yaml-crlf-with-typo", Y, b"model:\r\n  lr: 0.001\r\n  hiden_sizes: [8]\r\n", "hiden_sizes", quick=True)
+yaml_case("yaml-crlf-with-typo", Y, b"model:\r\n  lr: 0.001\r\n  hiden_sizes: [8]\r\n", "hiden_sizes")
 yaml_case("yaml-anchor-pastes-model-into-data", Y, "model: &m {lr: 0.002}\ndata: *m\n", "lr")
 yaml_case("yaml-merge-key-of-a-list-of-numbers", Y, "model:\n  <<: [1, 2]\n  lr: 0.01\n", "c.yaml|model|merge")
 yaml_case("yaml-nesting-5000-deep", Y, "model: {lr: " + "[" * 5000 + "]" * 5000 + "}\n", "c.yaml|lr|deep|nest")
@@ -1159,7 +1159,7 @@ yaml_case("yaml-utf16-file", Y, "model:\n  lr: 0.01\n".encode("utf-16"), "c.yaml
 # ------------------------------------------------------------------------------------ filesystem
 F = "fs"
 BC = ["--config", "{root}/configs/swarm.yaml", "--rounds", "2", "--num_envs", "8", "--epochs", "1"]
-fit("fs-root-dir-is-a-fifo", F, TINY + ["--trainer.default_root_dir", "out"], "default_root_dir|out", files={"out": "fifo"}, quick=True)
+fit("fs-root-dir-is-a-fifo", F, TINY + ["--trainer.default_root_dir", "out"], "default_root_dir|out", files={"out": "fifo"})
 fit("fs-root-dir-dangling-link", F, TINY + ["--trainer.default_root_dir", "root"], "default_root_dir|root",
     files={"root": "link:missing/root"})
 fit("fs-csv-save-dir-is-a-fifo", F, CART + ["--trainer.logger", "lightning.pytorch.loggers.CSVLogger", "--trainer.logger.save_dir", "logs"],
@@ -1192,7 +1192,7 @@ def resume(name: str, extra: list, expect: Any, fixture: str = "swarm.ckpt", bas
 
 
 resume("ckpt-resume-num-steps-changed", ["--data.num_steps", "16"], "num_steps")
-resume("ckpt-resume-activation-changed", ["--model.activation", "tanh"], "activation", quick=True)
+resume("ckpt-resume-activation-changed", ["--model.activation", "tanh"], "activation")
 resume("ckpt-resume-reward-dropped", ["--data.reward", "null"], "reward")
 resume("ckpt-resume-on-heldout-split", ["--data.env.init_args.split", "heldout"], "split")
 resume("ckpt-resume-max-width-8", ["--data.env.init_args.max_width", "8"], "max_width|observation|width")
@@ -1214,7 +1214,7 @@ fit("ckpt-init-from-bare-state-dict", K, TINY + ["--model.init_from", "sd.pt"], 
 fit("ckpt-init-from-foreign", K, TINY + ["--model.init_from", "f.ckpt"], "init_from|f.ckpt", files={"f.ckpt": "fixture:foreign.ckpt"})
 
 # ------------------------------------------------------------------------------------ a user's tensor world
-world("world-obs-int64", "ObsInt64", "observation|obs|dtype", quick=True)
+world("world-obs-int64", "ObsInt64", "observation|obs|dtype")
 world("world-obs-float64", "ObsFloat64", "observation|obs|dtype")
 world("world-obs-complex", "ObsComplex", "observation|obs|complex")
 world("world-reward-complex", "RewardComplex", "reward")
@@ -1246,7 +1246,7 @@ world("world-factory-returns-gym-env", "make_gym_env", "data.env|make_gym_env|Ba
 world("world-factory-returns-tuple", "make_with_info", "data.env|make_with_info|tuple")
 
 # ------------------------------------------------------------------------------------ external worlds
-ext("ext-obs-meta-tensor-later", '{world: "r10ext:ObsMetaLater", step_timeout: 20}', "ObsMetaLater|observation|obs", allow=RUNS, quick=True)
+ext("ext-obs-meta-tensor-later", '{world: "r10ext:ObsMetaLater", step_timeout: 20}', "ObsMetaLater|observation|obs", allow=RUNS)
 ext("ext-tasks-generator", '{world: "r10ext:TasksGenerator", step_timeout: 20}', "tasks|TasksGenerator")
 ext("ext-shape-changes-in-reset", '{world: "r10ext:ShapeChangesInReset", step_timeout: 20}', "observation|ShapeChangesInReset", allow=RUNS)
 ext("ext-task-ids-unknown-to-world", '{world: "r10ext:Strict", step_timeout: 20, task_ids: [zeta-0, zeta-1]}', "Strict|zeta|task", allow=RUNS)
@@ -1265,15 +1265,15 @@ ext("ext-drop-budget-exceeded", '{world: "r10ext:AlwaysDrops", step_timeout: 20,
     extra=["--data.collect", "trajectories", "--data.max_policy_lag", "1"], allow=RUNS, timeout=90)
 
 # ------------------------------------------------------------------------------------ subagent pools and functions
-proc("process-fn-steps-huge", "r10fns:fn_steps_huge", "fn_steps_huge|steps", quick=True)
+proc("process-fn-steps-huge", "r10fns:fn_steps_huge", "fn_steps_huge|steps")
 proc("process-fn-steps-fraction", "r10fns:fn_steps_fraction", "fn_steps_fraction|steps")
 proc("process-fn-success-key-typo", "r10fns:fn_success_typo", "fn_success_typo|success|sucess")
-proc("process-fn-async", "r10fns:fn_async", "fn_async|coroutine|async", quick=True)
+proc("process-fn-async", "r10fns:fn_async", "fn_async|coroutine|async")
 proc("process-fn-returns-exception", "r10fns:fn_returns_exception", "fn_returns_exception|ValueError")
 proc("process-start-timeout-shorter-than-import", "r10slow:fn", "start_timeout|r10slow", extra=", start_timeout: 1")
 proc("process-fn-steps-bool", "r10fns:fn_steps_bool", "fn_steps_bool|steps")
 pool("sim-reliability-percent-string", "{class_path: parlightning.subagents.SimulatedPool, init_args: {reliability: 90%}}", "reliability")
-http("http-no-choices", "choices-empty", "127.0.0.1|HTTPPool|choices|endpoint", quick=True)
+http("http-no-choices", "choices-empty", "127.0.0.1|HTTPPool|choices|endpoint")
 http("http-negative-completion-tokens", "negative-tokens", "127.0.0.1|HTTPPool|completion_tokens|steps")
 http("http-content-null", "content-null", "127.0.0.1|HTTPPool|content")
 http("http-401-unauthorized", "401", "127.0.0.1|HTTPPool|401")
@@ -1283,7 +1283,7 @@ http("http-redirect-to-closed-port", "redirect", "127.0.0.1|HTTPPool|redirect|en
 # ------------------------------------------------------------------------------------ samplers
 S = "sampler"
 fit("sampler-pick-raises-at-round-two", S, TINY + ["--data.sampler", "r10user.PickRaisesRoundTwo", "--trainer.max_epochs", "2"],
-    "PickRaisesRoundTwo|pick|sampler", allow=RUNS, quick=True)
+    "PickRaisesRoundTwo|pick|sampler", allow=RUNS)
 fit("sampler-pick-static-one-arg", S, TINY + ["--data.sampler", "r10user.PickOneArg"], "PickOneArg|pick|sampler")
 fit("sampler-module-level-instance", S, TINY + ["--data.sampler", "r10user.SAMPLER"], "data.sampler|SAMPLER")
 fit("sampler-state-dict-meta", S, TINY + ["--data.sampler", "r10user.StateMeta"], "StateMeta|state_dict|sampler")
@@ -1300,7 +1300,7 @@ fit("sampler-posterior-on-cartpole", S, CART + ["--data.sampler", "parlightning.
 G = "strategy"
 yaml_case("strategy-plan-extra-units", G, planner_yaml("r10user.PlanExtraUnits"), "PlanExtraUnits|mine|worker|unit")
 
-yaml_case("strategy-name-empty", G, planner_yaml("r10user.NameEmpty"), "NameEmpty|name", quick=True)
+yaml_case("strategy-name-empty", G, planner_yaml("r10user.NameEmpty"), "NameEmpty|name")
 yaml_case("strategy-plan-blocks-forever", G, planner_yaml("r10user.PlanBlocksForever"), "stall_timeout|plan|PlanBlocksForever",
           extra=["--stall_timeout", "3"], timeout=45)
 yaml_case("strategy-plan-keyword-only", G, planner_yaml("r10user.PlanKeywordOnly"), "PlanKeywordOnly|mine|plan")
@@ -1325,7 +1325,7 @@ fit("callback-train-epoch-end-raises", B, TINY + ["--trainer.callbacks+", "r10us
     "TrainEpochEndRaises|on_train_epoch_end", allow=RUNS)
 fit("callback-setup-raises", B, TINY + ["--trainer.callbacks+", "r10user.SetupRaises"], "SetupRaises|setup", allow=RUNS)
 
-fit("callback-fit-end-raises", B, TINY + ["--trainer.callbacks+", "r10user.FitEndRaises"], "FitEndRaises|on_fit_end", allow=RUNS, quick=True)
+fit("callback-fit-end-raises", B, TINY + ["--trainer.callbacks+", "r10user.FitEndRaises"], "FitEndRaises|on_fit_end", allow=RUNS)
 fit("callback-teardown-raises", B, TINY + ["--trainer.callbacks+", "r10user.TeardownRaises"], "TeardownRaises|teardown", allow=RUNS)
 fit("callback-stats-replaced-by-list", B, TINY + ["--trainer.callbacks+", "r10user.StatsReplacedByList"], "StatsReplacedByList|stats",
     allow=RUNS)
@@ -1335,7 +1335,7 @@ fit("callback-rollout-end-missing-arg", B, TINY + ["--trainer.callbacks+", "r10u
 # ------------------------------------------------------------------------------------ tools: evaluate, export, bc, plot
 T = "tools"
 EV = ["--config", "swarm", "--episodes", "1"]
-case("eval-ckpt-is-exported-onnx", T, "evaluate", EV + ["--ckpt_path", "{fx}/policy.onnx"], "ckpt_path|policy.onnx", quick=True)
+case("eval-ckpt-is-exported-onnx", T, "evaluate", EV + ["--ckpt_path", "{fx}/policy.onnx"], "ckpt_path|policy.onnx")
 case("eval-ckpt-legacy-format", T, "evaluate", EV + ["--ckpt_path", "{fx}/legacy.ckpt"], "ckpt_path|legacy.ckpt")
 case("eval-ckpt-foreign-lightning", T, "evaluate", EV + ["--ckpt_path", "{fx}/foreign.ckpt"], "ckpt_path|foreign.ckpt")
 case("eval-trace-on-cartpole", T, "evaluate", ["--config", "cartpole_fast", "--ckpt_path", "{fx}/cart.ckpt", "--episodes", "2", "--trace", "t.jsonl"],
@@ -1359,7 +1359,7 @@ case("eval-trace-is-the-config", T, "evaluate", ["--config", "swarm", "--config"
 # ------------------------------------------------------------------------------------ the Python API
 LP = "import torch, parlightning\n"
 SW = "from parlightning.envs.swarm import SwarmEnv\n"
-api("api-load-policy-of-exported-onnx", LP + "parlightning.load_policy('{fx}/policy.onnx')\n", "policy.onnx|checkpoint", quick=True)
+api("api-load-policy-of-exported-onnx", LP + "parlightning.load_policy('{fx}/policy.onnx')\n", "policy.onnx|checkpoint")
 api("api-load-policy-of-state-dict", LP + "parlightning.load_policy('{fx}/statedict.pt')\n", "statedict.pt|checkpoint")
 api("api-load-policy-url", LP + "parlightning.load_policy('https://example.invalid/runs/last.ckpt')\n", "last.ckpt|path|checkpoint")
 api("api-predict-python-lists", LP + "p = parlightning.load_policy('{fx}/cart.ckpt')\np.predict([[0.0, 0.0, 0.0, 0.0]] * 3)\n", "obs|observation")
@@ -1422,7 +1422,7 @@ api("api-swarm-scripted-generator-int", SW + "env = SwarmEnv(num_envs=4)\nobs = 
     "generator")
 
 # ------------------------------------------------------------------------------------ scripts
-script("script-raw-ppo-anneal-lr-word", ["raw_ppo.py", "--quick", "--anneal-lr", "perhaps"], "anneal-lr|anneal_lr", quick=True)
+script("script-raw-ppo-anneal-lr-word", ["raw_ppo.py", "--quick", "--anneal-lr", "perhaps"], "anneal-lr|anneal_lr")
 script("script-raw-ppo-config-cartpole", ["raw_ppo.py", "--quick", "--config", "cartpole_fast"], "config|cartpole")
 script("script-bench-world-compiled-on-cuda", ["bench_world.py", "--quick", "--step", "compiled", "--device", "cuda"], "device|cuda|compiled")
 script("script-bench-collect-epochs-zero", ["bench_collect.py", "--quick", "--epochs", "0"], "epochs")
@@ -1439,7 +1439,7 @@ script("script-world-baselines-json-under-a-file", ["world_baselines.py", "--qui
 # relative to the case's folder (its working directory) so nothing is written outside it.
 E = "env"
 case("env-ascii-output-non-ascii-value", E, "cmd", [PY, "-m", "parlightning.fit"] + TINY + ["--model.activation", "r\u00e9lu"], "activation",
-     env={"LC_ALL": "C", "LANG": "C", "PYTHONIOENCODING": "ascii"}, quick=True)
+     env={"LC_ALL": "C", "LANG": "C", "PYTHONIOENCODING": "ascii"})
 sh("env-home-unset-tilde-config", E, f"unset HOME; exec {FIT} {TINY_S} --config '~/mine_r10.yaml'", "config|mine_r10.yaml")
 fit("env-cache-dir-is-a-file-compile", E, TINY + ["--data.env.init_args.compile", "true"], "cache|PARLIGHTNING_CACHE_DIR",
     files={"cachefile": "x\n"}, env={"PARLIGHTNING_CACHE_DIR": "cachefile"}, timeout=120)
@@ -1459,7 +1459,7 @@ D = "ddp"
 DDP = [PY, "-m", "parlightning.fit"] + TINY + ["--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.strategy", "ddp",
                                                "--config", "c.yaml"]
 case("ddp-plan-differs-per-rank", D, "cmd", DDP, "PlanPerRank|mine|strategy|plan", files={"c.yaml": planner_yaml("r10user.PlanPerRank")},
-     allow=RUNS, timeout=150, quick=True)
+     allow=RUNS, timeout=150)
 case("ddp-tp-three-sections-two-ranks", D, "cmd", DDP, "n_sections", timeout=150, allow=RUNS, files={"c.yaml": (
     "trainer:\n  callbacks+:\n    - class_path: parlightning.callbacks.StrategyPlanner\n      init_args:\n        strategy:\n"
     "          class_path: parlightning.distribution.strategies.TensorParallel\n"
@@ -1473,6 +1473,9 @@ case("ddp-ext-world-raises-on-rank-one", D, "cmd", [PY, "-m", "parlightning.fit"
 # ------------------------------------------------------------------------------------ judged valid after the draft run
 QUICK: set = set()
 DROPPED: dict[str, str] = {
+    "process-fn-async": "a corpus bug found after the before run: r10fns.fn_async is a plain `def` returning a valid answer, "
+                        "so training on is right (the intended `async def` function is refused since the round's fixes: "
+                        "tests/test_round10_values.py); counted as accepted in the before run, not counted since",
     "ckpt-resume-num-steps-changed": "the rollout length is a training setting like lr: the world's state does not depend on it, and the run "
                                      "continues with the new length",
     "eval-trace-on-cartpole": "evaluate writes a generic per-step trace for any world (return, length, per-step reward and action)",
@@ -1494,6 +1497,15 @@ DROPPED: dict[str, str] = {
 
 unknown = set(DROPPED) - {c.name for c in CASES}
 assert not unknown, f"DROPPED names no case: {sorted(unknown)}"
+# --quick: one fast case per class the round's fixes covered (the hangs' classes are tests/test_round10_hangs.py's)
+QUICK = {"api-ext-world-kwargs-list", "api-sim-spawn-without-cost", "api-cartpole-load-swarm-state",
+         "api-module-load-hparam-override-mismatch", "world-discrete-spec-with-shape", "world-solved-threshold-two",
+         "world-mask-meta", "sampler-state-dict-meta", "sampler-batched-index-999", "fs-bc-json-dangling-link",
+         "fs-checkpoint-dirpath-dangling-link", "ckpt-resume-max-width-8", "strategy-plan-blocks-forever",
+         "ext-obs-unpicklable-over-workers"}
+for _c in CASES:
+    _c.quick = _c.name in QUICK
+assert QUICK <= {c.name for c in CASES}, QUICK - {c.name for c in CASES}
 VALID = [c for c in CASES if c.name in DROPPED]
 CASES = [c for c in CASES if c.name not in DROPPED]
 
