@@ -166,10 +166,40 @@ def test_a_close_that_hangs_at_the_end_of_a_run_neither_keeps_it_alive_nor_loses
     proc, seconds = _fit(tmp_path, _ext(tmp_path, "ClosesForeverAfterTheProbe"))
     assert proc.returncode == 0, proc.stderr[-3000:]  # the run is complete: its close is warned about
     assert "Traceback" not in proc.stderr
-    warned = [line for line in proc.stderr.splitlines() if "close()" in line]
-    assert len(warned) == 1 and "ClosesForeverAfterTheProbe.close()" in warned[0] and "abandoned" in warned[0], \
-        f"(ran {seconds:.1f} s: under 10 s means no close() was bounded) " + proc.stderr[-3000:]
+    assert seconds >= 10.0, (seconds, proc.stderr[-3000:])  # the hung close() was waited for, up to its bound
     assert list(tmp_path.glob("lightning_logs/version_*/checkpoints/last.ckpt")), proc.stderr[-3000:]
+    # (the WorldCloseWarning's line is asserted in-process below: in two CI runs, in an xdist worker after other
+    # tests, this subprocess's stderr held no warning line, while 7 runs of this test alone printed it; not explained)
+
+
+def test_a_close_that_hangs_is_one_warning_naming_the_world_and_the_rest_is_closed(tmp_path: Path) -> None:
+    import warnings
+
+    import torch
+
+    from parlightning.envs.external import ExternalBatchedEnv
+    from parlightning.envs.world_runner import WorldCloseWarning
+
+    (tmp_path / "r10h_inproc.py").write_text(WORLDS)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import r10h_inproc
+
+        env = ExternalBatchedEnv(4, world=r10h_inproc.ClosesForeverAfterTheProbe, step_timeout=2.0)
+        env.reset(seed=0)
+        env.step(torch.zeros(4, dtype=torch.long))
+        start = time.monotonic()
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            env.close()
+        took = time.monotonic() - start
+    finally:
+        sys.path.remove(str(tmp_path))
+    closes = [w for w in seen if issubclass(w.category, WorldCloseWarning)]
+    assert len(closes) == 1, [str(w.message) for w in seen]
+    text = str(closes[0].message)
+    assert "ClosesForeverAfterTheProbe.close()" in text and "abandoned" in text and "actor 2, 3" in text, text
+    assert 9.0 <= took < 60.0, took  # one bound (10 s) for all the worlds' close(), not one per world
 
 
 def test_a_worker_whose_answer_cannot_be_pickled_prints_no_traceback(tmp_path: Path) -> None:
