@@ -131,17 +131,24 @@ def _is_nan(value: Any) -> bool:
         return False
 
 
+def _split_optional(annotation: Any) -> Optional[tuple[Any, bool]]:
+    """(the annotation inside `Optional[...]` / `X | None`, whether None is allowed); the annotation
+    itself and False when it is no union; None for a union of several types."""
+    if typing.get_origin(annotation) not in (Union, types.UnionType):
+        return annotation, False
+    args = typing.get_args(annotation)
+    rest = [a for a in args if a is not type(None)]
+    return (rest[0], len(rest) < len(args)) if len(rest) == 1 else None
+
+
 def plain_of(annotation: Any) -> Optional[tuple[type, bool, bool]]:
     """(the plain type, optional, sequence) an annotation names when it is `int`, `float`, `bool`,
     `str`, a sequence of one (`Sequence[str]`, `list[float]`, `tuple[int, ...]`) or `Optional` of
     either; None for anything else (unions, mappings, classes)."""
-    optional = False
-    if typing.get_origin(annotation) in (Union, types.UnionType):
-        args = typing.get_args(annotation)
-        rest = [a for a in args if a is not type(None)]
-        if len(rest) != 1:
-            return None
-        optional, annotation = len(rest) < len(args), rest[0]
+    found = _split_optional(annotation)
+    if found is None:
+        return None
+    annotation, optional = found
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if origin in (list, tuple, AbcSequence) and args and args[0] in _PLAIN \
             and (origin is not tuple or len(args) == 1 or args[1] is Ellipsis):
@@ -181,13 +188,10 @@ def container_of(annotation: Any) -> Optional[tuple[str, bool, Any, Any]]:
     `plain_of` / `constraint_of` leave out: `Mapping[K, V]` / `dict[K, V]` -> ("mapping", opt, K, V),
     `Sequence[T]` / `list[T]` / `tuple[T, ...]` -> ("sequence", opt, T, None), `tuple[A, B]` ->
     ("tuple", opt, (A, B), None), each also as `Optional[...]`; None for anything else."""
-    optional = False
-    if typing.get_origin(annotation) in (Union, types.UnionType):
-        args = typing.get_args(annotation)
-        rest = [a for a in args if a is not type(None)]
-        if len(rest) != 1:
-            return None
-        optional, annotation = len(rest) < len(args), rest[0]
+    found = _split_optional(annotation)
+    if found is None:
+        return None
+    annotation, optional = found
     origin, args = typing.get_origin(annotation) or annotation, typing.get_args(annotation)
     if origin in _MAPPING_ORIGINS:
         return "mapping", optional, args[0] if args else Any, args[1] if len(args) > 1 else Any
