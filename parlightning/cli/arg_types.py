@@ -123,6 +123,17 @@ positive_fraction = _typed("positive_fraction", bounded_float(0.0, 1.0, low_open
                            "A share in (0, 1] (of a budget, of the run).")
 
 
+def stall_seconds(text: str) -> "float | None":
+    """--stall_timeout: seconds in [3, 604800] (a week), or null / none / off to turn the watch off."""
+    if text.strip().lower() in ("null", "none", "off"):
+        return None
+    return _stall_range(text)
+
+
+_stall_range = bounded_float(3.0, 7 * 24 * 3600.0)
+stall_seconds = _typed("stall_seconds", stall_seconds, stall_seconds.__doc__)
+
+
 def boolean(text: str) -> bool:
     """true/false, yes/no, 1/0, on/off (any case)."""
     value = {"true": True, "yes": True, "1": True, "on": True,

@@ -30,8 +30,10 @@ from torch import Tensor
 from parlightning.envs.base import action_mask_of
 from parlightning.errors import ConfigError, out_of_memory
 from parlightning.cli.arg_types import (actor_count, bounded_float, config_file, existing_file, output_file, positive_float, positive_int,
-                                         random_seed, step_count)
+                                         random_seed, stall_seconds, step_count)
 from parlightning.cli.outputs import check_output_file, raise_write_error
+from parlightning.cli.user_code import stall_watched, user_code_error
+from parlightning.runtime.rank_watch import STALL_TIMEOUT_S
 from parlightning.cli.evaluate import build_env, checked_config, env_spec, greedy_action, load_policy
 from parlightning.policies.actor_critic import padding_logit
 
@@ -214,6 +216,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--label_smoothing", type=bounded_float(0.0, 1.0, high_open=True), default=0.0)
     p.add_argument("--seed", type=random_seed, default=None, help="default: the config's seed_everything")
     p.add_argument("--json", type=output_file, help="also write the report here")
+    p.add_argument("--stall_timeout", type=stall_seconds, default=STALL_TIMEOUT_S,
+                   help="seconds the main thread may stay on one line (a world's step that never returns) before "
+                        "the run stops with one line naming where (default 30); null turns it off")
     return p
 
 
@@ -225,11 +230,18 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         reads = [("--config", c) for c in a.config] + [("--teacher", a.teacher)]
         check_output_file("--out", a.out, reads)  # before the teacher plays or anything is written
         check_output_file("--json", a.json, reads + [("--out", a.out)])
-        report = clone(a.config, a.teacher, a.out, a.rounds, a.num_envs, a.epochs, a.lr, a.minibatch,
-                       a.label_smoothing, a.seed)
+        with stall_watched(a.stall_timeout):  # a world stuck for good ends the run with one line
+            report = clone(a.config, a.teacher, a.out, a.rounds, a.num_envs, a.epochs, a.lr, a.minibatch,
+                           a.label_smoothing, a.seed)
     except ConfigError as err:
         raise SystemExit(f"error: {err}") from None
-    except (OSError, RuntimeError, MemoryError) as err:  # the write failing after the checks (a full disk)
+    except Exception as err:  # noqa: BLE001  the user's world raised: one line naming it
+        line = user_code_error(err)
+        if line is not None:
+            raise SystemExit(f"error: {line}") from None
+        if not isinstance(err, (OSError, RuntimeError, MemoryError)):
+            raise
+        # the write failing after the checks (a full disk)
         if out_of_memory(err):  # the teacher's rollout buffers: num_envs x rounds observations
             raise SystemExit(f"error: --num_envs / --rounds: {a.num_envs} actors x {a.rounds} rounds do not fit in "
                              f"memory ({' '.join(str(err).split())[:160]}); lower --num_envs or --rounds") from None

@@ -29,10 +29,12 @@ from torch import Tensor
 from parlightning.envs.base import action_mask_of, checked_device
 from parlightning.errors import ConfigError, out_of_memory
 from parlightning.cli.arg_types import (bank_seed, config_file, device_name, episode_count, existing_file, output_file,
-                                         random_seed)
+                                         random_seed, stall_seconds)
 from parlightning.envs.swarm_tasks import SPLITS
 from parlightning.cli.outputs import check_output_file, raise_write_error
-from parlightning.runtime.preflight import check_config_file
+from parlightning.cli.user_code import stall_watched, user_code_error
+from parlightning.runtime.rank_watch import STALL_TIMEOUT_S
+from parlightning.runtime.preflight import PROBE_ACTORS, check_config_file, check_env
 from parlightning.analysis.trace import WORLD
 from parlightning.config_types import Seed
 from parlightning.method_args import IndexArg, Is, TensorArg, checked
@@ -250,10 +252,20 @@ def build_env(cls: type, init_args: dict, num_envs: int, seed: int, split: Optio
         if "split" not in params:
             raise ConfigError(f"--split: {cls.__name__} has no task splits; drop --split")
         args["split"] = split
-    try:
+    def make(n: int, on: str) -> Any:
         if "num_envs" in params or "env_id" in params:
-            return cls(num_envs=num_envs, device=device, seed=seed, **args)
-        return cls(num_envs, device, seed, **args)
+            return cls(num_envs=n, device=on, seed=seed, **args)
+        return cls(n, on, seed, **args)
+
+    try:
+        probe = make(PROBE_ACTORS, "cpu")  # the contract fit's preflight checks (types, shapes, dtypes), on a CPU probe
+        try:
+            check_env(probe, PROBE_ACTORS, seed)
+        finally:
+            close = getattr(probe, "close", None)
+            if callable(close):
+                close()
+        return make(num_envs, device)
     except ConfigError:
         raise
     except (ValueError, TypeError) as err:  # the world's own checks of the config's data.env.init_args
@@ -359,6 +371,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "per episode: stages, what each slot did, subagent outcomes)")
     p.add_argument("--video", type=output_file, help="Gymnasium worlds that render: write one episode to this file (needs imageio)")
     p.add_argument("--device", type=device_name, default="cpu")
+    p.add_argument("--stall_timeout", type=stall_seconds, default=STALL_TIMEOUT_S,
+                   help="seconds the main thread may stay on one line (a world's step that never returns) before "
+                        "the evaluation stops with one line naming where (default 30); null turns it off")
     return p
 
 
@@ -585,10 +600,17 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
 
     a = parse_args(resolve_config_args(sys.argv[1:] if argv is None else argv))
     try:
-        return evaluate(a)
+        with stall_watched(a.stall_timeout):  # a world stuck for good ends the evaluation with one line
+            return evaluate(a)
     except ConfigError as err:
         raise SystemExit(f"error: {err}") from None
-    except (OSError, RuntimeError, MemoryError) as err:  # an output's write failing after the checks (a full disk)
+    except Exception as err:  # noqa: BLE001  the user's world (or policy class) raised: one line naming it
+        line = user_code_error(err)
+        if line is not None:
+            raise SystemExit(f"error: {line}") from None
+        if not isinstance(err, (OSError, RuntimeError, MemoryError)):
+            raise
+        # an output's write failing after the checks (a full disk)
         if out_of_memory(err):  # the evaluation's buffers: episodes x tasks actors
             raise SystemExit(f"error: --episodes: {a.episodes} episodes per task do not fit in memory "
                              f"({' '.join(str(err).split())[:160]}); lower --episodes") from None

@@ -29,10 +29,11 @@ from parlightning.runtime.checkpoint import (
 from parlightning.cli.config_log import LoggedConfig
 from parlightning.ppo.data import RolloutDataModule
 from parlightning.errors import (
-    ConfigError, ReportedError, check_call_shape, error_text, parser_error_line, root_error_line,
+    ConfigError, ReportedError, check_call_shape, parser_error_line, root_error_line,
 )
 from parlightning.ppo.module import PPOModule
 from parlightning.cli.packaged import moved_hint, resolve_config_args
+from parlightning.cli.user_code import user_code_error
 from parlightning.callbacks.base import RolloutCallback
 from parlightning.cli.defaults import default_callbacks
 from parlightning.runtime.preflight import check_arguments, check_config, check_policy_memory, estimate_iteration
@@ -345,50 +346,6 @@ def _choices(args: list[str]) -> str:
             value = value or (args[i + 1] if i + 1 < len(args) else "")
             shown.append(f"{key[2:]}={value[:60]}")
     return (", ".join(shown) + " ") if shown else ""
-
-
-def user_code_error(err: BaseException) -> Optional[str]:
-    """One line for an exception raised in the user's own code (a callback, world, sampler or reward
-    class from their module) during fit: the innermost frame outside parlightning, the installed
-    packages and the standard library, with the object's config field where it is one."""
-    import sysconfig
-
-    import lightning
-    if isinstance(err, (KeyboardInterrupt, SIGTERMException, MemoryError)) or os.environ.get(
-            "PARLIGHTNING_TRACEBACK"):
-        return None
-    if isinstance(err, SystemExit) and err.code in (None, 0):  # a deliberate clean exit (e.g. a script's
-        return None  # early stop) passes through; sys.exit(3) from a callback is reported like any error
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    library = {os.path.abspath(sysconfig.get_paths()[k]) for k in ("stdlib", "purelib", "platlib")}
-    tb, user = err.__traceback__, None
-    while tb is not None:
-        path = os.path.abspath(tb.tb_frame.f_code.co_filename)
-        if not (path.startswith(package + os.sep) or path.startswith("<")
-                or any(path.startswith(lib + os.sep) for lib in library)
-                or f"{os.sep}site-packages{os.sep}" in path or f"{os.sep}dist-packages{os.sep}" in path):
-            user = tb
-        tb = tb.tb_next
-    if user is None:
-        return None
-    frame = user.tb_frame
-    owner = frame.f_locals.get("self")
-    where = f"{type(owner).__qualname__}.{frame.f_code.co_name}" if owner is not None else frame.f_code.co_name
-    from parlightning.distribution.planning import FIELD as STRATEGY
-    from parlightning.distribution.samplers import TaskSampler
-    from parlightning.distribution.strategies import ParallelStrategy
-    from parlightning.envs.base import BatchedEnv
-
-    kinds = ((lightning.Callback, "trainer.callbacks"), (BatchedEnv, "data.env"), (TaskSampler, "data.sampler"),
-             (ParallelStrategy, STRATEGY))
-    try:  # the runtime protocols read the object's attributes: one that raises names no field
-        field = next((f"{name}: " for kind, name in kinds if owner is not None and isinstance(owner, kind)), "")
-    except Exception:  # noqa: BLE001
-        field = ""
-    text = error_text(err)[:300]
-    return (f"{field}{where} ({os.path.basename(frame.f_code.co_filename)}:{user.tb_lineno}) raised "
-            f"{type(err).__name__}{': ' + text if text else ''}; the error is in that code, not in parlightning: "
-            "fix it there (PARLIGHTNING_TRACEBACK=1 shows the traceback)")
 
 
 def preflight(cli: ParlCLI, ckpt: Optional[str]) -> dict:
