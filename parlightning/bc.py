@@ -4,9 +4,11 @@ module itself (the same object: its names, its patches, a callable `fit`)."""
 
 import sys
 
-from parlightning.cli import bc as _program
+if __name__ == "__main__":  # a file of the working folder hiding a module it needs is one line
+    from parlightning.cli.shadow import import_program
 
-if __name__ == "__main__":
-    _program.main()
+    import_program("parlightning.cli.bc").main()
 else:
+    from parlightning.cli import bc as _program
+
     sys.modules[__name__] = _program
