@@ -4,10 +4,10 @@ module itself (the same object: its names, its patches, a callable `fit`)."""
 
 import sys
 
-if __name__ == "__main__":  # a file of the working folder hiding a module it needs is one line
-    from parlightning.cli.shadow import import_program
+if __name__ == "__main__":  # a shadowing file, or a signal while importing, is one line
+    from parlightning.cli.entry import run_program
 
-    import_program("parlightning.cli.plot").main()
+    run_program("parlightning.cli.plot")
 else:
     from parlightning.cli import plot as _program
 

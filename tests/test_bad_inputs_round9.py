@@ -30,12 +30,16 @@ def test_round9_quick_subset_is_clean() -> None:
 
 
 def test_the_user_signal_handlers_are_the_fits_own_and_are_put_back() -> None:
-    from parlightning.cli.fit import _stop_on_user_signals
+    from parlightning.cli.stop_signals import Signalled, stop_on_signals
 
     assert signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL
-    restore = _stop_on_user_signals()
-    assert callable(signal.getsignal(signal.SIGUSR1)) and callable(signal.getsignal(signal.SIGUSR2))
-    restore()  # what main() does when fit returns, so fit() from the Python API leaves the caller's handlers
+    with pytest.raises(Signalled) as stopped:
+        with stop_on_signals((signal.SIGUSR1, signal.SIGUSR2), after="; kept"):  # what main() does around fit
+            assert callable(signal.getsignal(signal.SIGUSR1)) and callable(signal.getsignal(signal.SIGUSR2))
+            signal.raise_signal(signal.SIGUSR2)
+    assert str(stopped.value).startswith("SIGUSR2: stopped by a signal") and str(stopped.value).endswith("; kept")
+    assert stopped.value.code == 128 + signal.SIGUSR2
+    # fit() from the Python API leaves the caller's handlers as they were
     assert signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL and signal.getsignal(signal.SIGUSR2) == signal.SIG_DFL
 
 

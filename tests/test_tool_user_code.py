@@ -3,7 +3,9 @@
 A world that raises is one line naming the world, method, file and line; a world whose values break
 the contract (checked on a small CPU probe first, as fit's preflight does) is one line naming the
 value; a world stuck for good ends the program within `--stall_timeout` with one line naming where
-(the one-process stall watch of fit, `parlightning.cli.user_code.stall_watched`)."""
+(the one-process stall watch of fit, `parlightning.cli.user_code.stall_watched`); a SIGTERM ends it
+with one line and the shell's code 143, an output written whole or not at all (`cli/stop_signals.py`,
+`cli/outputs.written_whole`)."""
 
 import os
 import subprocess
@@ -20,6 +22,8 @@ from parlightning.cli.fit import main as fit
 ROOT = Path(__file__).resolve().parents[1]
 
 WORLD = textwrap.dedent('''
+    import os
+    import signal
     import time
 
     import torch
@@ -51,6 +55,8 @@ WORLD = textwrap.dedent('''
                 raise ValueError("the simulator lost its licence")
             if self.calls > 3 and self.mode == "hang":
                 time.sleep(10**6)
+            if self.calls == 4 and self.mode == "sigterm":  # a scheduler's SIGTERM, while the program runs
+                os.kill(os.getpid(), signal.SIGTERM)
             self.t += 1
             done = self.t >= 4
             self.t[done] = 0
@@ -121,3 +127,20 @@ def test_a_world_stuck_for_good_ends_the_program_with_one_line(setup, tmp_path, 
     assert lines[-1].startswith("error: the run stopped: hung: its main thread made no progress for 3 s")
     assert "toolworld.py:" in lines[-1] and "in Tool.step" in lines[-1] and "--stall_timeout" in lines[-1]
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("program", ["evaluate", "bc"])
+def test_a_sigterm_while_the_program_runs_is_one_line_and_keeps_the_old_output(setup, tmp_path, program):
+    folder, ckpt = setup
+    (tmp_path / "report.json").write_text('{"old": 1}')
+    extra = ["--ckpt_path", ckpt] if program == "evaluate" else ["--teacher", ckpt, "--out", "bc.ckpt"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(folder)])}
+    run = subprocess.run([sys.executable, "-m", f"parlightning.{program}", "--config", _config(folder, "sigterm"),
+                          *extra, "--json", "report.json"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 143 and "Traceback" not in run.stderr, run.stderr
+    assert [ln for ln in run.stderr.splitlines() if ln.strip()][-1] == (
+        "error: SIGTERM: stopped by a signal (from a scheduler, a shell, or user code such as a world); an output "
+        "is written whole or not at all: none was left half-written")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json"]
+    assert (tmp_path / "report.json").read_text() == '{"old": 1}'

@@ -159,9 +159,9 @@ def entry_module(old: str, new: str) -> str:
     return (ENTRY_MARK + f'"""`python -m {old}`: the entry point; the program is `{new}`, and importing `{old}` gives that\n'
             f'module itself (the same object: its names, its patches, a callable `fit`)."""\n\n'
             "import sys\n\n"
-            'if __name__ == "__main__":  # a file of the working folder hiding a module it needs is one line\n'
-            "    from parlightning.cli.shadow import import_program\n\n"
-            f'    import_program("{new}").main()\n'
+            'if __name__ == "__main__":  # a shadowing file, or a signal while importing, is one line\n'
+            "    from parlightning.cli.entry import run_program\n\n"
+            f'    run_program("{new}")\n'
             "else:\n"
             f"    from {new.rpartition('.')[0]} import {name} as _program\n\n"
             "    sys.modules[__name__] = _program\n")

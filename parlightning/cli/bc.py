@@ -31,7 +31,8 @@ from parlightning.envs.base import action_mask_of
 from parlightning.errors import ConfigError, out_of_memory
 from parlightning.cli.arg_types import (actor_count, bounded_float, config_file, existing_file, output_file, positive_float, positive_int,
                                          random_seed, stall_seconds, step_count)
-from parlightning.cli.outputs import check_output_file, raise_write_error
+from parlightning.cli.outputs import check_output_file, raise_write_error, written_whole
+from parlightning.cli.stop_signals import UNWRITTEN, Signalled, stop_on_signals, stopped
 from parlightning.cli.user_code import stall_watched, user_code_error
 from parlightning.runtime.rank_watch import STALL_TIMEOUT_S
 from parlightning.cli.evaluate import build_env, checked_config, env_spec, greedy_action, load_policy
@@ -230,11 +231,17 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         reads = [("--config", c) for c in a.config] + [("--teacher", a.teacher)]
         check_output_file("--out", a.out, reads)  # before the teacher plays or anything is written
         check_output_file("--json", a.json, reads + [("--out", a.out)])
-        with stall_watched(a.stall_timeout):  # a world stuck for good ends the run with one line
+        # a world stuck for good, or a signal, ends the run with one line; --out and --json are written whole
+        with stop_on_signals(after=UNWRITTEN), stall_watched(a.stall_timeout):
             report = clone(a.config, a.teacher, a.out, a.rounds, a.num_envs, a.epochs, a.lr, a.minibatch,
                            a.label_smoothing, a.seed)
+            if a.json:
+                with written_whole(a.json) as tmp:
+                    Path(tmp).write_text(json.dumps(report, indent=2))
     except ConfigError as err:
         raise SystemExit(f"error: {err}") from None
+    except (Signalled, KeyboardInterrupt) as err:
+        stopped(err, UNWRITTEN)
     except Exception as err:  # noqa: BLE001  the user's world raised: one line naming it
         line = user_code_error(err)
         if line is not None:
@@ -245,15 +252,13 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         if out_of_memory(err):  # the teacher's rollout buffers: num_envs x rounds observations
             raise SystemExit(f"error: --num_envs / --rounds: {a.num_envs} actors x {a.rounds} rounds do not fit in "
                              f"memory ({' '.join(str(err).split())[:160]}); lower --num_envs or --rounds") from None
-        raise_write_error(err, [("--out", a.out)])
+        raise_write_error(err, [("--out", a.out), ("--json", a.json)])
     dist = ", ".join(f"{p:.4f}" for p in report["mean_action_probability"])
     print(f"behaviour cloning on {a.teacher}: {report['samples']} observations x {report['epochs']} epochs; "
           f"BC loss {report['bc_loss_first_epoch']:.4f} -> {report['bc_loss']:.4f}; greedy agreement "
           f"{report['greedy_agreement']:.4f} on {report['live_decisions']} live decisions")
     print(f"action distribution on live decisions (mean probability per action): [{dist}]")
     print(f"wrote {a.out}; start PPO from it: python -m parlightning.fit ... --model.init_from {a.out}")
-    if a.json:
-        Path(a.json).write_text(json.dumps(report, indent=2))
     return report
 
 

@@ -31,7 +31,8 @@ from parlightning.errors import ConfigError, out_of_memory
 from parlightning.cli.arg_types import (bank_seed, config_file, device_name, episode_count, existing_file, output_file,
                                          random_seed, stall_seconds)
 from parlightning.envs.swarm_tasks import SPLITS
-from parlightning.cli.outputs import check_output_file, raise_write_error
+from parlightning.cli.outputs import check_output_file, raise_write_error, written_whole
+from parlightning.cli.stop_signals import UNWRITTEN, Signalled, stop_on_signals, stopped
 from parlightning.cli.user_code import stall_watched, user_code_error
 from parlightning.runtime.rank_watch import STALL_TIMEOUT_S
 from parlightning.runtime.preflight import PROBE_ACTORS, check_config_file, check_env
@@ -434,7 +435,7 @@ def evaluate(a: argparse.Namespace) -> dict[str, Any]:
         return evaluate_many(a, cls, init_args, banks, seeds)
     result = evaluate_one(a, cls, init_args)
     if a.json:
-        with open(a.json, "w") as f:
+        with written_whole(a.json) as tmp, open(tmp, "w") as f:
             json.dump(result, f, indent=2)
     return result
 
@@ -479,8 +480,9 @@ def evaluate_one(a: argparse.Namespace, cls: type, init_args: dict, quiet: bool 
 
             gen.manual_seed(a.seed + 1)
             replay_env = build_env(cls, init_args, n, a.seed, split, a.device)
-            write_trace(trace_episodes(replay_env, act, a.seed, list(tasks) if tasks else None), a.trace,
-                        policy=name, split=split, seed=a.seed)
+            records = trace_episodes(replay_env, act, a.seed, list(tasks) if tasks else None)
+            with written_whole(a.trace) as tmp:
+                write_trace(records, tmp, policy=name, split=split, seed=a.seed)
 
     if not tasks:  # a Gymnasium world: mean return
         ep_return = run_returns(env, act, a.seed)
@@ -489,7 +491,8 @@ def evaluate_one(a: argparse.Namespace, cls: type, init_args: dict, quiet: bool 
         if not quiet:
             print(f"{name}: mean return {result['mean_return']:.2f} ± {result['std_return']:.2f} over {n} episodes")
         if a.video:
-            record_video(init_args.get("env_id", ""), policy, a.video, a.seed, a.greedy, normalize)
+            with written_whole(a.video) as tmp:
+                record_video(init_args.get("env_id", ""), policy, tmp, a.seed, a.greedy, normalize)
         save_trace()
         return result
     gen.manual_seed(a.seed + 1)
@@ -525,7 +528,8 @@ def evaluate_one(a: argparse.Namespace, cls: type, init_args: dict, quiet: bool 
         replay = run_episodes(build_env(cls, init_args, n, a.seed, split, a.device), act, a.seed, trace=busiest,
                               masked=True)
         outcome = float(replay.parts["outcome"][busiest])
-        draw_gantt(replay.trace or [], a.gantt, f"{name}: {tasks[busiest % len(tasks)]} ({split}), outcome {outcome:g}")
+        with written_whole(a.gantt) as tmp:
+            draw_gantt(replay.trace or [], tmp, f"{name}: {tasks[busiest % len(tasks)]} ({split}), outcome {outcome:g}")
     save_trace()
     return result
 
@@ -571,7 +575,7 @@ def evaluate_many(a: argparse.Namespace, cls: type, init_args: dict, banks: Opti
     print(f"{'std':>14}" + "".join(f"{summary[c]['std']:>27.3f}" for c in cols))
     print(f"{'std(banks)':>14}" + "".join(f"{summary[c]['std_over_banks']:>27.3f}" for c in cols))
     if a.json:
-        with open(a.json, "w") as f:
+        with written_whole(a.json) as tmp, open(tmp, "w") as f:
             json.dump(result, f, indent=2)
     return result
 
@@ -599,11 +603,13 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     from parlightning.cli.packaged import resolve_config_args  # `--config swarm`: the packaged file, as in fit
 
     a = parse_args(resolve_config_args(sys.argv[1:] if argv is None else argv))
-    try:
-        with stall_watched(a.stall_timeout):  # a world stuck for good ends the evaluation with one line
+    try:  # a world stuck for good, or a signal, ends the evaluation with one line; outputs are written whole
+        with stop_on_signals(after=UNWRITTEN), stall_watched(a.stall_timeout):
             return evaluate(a)
     except ConfigError as err:
         raise SystemExit(f"error: {err}") from None
+    except (Signalled, KeyboardInterrupt) as err:
+        stopped(err, UNWRITTEN)
     except Exception as err:  # noqa: BLE001  the user's world (or policy class) raised: one line naming it
         line = user_code_error(err)
         if line is not None:

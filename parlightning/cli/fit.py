@@ -33,6 +33,7 @@ from parlightning.errors import (
 )
 from parlightning.ppo.module import PPOModule
 from parlightning.cli.packaged import moved_hint, resolve_config_args
+from parlightning.cli.stop_signals import Signalled, stop_on_signals
 from parlightning.cli.user_code import user_code_error
 from parlightning.callbacks.base import RolloutCallback
 from parlightning.cli.defaults import default_callbacks
@@ -158,14 +159,13 @@ def _main(args: list[str], watch: RankWatch) -> ParlCLI:
     loose = os.path.join(cli.trainer.default_root_dir, "config.yaml")  # with no logger, config.yaml goes here
     if not cli.trainer.loggers and not os.path.exists(loose):
         fresh = [(loose, True)] + fresh  # a refused start removes it too
-    restore_signals = _stop_on_user_signals()
     _end_cleanly_when_a_rank_fails(lambda: remove_new_outputs(fresh) if cli.datamodule.last_rollout is None else None)
     watch.cleanup = lambda: remove_new_outputs(fresh) if cli.datamodule.last_rollout is None else None
     try:
-        try:
+        # SIGUSR1 / SIGUSR2 end the fit with one line (Lightning handles SIGTERM and SIGINT); fit() from the
+        # Python API leaves the caller's handlers as they were
+        with stop_on_signals((signal.SIGUSR1, signal.SIGUSR2), after=KEPT):
             cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=ckpt)
-        finally:
-            restore_signals()  # fit() from the Python API leaves the caller's handlers as they were
     except BaseException as err:
         _reopen_stderr()  # user code that closed sys.stderr must not swallow the one error line
         message = _start_error(err)
@@ -210,37 +210,8 @@ def _main(args: list[str], watch: RankWatch) -> ParlCLI:
     return cli
 
 
-class Signalled(ReportedError):
-    """The run received a signal whose default action would kill it without a word."""
-
-    def __init__(self, signum: int) -> None:
-        self.signum = signum
-        super().__init__(f"{signal.Signals(signum).name}: stopped by a signal (from a scheduler, a shell, or user code "
-                         "such as a world); the last checkpoint (written at the end of the last finished iteration) "
-                         "is intact: resume with --ckpt_path <log_dir>/checkpoints/last.ckpt")
-
-
-def _stop_on_user_signals() -> Callable[[], None]:
-    """SIGUSR1 and SIGUSR2 end a fit with one line instead of killing it silently (their default
-    action), unless someone already handles them (SLURM's requeue in Lightning registers its own
-    later and replaces this). Returns what puts the defaults back."""
-    def stop(signum: int, _frame: Any) -> None:
-        raise Signalled(signum)
-
-    installed = []
-    for signum in (signal.SIGUSR1, signal.SIGUSR2):
-        try:
-            if signal.getsignal(signum) == signal.SIG_DFL:
-                signal.signal(signum, stop)
-                installed.append(signum)
-        except ValueError:  # not the main thread (fit called from a thread): keep the default
-            pass
-
-    def restore() -> None:
-        for signum in installed:
-            if signal.getsignal(signum) is stop:
-                signal.signal(signum, signal.SIG_DFL)
-    return restore
+KEPT = ("; the last checkpoint (written at the end of the last finished iteration) is intact: resume with "
+        "--ckpt_path <log_dir>/checkpoints/last.ckpt")
 
 
 def _reopen_stderr() -> None:

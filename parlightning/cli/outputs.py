@@ -5,7 +5,8 @@ Plain Python (no torch, no Lightning): the light commands (plot) import it too."
 from __future__ import annotations
 
 import os
-from typing import Iterable, NoReturn, Optional, Tuple
+from contextlib import contextmanager
+from typing import Iterable, Iterator, NoReturn, Optional, Tuple
 
 from parlightning.errors import ConfigError
 from parlightning.runtime.checkpoint import dangling_link_error
@@ -97,3 +98,19 @@ def raise_write_error(err: BaseException, outputs: Iterable[Tuple[str, Optional[
     if line is None:
         raise err
     raise SystemExit(f"error: {line}") from None
+
+
+@contextmanager
+def written_whole(path: str) -> Iterator[str]:
+    """Write an output whole or not at all: the block writes the path it is given (a hidden
+    `.partial-<name>` beside `path`, same suffix, so writers that read the suffix pick the same
+    format); it replaces `path` when the block ends, and is removed when the block fails (an error,
+    a signal, Ctrl-C), so a file that was there is kept as it was."""
+    folder, name = os.path.split(path)
+    tmp = os.path.join(folder, f".partial-{name}")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)

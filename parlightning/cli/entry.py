@@ -1,11 +1,15 @@
-"""`python -m parlightning.<program>` from a folder holding a file named like a module it needs.
+"""Starting a program for `python -m parlightning.<program>`: `run_program(name)` imports it, then
+calls its `main()`.
 
-`python -m` puts the working folder first on `sys.path`, so a user's `yaml.py`, `torch.py`,
-`random.py` or `numpy/` there is imported instead of the real module, and the program fails deep in
-an import with a traceback that never says why. `import_program(name)` imports the program and, when
-the import fails or succeeded with such a file loaded, ends it with one `error:` line naming the file,
-the module it hides and the fix. A file shadows a module when a module of that name also exists
-elsewhere on the path (or in the standard library); a user's own module (`my_world.py`) does not."""
+Two things can go wrong before the program's own error handling exists:
+- `python -m` puts the working folder first on `sys.path`, so a user's `yaml.py`, `torch.py`,
+  `random.py` or `numpy/` there is imported instead of the real module, and the program fails deep in
+  an import with a traceback that never says why. When the import fails, or succeeds with such a file
+  loaded, the program ends with one `error:` line naming the file, the module it hides and the fix. A
+  file shadows a module when a module of that name also exists elsewhere on the path (or in the
+  standard library); a user's own module (`my_world.py`) does not.
+- The import takes seconds (torch, Lightning); a SIGTERM, SIGHUP, SIGUSR1/2 or Ctrl-C meanwhile ends it
+  with one line saying nothing was written, not silently or with an import traceback."""
 
 from __future__ import annotations
 
@@ -13,8 +17,10 @@ import importlib
 import importlib.machinery
 import os
 import sys
-from types import ModuleType, TracebackType
+from types import TracebackType
 from typing import Optional
+
+from parlightning.cli.stop_signals import Signalled, stop_on_signals, stopped
 
 
 def _folder() -> Optional[str]:
@@ -81,17 +87,27 @@ def shadow_line(found: list[tuple[str, str]]) -> str:
             "(and its __pycache__ entry) or run from another folder")
 
 
-def import_program(name: str) -> ModuleType:
-    """Import the program `name` (e.g. `parlightning.cli.fit`) for `python -m`; a file of the working
-    folder hiding a module it needs ends the process with one line instead of an import traceback."""
+STARTING = "; it was still starting: nothing was written"
+
+
+def run_program(name: str) -> None:
+    """Import the program `name` (e.g. `parlightning.cli.fit`) and call its `main()`. A file of the
+    working folder hiding a module it needs, or a signal or Ctrl-C during the import, ends the process
+    with one line instead of an import traceback (or a silent death)."""
     try:
-        module = importlib.import_module(name)
-    except Exception as err:  # noqa: BLE001  the import failed: say why when a file of the folder is to blame
-        found = shadowing_files(err.__traceback__)
-        if found:
-            raise SystemExit(shadow_line(found)) from None
-        raise
+        with stop_on_signals(after=STARTING):
+            try:
+                module = importlib.import_module(name)
+            except (Signalled, KeyboardInterrupt):
+                raise
+            except Exception as err:  # noqa: BLE001  the import failed: say why when a file of the folder is to blame
+                found = shadowing_files(err.__traceback__)
+                if found:
+                    raise SystemExit(shadow_line(found)) from None
+                raise
+    except (Signalled, KeyboardInterrupt) as err:
+        stopped(err, STARTING)
     found = shadowing_files()
     if found:
         raise SystemExit(shadow_line(found))
-    return module
+    module.main()

@@ -1,6 +1,7 @@
 """`python -m parlightning.<program>` from a folder holding a file named like a module the program
 needs (a user's `yaml.py`, a `numpy/` folder) ends with one line naming the file and the fix, not an
-import traceback (`parlightning/cli/shadow.py`); a user's own module there is no shadow."""
+import traceback, and a signal while the program is still importing ends it with one line
+(`parlightning/cli/entry.py`); a user's own module there is no shadow."""
 
 import os
 import subprocess
@@ -39,3 +40,18 @@ def test_a_users_own_module_in_the_folder_is_not_a_shadow(tmp_path):
     (tmp_path / "my_world_for_shadow_test.py").write_text("X = 1\n")
     run = _run(tmp_path, "parlightning.export", "--help")
     assert run.returncode == 0 and "usage:" in run.stdout, run.stderr
+
+
+def test_a_signal_while_the_program_imports_is_one_line(tmp_path):
+    """The program module signals itself at import (a deterministic stand-in for a scheduler's SIGTERM
+    during the seconds torch and Lightning take to import)."""
+    (tmp_path / "signalled_program_for_entry_test.py").write_text(
+        "import os, signal\nos.kill(os.getpid(), signal.SIGTERM)\n\ndef main():\n    print('ran')\n")
+    code = "from parlightning.cli.entry import run_program; run_program('signalled_program_for_entry_test')"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])}
+    run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 128 + 15 and run.stdout == "" and "Traceback" not in run.stderr, run.stderr
+    assert run.stderr.strip().splitlines() == [
+        "error: SIGTERM: stopped by a signal (from a scheduler, a shell, or user code such as a world); it was "
+        "still starting: nothing was written"]

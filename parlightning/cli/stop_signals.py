@@ -1,0 +1,61 @@
+"""Signals whose default action kills a program without a word (SIGTERM, SIGHUP, SIGUSR1, SIGUSR2,
+and SIGINT's KeyboardInterrupt) end it with one line instead: `stop_on_signals(...)` installs a
+handler that raises `Signalled` in the main thread, where the program's own error handling (and its
+atomic outputs) take over; handlers someone else installed are kept, and the old ones come back after."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from contextlib import contextmanager
+from typing import Iterator, NoReturn, Sequence
+
+from parlightning.errors import ReportedError
+
+KILLING = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)  # default action: end without a word
+
+
+class Signalled(ReportedError):
+    """The program received a signal whose default action would kill it without a word."""
+
+    def __init__(self, signum: int, after: str = "") -> None:
+        self.signum = signum
+        self.code = 128 + signum  # the shell's code for a process ended by this signal
+        super().__init__(f"{signal.Signals(signum).name}: stopped by a signal (from a scheduler, a shell, or user code "
+                         f"such as a world){after}")
+
+
+@contextmanager
+def stop_on_signals(signals: Sequence[int] = KILLING, after: str = "") -> Iterator[None]:
+    """Within the block, each of `signals` still at its default action raises `Signalled(signum, after)`
+    (`after`: what the line adds, e.g. what was kept); outside the main thread nothing is installed."""
+    def stop(signum: int, _frame: object) -> None:
+        raise Signalled(signum, after)
+
+    installed = []
+    for signum in signals:
+        try:
+            if signal.getsignal(signum) == signal.SIG_DFL:
+                signal.signal(signum, stop)
+                installed.append(signum)
+        except ValueError:  # not the main thread (a program called from a thread): keep the default
+            pass
+    try:
+        yield
+    finally:
+        for signum in installed:
+            if signal.getsignal(signum) is stop:
+                signal.signal(signum, signal.SIG_DFL)
+
+
+UNWRITTEN = "; an output is written whole or not at all: none was left half-written"
+
+
+def stopped(err: BaseException, after: str) -> NoReturn:
+    """End a program stopped by `Signalled` or Ctrl-C (KeyboardInterrupt) with its one line and the
+    shell's code for that signal (130 for Ctrl-C)."""
+    if isinstance(err, Signalled):
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(err.code)
+    print(f"error: interrupted (Ctrl-C, or KeyboardInterrupt raised by user code){after}", file=sys.stderr)
+    sys.exit(128 + signal.SIGINT)
