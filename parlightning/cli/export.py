@@ -32,6 +32,7 @@ from parlightning.envs.normalize import ObsNormalizer, normalizer_from_checkpoin
 from parlightning.errors import ConfigError
 from parlightning.cli.arg_types import existing_file, output_file
 from parlightning.cli.outputs import check_output_file, raise_write_error
+from parlightning.cli.stop_signals import UNWRITTEN, Signalled, stop_on_signals, stopped
 from parlightning.policies.actor_critic import ActorCritic, CategoricalHead
 from parlightning.method_args import IndexArg, Is, OneOf, checked
 
@@ -173,11 +174,14 @@ def main(argv: Optional[list[str]] = None) -> None:
             raise ConfigError(f"--format {a.format}: --out {a.out!r} ends in {suffix}, a {implied} file; drop --format "
                               f"or name the file policy.{'onnx' if a.format == 'onnx' else 'pt2'}")
         check_output_file("--out", a.out, [("--ckpt_path", a.ckpt_path)])  # before the checkpoint is read or anything is traced
-        policy, obs_shape = load_policy(a.ckpt_path)
-        normalizer = load_normalizer(a.ckpt_path)
-        out = export_policy(policy, obs_shape, a.out, fmt, normalizer)
+        with stop_on_signals(after=UNWRITTEN):  # a signal or Ctrl-C: one line; --out is written whole or not at all
+            policy, obs_shape = load_policy(a.ckpt_path)
+            normalizer = load_normalizer(a.ckpt_path)
+            out = export_policy(policy, obs_shape, a.out, fmt, normalizer)
     except ConfigError as err:
         raise SystemExit(f"error: {err}") from None
+    except (Signalled, KeyboardInterrupt) as err:
+        stopped(err, UNWRITTEN)
     except (OSError, RuntimeError) as err:  # the write failing after the checks (a full disk)
         raise_write_error(err, [("--out", a.out)])
     masked = "" if policy.mask_width is None else f" and action masks [B, {policy.mask_width}] (bool)"

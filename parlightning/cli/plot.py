@@ -27,7 +27,8 @@ import numpy as np
 
 from parlightning.cli.arg_types import bounded_int, comma_list, output_file, positive_int, text_item
 from parlightning.errors import ConfigError
-from parlightning.cli.outputs import check_output_file, raise_write_error
+from parlightning.cli.outputs import check_output_file, raise_write_error, written_whole
+from parlightning.cli.stop_signals import UNWRITTEN, Signalled, stop_on_signals, stopped
 
 T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
@@ -259,9 +260,11 @@ def plot(a: argparse.Namespace) -> list[Curve]:
     _check_image_format(a.out)
     check_output_file("--csv", a.csv, run_files + [("--out", a.out)])
     curves = [group_curve(name, runs, a.tag, a.points, a.smooth, a.band) for name, runs in groups]
-    draw(curves, a.out, a.tag, a.title, a.band)
+    with written_whole(a.out) as tmp:
+        draw(curves, tmp, a.tag, a.title, a.band)
     if a.csv:
-        write_csv(curves, a.csv)
+        with written_whole(a.csv) as tmp:
+            write_csv(curves, tmp)
     for c in curves:
         print(f"{c.name}: {len(c.runs)} runs, {a.tag} at {c.steps[-1]:,.0f} env steps: {c.mean[-1]:.3f} "
               f"[{c.low[-1]:.3f}, {c.high[-1]:.3f}] ({'95% CI' if a.band == 'ci' else '± 1 std'})")
@@ -272,9 +275,12 @@ def plot(a: argparse.Namespace) -> list[Curve]:
 def main(argv: Optional[Sequence[str]] = None) -> list[Curve]:
     a = parse_args(argv)
     try:
-        return plot(a)
+        with stop_on_signals(after=UNWRITTEN):  # a signal or Ctrl-C: one line; --out and --csv whole or not at all
+            return plot(a)
     except ConfigError as err:
         raise SystemExit(f"error: {err}") from None
+    except (Signalled, KeyboardInterrupt) as err:
+        stopped(err, UNWRITTEN)
     except OSError as err:  # an output's write failing after the checks (a full disk)
         raise_write_error(err, [("--out", a.out), ("--csv", a.csv)])
 
