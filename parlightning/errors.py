@@ -36,6 +36,32 @@ class WorldCloseWarning(RuntimeWarning):
     results are complete; the preflight turns the probe env's into a `ConfigError`."""
 
 
+TRACEBACK_ENV = "PARLIGHTNING_TRACEBACK"  # 1: keep the traceback of an error in the user's code (debugging)
+_ON, _OFF = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
+
+
+def tracebacks_wanted() -> bool:
+    """PARLIGHTNING_TRACEBACK is on (1 / true / yes / on); 0, false, no, off or unset is off (the
+    CLIs refuse any other value before they start: `tracebacks_setting_error`)."""
+    import os
+
+    return os.environ.get(TRACEBACK_ENV, "").strip().lower() in _ON
+
+
+def package_environment_error(environ: Any) -> "str | None":
+    """The one line for a value of the package's own environment variables that is neither on nor
+    off (PARLIGHTNING_TRACEBACK; PARLIGHTNING_UNCHECKED_CHECKPOINTS, which is 1 or 0), else None."""
+    value = environ.get(TRACEBACK_ENV)
+    if value is not None and value.strip().lower() not in _ON + _OFF:
+        return (f"{TRACEBACK_ENV}={value!r} in the environment: it is 1 (show the traceback of an error in your "
+                "code) or 0 / unset (one line); nothing else is read as either")
+    unchecked = environ.get("PARLIGHTNING_UNCHECKED_CHECKPOINTS")
+    if unchecked is not None and unchecked.strip() not in ("", "0", "1"):
+        return (f"PARLIGHTNING_UNCHECKED_CHECKPOINTS={unchecked!r} in the environment: it is 1 (load a checkpoint "
+                "without a checksum) or 0 / unset (refuse one); nothing else is read as either")
+    return None
+
+
 def error_text(err: BaseException) -> str:
     """`str(err)` on one line; an exception whose own `__str__` fails (user code) is named instead of
     raising a second error from the report."""

@@ -9,7 +9,9 @@ Two things can go wrong before the program's own error handling exists:
   file shadows a module when a module of that name also exists elsewhere on the path (or in the
   standard library); a user's own module (`my_world.py`) does not.
 - The import takes seconds (torch, Lightning); a SIGTERM, SIGHUP, SIGUSR1/2 or Ctrl-C meanwhile ends it
-  with one line saying nothing was written, not silently or with an import traceback."""
+  with one line saying nothing was written, not silently or with an import traceback.
+Before either, a value of the package's own environment variables that means neither on nor off
+(`PARLIGHTNING_TRACEBACK=maybe`) is one line."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from types import TracebackType
 from typing import Optional
 
 from parlightning.cli.stop_signals import Signalled, stop_on_signals, stopped
+from parlightning.errors import package_environment_error
 
 
 def _folder() -> Optional[str]:
@@ -94,6 +97,9 @@ def run_program(name: str) -> None:
     """Import the program `name` (e.g. `parlightning.cli.fit`) and call its `main()`. A file of the
     working folder hiding a module it needs, or a signal or Ctrl-C during the import, ends the process
     with one line instead of an import traceback (or a silent death)."""
+    wrong = package_environment_error(os.environ)
+    if wrong is not None:
+        raise SystemExit(f"error: {wrong}")
     try:
         with stop_on_signals(after=STARTING):
             try:

@@ -14,7 +14,7 @@ import os
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Optional
 
-from parlightning.errors import error_text
+from parlightning.errors import error_text, tracebacks_wanted
 
 
 def user_code_error(err: BaseException) -> Optional[str]:
@@ -26,8 +26,7 @@ def user_code_error(err: BaseException) -> Optional[str]:
     import lightning
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-    if isinstance(err, (KeyboardInterrupt, SIGTERMException, MemoryError)) or os.environ.get(
-            "PARLIGHTNING_TRACEBACK"):
+    if isinstance(err, (KeyboardInterrupt, SIGTERMException, MemoryError)) or tracebacks_wanted():
         return None
     if isinstance(err, SystemExit) and err.code in (None, 0):  # a deliberate clean exit (e.g. a script's
         return None  # early stop) passes through; sys.exit(3) from a callback is reported like any error

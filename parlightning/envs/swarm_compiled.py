@@ -106,6 +106,25 @@ def _library(cxx: str) -> ctypes.CDLL:
     """The kernel's shared library: compiled once per (source, compiler, its version, flags) into the
     cache dir (an atomic rename, so that concurrent processes share it), then loaded."""
     target = _cache_dir() / f"swarm_step-{cache_key(cxx)}.so"
+    try:
+        return _load(target, cxx)
+    except OSError as err:  # the cache folder: a file, unwritable, on a full or noexec filesystem
+        why = err.strerror or " ".join(str(err).split())[:160]
+        raise ConfigError(f"{_cache_setting()}: the compiled SwarmEnv's kernel cannot be built or loaded in "
+                          f"{str(target.parent)!r} ({why}); point it at a writable folder on a filesystem that "
+                          "allows executables, or set `compile: false` (the eager step gives the same "
+                          "trajectories)") from None
+
+
+def _cache_setting() -> str:
+    """Which setting chose the cache folder, as the error line names it."""
+    for name in ("PARLIGHTNING_CACHE_DIR", "XDG_CACHE_HOME"):
+        if os.environ.get(name):
+            return f"{name}={os.environ[name]!r} in the environment"
+    return "the kernel cache folder (~/.cache/parlightning; set PARLIGHTNING_CACHE_DIR to move it)"
+
+
+def _load(target: Path, cxx: str) -> ctypes.CDLL:
     if not target.exists():
         target.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=target.parent) as tmp:

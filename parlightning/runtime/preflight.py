@@ -26,7 +26,9 @@ from torch import Tensor
 
 from parlightning.config_types import available_memory, size_text
 from parlightning.runtime.checkpoint import dangling_link_error, not_a_file
-from parlightning.errors import ConfigError, ReportedError, WorldCloseWarning, check_call_shape, error_text
+from parlightning.errors import (
+    ConfigError, ReportedError, WorldCloseWarning, check_call_shape, error_text, package_environment_error,
+)
 from parlightning.method_args import check_real_tensors
 
 SEED_RANGE = (0, 2**32 - 1)  # numpy's (and Lightning's seed_everything's) seed range
@@ -263,10 +265,9 @@ def check_environment(trainer: Any, environ: Optional[dict] = None) -> None:
         if not value.strip().isdigit() or int(value) < low:
             raise ConfigError(f"{name}={value!r} in the environment: must be an integer >= {low}; unset it "
                               f"(`unset {name}`) or give a number")
-    unchecked = env.get("PARLIGHTNING_UNCHECKED_CHECKPOINTS")
-    if unchecked is not None and unchecked.strip() not in ("", "0", "1"):
-        raise ConfigError(f"PARLIGHTNING_UNCHECKED_CHECKPOINTS={unchecked!r} in the environment: it is 1 (load a "
-                          "checkpoint without a checksum) or 0 / unset (refuse one); nothing else is read as either")
+    wrong = package_environment_error(env)  # PARLIGHTNING_TRACEBACK, PARLIGHTNING_UNCHECKED_CHECKPOINTS
+    if wrong is not None:
+        raise ConfigError(wrong)
     port = env.get("MASTER_PORT")
     if port is not None and (not port.strip().isdigit() or not 1 <= int(port) <= 65535):
         raise ConfigError(f"MASTER_PORT={port!r} in the environment: must be a port number 1..65535; unset it or give "
