@@ -42,7 +42,7 @@ from parlightning.config_types import NonNegativeFinite, NonNegativeInt, Positiv
 from parlightning.errors import ConfigError
 from parlightning.subagents.http import check_request_text, prompt_of
 from parlightning.method_args import checked_methods
-from parlightning.subagents.pool import POOL_SPECS, PoolBase, PoolClosedError, SubagentResult, checked_timeout
+from parlightning.subagents.pool import MAX_REPLY_BYTES, POOL_SPECS, PoolBase, PoolClosedError, SubagentResult, checked_timeout
 
 RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})  # the statuses OpenAI's own client retries (5xx all)
 
@@ -214,7 +214,13 @@ class AsyncHTTPPool(PoolBase):
             self.stats["peak_in_flight"] = max(self.stats["peak_in_flight"], self.stats["in_flight"])
             try:
                 async with self._session.post(self.url, data=body, timeout=self._timeout) as response:
-                    raw = await response.read()
+                    chunks, size = [], 0
+                    async for chunk in response.content.iter_chunked(65536):
+                        size += len(chunk)
+                        if size > MAX_REPLY_BYTES:  # the server answered: another try would not help
+                            return 200, None, None, f"the reply is larger than {MAX_REPLY_BYTES >> 20} MiB"
+                        chunks.append(chunk)
+                    raw = b"".join(chunks)
                     self._consecutive_connect_failures = 0  # an answer of any kind: the endpoint is there
                     status = response.status
                     if status != 200:

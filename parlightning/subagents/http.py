@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 from parlightning.config_types import PositiveFinite, PositiveInt, check_args
 from parlightning.method_args import checked_methods
-from parlightning.subagents.pool import POOL_SPECS, PoolBase, PoolClosedError, SubagentResult
+from parlightning.subagents.pool import MAX_REPLY_BYTES, POOL_SPECS, PoolBase, PoolClosedError, SubagentResult
 
 
 def prompt_of(instruction: Any) -> str:
@@ -122,7 +122,7 @@ class HTTPPool(PoolBase):
         request = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                reply = json.loads(response.read())
+                reply = json.loads(self._read_whole(response, start))
             text = reply["choices"][0]["message"]["content"] or ""
             steps = int((reply.get("usage") or {}).get("completion_tokens", 1))
         except (urllib.error.URLError, TimeoutError, OSError, ValueError, KeyError, IndexError, TypeError) as err:
@@ -139,6 +139,21 @@ class HTTPPool(PoolBase):
             self._failures_in_a_row = 0
         success = self.success_marker is None or self.success_marker in text
         return SubagentResult(success, steps, time.perf_counter() - start, text)
+
+    def _read_whole(self, response: Any, start: float) -> bytes:
+        """The reply's body within `timeout` of the request's start (a server that drips a byte at a
+        time fails the call at most one socket timeout later) and at most MAX_REPLY_BYTES."""
+        chunks, size = [], 0
+        while True:
+            if time.perf_counter() - start > self.timeout:
+                raise TimeoutError(f"no whole reply within timeout={self.timeout:g}s (the server sent {size} bytes)")
+            chunk = response.read1(65536)
+            if not chunk:
+                return b"".join(chunks)
+            size += len(chunk)
+            if size > MAX_REPLY_BYTES:
+                raise ValueError(f"the reply is larger than {MAX_REPLY_BYTES >> 20} MiB; a chat completion is not")
+            chunks.append(chunk)
 
     def spawn(self, instruction: Any) -> int:
         with self._lock:

@@ -152,6 +152,9 @@ class TimeoutArg(Arg):
 
 
 INSTRUCTION = Passed("the instruction is the subagent's own payload: the pool hands it to its function or endpoint")
+MAX_REPLY_BYTES = 16 << 20  # an HTTP pool's reply larger than this is a failed subagent, not a process out of memory
+
+
 POOL_SPECS = {"spawn": {"instruction": INSTRUCTION}, "wait": {"timeout": TimeoutArg()}}  # handles: int / Iterable
 
 
