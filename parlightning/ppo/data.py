@@ -400,6 +400,7 @@ class RolloutDataModule(pl.LightningDataModule):
         """Make this rank's collector (env, buffer, generators), bind the planner and reset every
         actor on round 0's plan (called by `setup`; public for scripts)."""
         self.collector = self.make_collector(device, rank)
+        self._built, self._closed = True, False  # the collector exists: the planner binds the keys to it below
         try:
             collector, trainer = self.collector, self.trainer
             strategy = StrategyPlanner.strategy_in_force(trainer.callbacks) if trainer is not None else None
@@ -413,8 +414,8 @@ class RolloutDataModule(pl.LightningDataModule):
             self._check_reward_cap(collector.env)
         except BaseException:
             self.collector.close()  # a collector process or an env's workers never outlive a failed start
+            self._built = False
             raise
-        self._built, self._closed = True, False
 
     def make_collector(self, device: torch.device, rank: int) -> Collector:
         """The rank's `Collector` from data.max_policy_lag and data.collect_in (override to compose
