@@ -18,7 +18,7 @@ from torch import Tensor
 from parlightning.config_types import PositiveInt, check_allocation, check_value
 from parlightning.envs.base import EpisodeParts
 from parlightning.errors import ConfigError
-from parlightning.method_args import IndexArg, TensorArg, checked, checked_methods
+from parlightning.method_args import IndexArg, Lifecycle, State, TensorArg, checked, checked_methods
 
 _TN = TensorArg("number", ("T", "N"), device="same")
 
@@ -110,7 +110,11 @@ DERIVED_FIELDS = ("advantages", "returns")
     compute_advantages={"next_value": TensorArg("number", ("num_envs",), device="self"),
                         "truncated_values": TensorArg("number", ("num_steps", "num_envs"), device="self")},
     sequences={"bptt_len": IndexArg(lambda b: b.num_steps + 1, lo=1, text="steps per chunk, at most num_steps")},
-    minibatch_indices={"update_epochs": IndexArg(lo=1), "num_minibatches": IndexArg(lo=1), "rows": IndexArg(lo=1, optional=True)})
+    minibatch_indices={"update_epochs": IndexArg(lo=1), "num_minibatches": IndexArg(lo=1), "rows": IndexArg(lo=1, optional=True)},
+    lifecycle=Lifecycle({"memory": State(  # a recurrent policy's columns: one `is None` per call, no host read
+        "called before allocate_memory(state_shape): the buffer has no hidden-state columns; call "
+        "buffer.allocate_memory(state_shape) first (a recurrent policy's rollout does)",
+        holds=lambda buffer: buffer.states is not None)}, requires={"write_memory": "memory", "sequences": "memory"}))
 class RolloutBuffer:
     """Storage for one rollout of `num_steps` x `num_envs` on one device: the `STEP_FIELDS` table,
     the GAE columns and, for a recurrent policy, its hidden states."""

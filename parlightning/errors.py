@@ -28,7 +28,14 @@ class ReportedError(RuntimeError):
 
 class LifecycleError(ReportedError):
     """An object used in the wrong state (a pool after its `close()`, a world stepped before its
-    `reset()`): the message names `Class.method` and what to do first."""
+    `reset()`, a sampler's tensor path before `bind`): the message names `Class.method` and what to
+    call first (`parlightning.method_args.Lifecycle`)."""
+
+
+class LifecycleValueError(LifecycleError, ValueError):
+    """A LifecycleError that is also a ValueError: what the method raised in that state before its
+    lifecycle was declared (TensorParallel without a key space, ClusterParallel before its tasks are
+    registered), so callers that caught the ValueError still do."""
 
 
 class WorldCloseWarning(RuntimeWarning):

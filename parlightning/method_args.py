@@ -11,11 +11,24 @@ is checked comes from the annotations (`int`, `float`, `bool`, `str`, the constr
 from specs given by name for what an annotation cannot say: `TensorArg` (dtype kind, shape against
 the object's sizes or the call's other tensors, device, finite values, a value range), `IndexArg`
 (an int in a range the object knows), `OneOf`, `Passed` (accepted as is, with the reason: the
-user's own payload). A class may define `_lifecycle(self, method)`, run before the checks of every
-wrapped method, to refuse a call in the wrong state (a closed pool).
+user's own payload).
+
+The lifecycle: `checked_methods(lifecycle=Lifecycle(...))` declares which state each method needs
+(`requires`: a world's `step` needs `reset`, a sampler's `pick_batch` needs `bind`), which methods
+make a state hold or end it (`enters` / `leaves`), and `closes` (after `close()` every other public
+method is refused; `close()` again is harmless). A call in the wrong state is one `LifecycleError`
+naming `Class.method` and what to call first, raised at entry before the arguments are checked:
+
+    SwarmEnv.step: called before reset(); call env.reset() first
+
+A state is kept by the mechanism (a frozenset of names on the object, `_lifecycle_state`) or read
+off the object (`State(holds=...)`: a Trainer attached, keys declared). Subclasses inherit the
+declaration. `mark` / `holds` / `require` serve the few cases that depend on an argument (a loaded
+state saved before any reset, a data module state that holds the worlds').
 
 Cost: the checks read metadata only (isinstance, shape, dtype, device: O(1) Python, no host read),
-except the ones a spec asks for (`finite=True`, `values=`), which are never used on a per-step path.
+except the ones a spec asks for (`finite=True`, `values=`), which are never used on a per-step path;
+a lifecycle requirement is one frozenset comparison (a derived state: one call of its `holds`).
 Torch is imported lazily: pools import this module without it.
 """
 
@@ -25,15 +38,18 @@ import functools
 import inspect
 import numbers
 import sys
+import threading
 import typing
 from collections.abc import Iterable as AbcIterable
 from collections.abc import Mapping
 from typing import Any, Iterable, Optional, Union
 
 from parlightning.config_types import check_plain, check_value, constraint_of, plain_of
-from parlightning.errors import ArgumentError, ConfigError
+from parlightning.errors import ArgumentError, ConfigError, LifecycleError
 
-__all__ = ["Arg", "ArgumentError", "IndexArg", "Is", "MappingArg", "check_real_device", "check_real_tensors", "check_state", "OneOf", "Passed", "TensorArg", "checked", "checked_methods", "specs_of"]
+__all__ = ["Arg", "ArgumentError", "IndexArg", "Is", "Lifecycle", "LifecycleError", "MappingArg", "State",
+           "check_real_device", "check_real_tensors", "check_state", "OneOf", "Passed", "TensorArg", "checked",
+           "checked_methods", "holds", "lifecycle_of", "mark", "one_at_a_time", "require", "specs_of"]
 
 _DTYPE_TEXT = {"int": "an integer (torch.long)", "float": "a float", "bool": "a bool", "number": "a numeric"}
 
@@ -399,16 +415,18 @@ class _Plan:
 def _wrap(function: Any, method: str, specs: dict[str, Arg], owner: Optional[str], bound: bool) -> Any:
     plan: list[Optional[_Plan]] = [None]
 
-    @functools.wraps(function)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def checks(args: tuple, kwargs: dict) -> Optional["_Rule"]:
+        """The lifecycle (for a method of an object whose class declares one), then the arguments;
+        returns the method's rule when the call, once it returned, enters or leaves a state."""
         p = plan[0]
         if p is None:
             p = plan[0] = _Plan(function, specs)
         obj = args[0] if bound and args else None
-        if bound and obj is not None and not isinstance(obj, type):
-            lifecycle = getattr(obj, "_lifecycle", None)
-            if lifecycle is not None:
-                lifecycle(method)
+        rule = None
+        if obj is not None and not isinstance(obj, type):
+            rule = getattr(type(obj), "_lifecycle_rules", _NO_RULES).get(method)
+            if rule is not None and (rule.derived or not rule.marked <= obj._lifecycle_state):
+                rule.check(obj, method)
         name = owner or (type(obj).__name__ if bound else "")
         call: dict = {}
         n = len(args)
@@ -425,17 +443,57 @@ def _wrap(function: Any, method: str, specs: dict[str, Arg], owner: Optional[str
                 if isinstance(err, ArgumentError):
                     raise
                 raise ArgumentError(str(err).replace(", or null", ", or None")) from None
-        return function(*args, **kwargs)
+        return rule if rule is not None and rule.changes else None
 
     if inspect.iscoroutinefunction(function):  # still a coroutine function: checked when awaited
-        plain = wrapper
 
         @functools.wraps(function)
         async def wrapper(*args: Any, **kwargs: Any) -> Any:
-            return await plain(*args, **kwargs)
+            rule = checks(args, kwargs)
+            result = await function(*args, **kwargs)
+            if rule is not None:
+                rule.apply(args[0])
+            return result
+    else:  # the same as `checks`, inline: the per-step path (SwarmEnv.step) pays no extra call
+
+        @functools.wraps(function)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            p = plan[0]
+            if p is None:
+                p = plan[0] = _Plan(function, specs)
+            obj = args[0] if bound and args else None
+            rule = None
+            if obj is not None and not isinstance(obj, type):
+                rule = getattr(type(obj), "_lifecycle_rules", _NO_RULES).get(method)
+                if rule is not None and (rule.derived or not rule.marked <= obj._lifecycle_state):
+                    rule.check(obj, method)
+            if p.checks:
+                name = owner or (type(obj).__name__ if bound else "")
+                call: dict = {}
+                n = len(args)
+                for position, arg, spec in p.checks:
+                    if 0 <= position < n:
+                        value = args[position]
+                    elif arg in kwargs:
+                        value = kwargs[arg]
+                    else:
+                        continue
+                    try:
+                        spec.check(f"{name}.{method}({arg})" if name else f"{method}({arg})", value, obj, call)
+                    except ConfigError as err:  # a shared check's (check_value's): the method's kind
+                        if isinstance(err, ArgumentError):
+                            raise
+                        raise ArgumentError(str(err).replace(", or null", ", or None")) from None
+            result = function(*args, **kwargs)
+            if rule is not None and rule.changes:
+                rule.apply(obj)
+            return result
 
     wrapper.__checked__ = (function, specs)
     return wrapper
+
+
+_NO_RULES: dict = {}
 
 
 def checked(function: Any = None, *, owner: str = "", **specs: Arg) -> Any:
@@ -446,12 +504,14 @@ def checked(function: Any = None, *, owner: str = "", **specs: Arg) -> Any:
     return _wrap(function, function.__name__, specs, owner, bound=False)
 
 
-def checked_methods(cls: Any = None, *, skip: tuple[str, ...] = (), **specs: dict[str, Arg]) -> Any:
+def checked_methods(cls: Any = None, *, skip: tuple[str, ...] = (), lifecycle: Optional["Lifecycle"] = None,
+                    **specs: dict[str, Arg]) -> Any:
     """Class decorator: every public method the class defines (not those in `skip`, not
     properties) checked at entry; `specs` maps a method's name to its argument specs. Errors name
-    the object's own class (`ProcessPool.wait(timeout)` for a method inherited from `PoolBase`)."""
+    the object's own class (`ProcessPool.wait(timeout)` for a method inherited from `PoolBase`).
+    `lifecycle`: the states the methods need (`Lifecycle`); a subclass inherits its base's."""
     if cls is None:
-        return lambda c: checked_methods(c, skip=skip, **specs)
+        return lambda c: checked_methods(c, skip=skip, lifecycle=lifecycle, **specs)
     unknown = set(specs) - set(dir(cls))
     if unknown:
         raise TypeError(f"checked_methods({cls.__name__}): no method {sorted(unknown)}")
@@ -471,7 +531,155 @@ def checked_methods(cls: Any = None, *, skip: tuple[str, ...] = (), **specs: dic
             setattr(cls, name, classmethod(_wrap(member.__func__, name, specs.get(name, {}), cls.__name__, True)))
         elif inspect.isfunction(member) and not hasattr(member, "__checked__"):
             setattr(cls, name, _wrap(member, name, specs.get(name, {}), None, True))
+    declared = lifecycle if lifecycle is not None else getattr(cls, "__lifecycle__", None)
+    if declared is not None:
+        declared.install(cls)
     return cls
+
+
+# ---------------------------------------------------------------------- the lifecycle
+class State:
+    """A state methods may need (`Lifecycle`). `text` completes the refusal `Class.method: {text}`
+    ("called before reset(); call env.reset() first"; `{cls}` is the object's class name). `holds`:
+    read off the object (a derived state: a Trainer attached, keys declared); None: kept by the
+    mechanism, made to hold by the methods that `enter` it (and `mark`), ended by those that `leave`
+    it. `error`: the LifecycleError class raised (a subclass keeps what a method raised before, e.g.
+    a ValueError too)."""
+
+    def __init__(self, text: str, holds: Any = None, error: Optional[type] = None) -> None:
+        self.text, self.holds, self.error = text, holds, error or LifecycleError
+
+
+CLOSED = State("called after close(); build a new {cls}")
+
+
+def _names(states: Any) -> tuple[str, ...]:
+    return (states,) if isinstance(states, str) else tuple(states)
+
+
+class _Rule:
+    """One method's lifecycle: the marked states it needs (a frozenset: one comparison per call), the
+    derived ones (name, State), the order its requirements are reported in, and what it enters/leaves."""
+
+    def __init__(self, owner: "Lifecycle", need: tuple[str, ...], enters: tuple[str, ...], leaves: tuple[str, ...]):
+        self.owner, self.need = owner, need
+        self.marked = frozenset(n for n in need if owner.states[n].holds is None)
+        self.derived = tuple((n, owner.states[n]) for n in need if owner.states[n].holds is not None)
+        self.enters, self.leaves = frozenset(enters), frozenset(leaves)
+        self.changes = bool(enters or leaves)
+
+    def check(self, obj: Any, method: str) -> None:
+        have = obj._lifecycle_state
+        for name in self.need:  # the first requirement that does not hold, in the declared order
+            state = self.owner.states[name]
+            if not (name in have if state.holds is None else state.holds(obj)):
+                raise self.owner.refusal(obj, method, name)
+
+    def apply(self, obj: Any) -> None:
+        obj._lifecycle_state = (obj._lifecycle_state - self.leaves) | self.enters
+
+
+class Lifecycle:
+    """What a class's methods need (see the module docstring). `states`: name -> `State`;
+    `requires`: method -> the state names it needs, checked in that order; `enters` / `leaves`:
+    method -> the states a successful call makes hold / ends; `closes`: the method after which every
+    other public method is refused (`closed`: that refusal's `State`, whose `holds` may read the
+    object's own flag instead of the mechanism's); `initial`: the marked states a new object has."""
+
+    def __init__(self, states: Optional[Mapping[str, State]] = None, requires: Optional[Mapping[str, Any]] = None,
+                 enters: Optional[Mapping[str, Any]] = None, leaves: Optional[Mapping[str, Any]] = None,
+                 closes: Optional[str] = None, closed: State = CLOSED, initial: Iterable[str] = ()) -> None:
+        self.states = dict(states or {})
+        self.requires = {m: _names(v) for m, v in (requires or {}).items()}
+        self.enters = {m: _names(v) for m, v in (enters or {}).items()}
+        self.leaves = {m: _names(v) for m, v in (leaves or {}).items()}
+        self.closes, self.initial = closes, frozenset(initial)
+        if closes is not None:  # "open": every public method but `closes` needs it
+            self.states["open"] = closed
+            if closed.holds is None:
+                self.initial |= {"open"}
+                self.leaves[closes] = (*self.leaves.get(closes, ()), "open")
+        unknown = {n for names in (*self.requires.values(), *self.enters.values(), *self.leaves.values())
+                   for n in names} - set(self.states)
+        if unknown:
+            raise TypeError(f"Lifecycle: no State declared for {sorted(unknown)}")
+
+    def refusal(self, obj: Any, method: str, name: str) -> LifecycleError:
+        state = self.states[name]
+        cls = type(obj).__name__
+        return state.error(f"{cls}.{method}: {state.text.format(cls=cls)}")
+
+    def install(self, cls: type) -> None:
+        """Compile one rule per public method of `cls` (its own and inherited) onto the class."""
+        public = [n for n in dir(cls) if not n.startswith("_") and callable(inspect.getattr_static(cls, n, None))
+                  and not isinstance(inspect.getattr_static(cls, n), (staticmethod, classmethod, type))]
+        unknown = (set(self.requires) | set(self.enters) | set(self.leaves)) - set(public)
+        if unknown:
+            raise TypeError(f"Lifecycle({cls.__name__}): no public method {sorted(unknown)}")
+        rules = {}
+        for name in public:
+            need = self.requires.get(name, ())
+            if self.closes is not None and name != self.closes:
+                need = ("open", *need)
+            if need or name in self.enters or name in self.leaves:
+                rules[name] = _Rule(self, need, self.enters.get(name, ()), self.leaves.get(name, ()))
+        cls.__lifecycle__ = self
+        cls._lifecycle_rules = rules
+        cls._lifecycle_state = self.initial
+
+    def needs(self, method: str) -> tuple[str, ...]:
+        """The states `method` needs ("open" first for a closable class's methods but `closes`)."""
+        return (("open",) if self.closes is not None and method != self.closes else ()) + self.requires.get(method, ())
+
+
+def one_at_a_time(name: str, what: str, fix: str) -> Any:
+    """Decorator: a function that must not run twice at once in this process (`what` it holds is per
+    process: signal handlers, output folders): a call while it runs (re-entered from a callback, or from
+    another thread) is one LifecycleError `"{name}: called while {what} is running in this process ...;
+    {fix}"`, raised at once (no wait, no hang); the running call goes on."""
+
+    def decorate(function: Any) -> Any:
+        running = threading.Lock()
+
+        @functools.wraps(function)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if not running.acquire(blocking=False):
+                raise LifecycleError(f"{name}: called while {what} is running in this process (from one of its "
+                                     f"callbacks, or another thread); {fix}")
+            try:
+                return function(*args, **kwargs)
+            finally:
+                running.release()
+
+        return wrapper
+
+    return decorate
+
+
+def lifecycle_of(cls: type) -> Optional[Lifecycle]:
+    """The lifecycle a class declares (or inherits), or None."""
+    return getattr(cls, "__lifecycle__", None)
+
+
+def holds(obj: Any, name: str) -> bool:
+    """Whether state `name` of `obj`'s lifecycle holds."""
+    state = obj.__lifecycle__.states[name]
+    return name in obj._lifecycle_state if state.holds is None else bool(state.holds(obj))
+
+
+def mark(obj: Any, name: str, on: bool = True) -> None:
+    """Make a kept state hold (or end) from inside a method, where it depends on an argument (a loaded
+    state saved before any reset)."""
+    obj._lifecycle_state = obj._lifecycle_state | {name} if on else obj._lifecycle_state - {name}
+
+
+def require(obj: Any, method: str, *names: str) -> None:
+    """Refuse `Class.method` unless each state holds, where the need depends on an argument (bank
+    indices rather than task ids; a state that holds the worlds'), with the refusal the lifecycle
+    declares for the state."""
+    for name in names:
+        if not holds(obj, name):
+            raise obj.__lifecycle__.refusal(obj, method, name)
 
 
 def specs_of(function: Any) -> Optional[tuple[dict[str, Arg], list[str]]]:

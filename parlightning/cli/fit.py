@@ -28,6 +28,7 @@ from parlightning.runtime.checkpoint import (
 )
 from parlightning.cli.config_log import LoggedConfig
 from parlightning.ppo.data import RolloutDataModule
+from parlightning.method_args import one_at_a_time
 from parlightning.errors import (
     ConfigError, ReportedError, check_call_shape, parser_error_line, root_error_line,
 )
@@ -112,6 +113,8 @@ class ParlCLI(LightningCLI):
             watch.watch_from_start()
 
 
+@one_at_a_time("fit", "a fit", "start the next fit after this one returns, or run it in a process of its own "
+                "(python -m parlightning.fit)")
 def main(args: Optional[list[str]] = None) -> ParlCLI:
     """Parse the config, build trainer/module/datamodule, and fit (resuming from `--ckpt_path`).
 

@@ -240,6 +240,13 @@ class Collector:
     def close(self) -> None:
         self.transport.close()
 
+    @property
+    def runs_after_close(self) -> bool:
+        """Whether `collect` still works after `close()`: the step loop runs in the caller (inline), so
+        the same worlds go on (a world that close() closed refuses its step by name); a thread or process
+        collector has stopped."""
+        return bool(getattr(self.transport, "runs_after_close", False))
+
 
 def make_collector(factory: Callable, num_envs: int, num_steps: int, seed: int, device: torch.device, *,
                    max_policy_lag: int = 0, collect_in: str = "thread", sampler: Any = None, reward: Any = None,

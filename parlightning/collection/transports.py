@@ -82,6 +82,8 @@ class InlineTransport(_LoopHere):
     """The step loop in the caller: `result()` collects the oldest issued round with the newest
     published policy (lock-step: the learner's own)."""
 
+    runs_after_close = True  # close() closes the world only: the loop runs in the caller (`Collector.runs_after_close`)
+
     def __init__(self, loop: StepLoop) -> None:
         super().__init__(loop)
         self._issued: collections.deque = collections.deque()

@@ -26,7 +26,7 @@ from parlightning.config_types import (
 )
 from parlightning.distribution.counters import AgreedCounters
 from parlightning.errors import ConfigError, ReportedError, check_call_shape
-from parlightning.method_args import IndexArg, TensorArg, check_state, checked_methods
+from parlightning.method_args import IndexArg, Lifecycle, State, TensorArg, check_state, checked_methods
 
 # the samplers' method arguments (`checked_methods`): metadata only on the per-step pick_batch / record_batch
 SAMPLER_SPECS = {
@@ -37,6 +37,16 @@ SAMPLER_SPECS = {
     "record_batch": {"task_index": TensorArg("int", ("E",), device="same"), "score": TensorArg("number", ("E",), device="same"),
                      "mask": TensorArg("bool", ("E",), device="same", optional=True)},
 }
+
+# The tensor path needs the bank: `pick_batch` (and a reward-aware sampler's `record_batch`) before `bind` is one
+# LifecycleError (a RuntimeError, as before); `bind` again lays the statistics out over the new bank.
+BOUND = State("called before bind(task_ids, device); call sampler.bind(env.task_ids, device) first (the collector "
+              "does, before the first rollout)")
+
+
+def bound_lifecycle(*tensor_path: str) -> Lifecycle:
+    return Lifecycle({"bound": BOUND}, requires=dict.fromkeys(tensor_path, "bound"), enters={"bind": "bound"})
+
 
 PassThreshold = restricted_number_type("PassThreshold", float, [(">", 0.0), ("<=", 1.0)],
                                        docstring="the score that counts as a pass, in (0, 1]")
@@ -95,7 +105,7 @@ def _check_keys(name: str, keys: Sequence[str]) -> None:
         raise ValueError(f"{name}.pick: the shard is empty; give the sampler at least one task id")
 
 
-@checked_methods(**SAMPLER_SPECS)
+@checked_methods(**SAMPLER_SPECS, lifecycle=bound_lifecycle("pick_batch"))  # record_batch: reward-blind, no bank
 class RoundRobin:
     """Cycles through the shard in order: deterministic, reward-blind, the default."""
 
@@ -132,9 +142,7 @@ class RoundRobin:
     def pick_batch(
         self, shard: Tensor, round_index: int, reset_mask: Tensor, generator: Optional[torch.Generator] = None
     ) -> Tensor:
-        if self._batch_cursor is None or self.picks is None:
-            raise RuntimeError("RoundRobin.pick_batch: call bind(task_ids, device) first")
-        _check_shard("RoundRobin", shard)
+        _check_shard("RoundRobin", shard)  # (before bind: refused at entry, the lifecycle)
         count = reset_mask.long()
         with self._lock:  # read and advance the cursor together: threads never hand out the same turn
             order = torch.cumsum(count, 0).add_(self._batch_cursor - 1).remainder_(shard.numel())
@@ -182,7 +190,7 @@ class RoundRobin:
         self.picks.copy_(state["picks"])
 
 
-@checked_methods(**SAMPLER_SPECS)
+@checked_methods(**SAMPLER_SPECS, lifecycle=bound_lifecycle("pick_batch", "record_batch"))
 class _LearningSampler:
     """Shared machinery of the reward-aware built-ins: per-task statistics as tensors
     ([K] attempts, passes, picks, plus a subclass's own) indexed by task id, one lock, both
@@ -338,9 +346,7 @@ class _LearningSampler:
     ) -> Tensor:
         """[N] bank indices drawn from `shard` only, one independent draw per actor; no host
         sync. Without a generator, the sampler's own seeded one is used on CPU."""
-        _check_shard(type(self).__name__, shard)
-        if not self._bound:
-            raise RuntimeError(f"{type(self).__name__}.pick_batch: call bind(task_ids, device) first")
+        _check_shard(type(self).__name__, shard)  # (before bind: refused at entry, the lifecycle)
         if generator is None and self.device.type == "cpu":
             generator = self._rng
         with self._lock:
@@ -353,8 +359,6 @@ class _LearningSampler:
         """E finished episodes at once (scores in 0..1; not range-checked here, to avoid a host
         sync). With `mask` ([E] bool), only entries where it is True count: pass all N actors'
         tasks and outcomes with mask=done every step, and nothing is synchronised."""
-        if not self._bound:
-            raise RuntimeError(f"{type(self).__name__}.record_batch: call bind(task_ids, device) first")
         count = torch.ones_like(score, dtype=self.attempts.dtype) if mask is None else mask.to(self.attempts.dtype)
         with self._lock:
             self.attempts.index_add_(0, task_index, count)

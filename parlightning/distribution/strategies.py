@@ -27,8 +27,8 @@ from torch import Tensor
 
 from parlightning.config_types import NonNegativeFinite, PositiveInt, check_args, check_fields
 from parlightning.distribution.counters import AgreedCounters
-from parlightning.errors import ConfigError
-from parlightning.method_args import IndexArg, Is, TensorArg, checked_methods
+from parlightning.errors import ConfigError, LifecycleValueError
+from parlightning.method_args import IndexArg, Is, Lifecycle, State, TensorArg, checked_methods, require
 
 PLAN_SPECS = {"n_workers": IndexArg(lo=1, text="the number of workers"), "round_index": IndexArg()}
 SECTION = IndexArg("n_sections", text="a section of the key table")
@@ -255,7 +255,14 @@ class _AgreedStatistics:
                  leased_clusters={"unit": Is(WorkUnit, "a WorkUnit of this strategy's plan")},
                  observe_batch={"task_index": Is((Tensor, list, tuple), "[E] bank indices (a long tensor) or task ids"),
                                 "scores": TensorArg("number", ("E",))},
-                 observe_tasks={"task_rows": TensorArg("int", ("E",)), "scores": TensorArg("number", ("E",))})
+                 observe_tasks={"task_rows": TensorArg("int", ("E",)), "scores": TensorArg("number", ("E",))},
+                 lifecycle=Lifecycle({
+                     "registered": State("called before any task was registered: its tasks were never planned; call "
+                                         "bind(task_ids) or plan() with the task bank first",
+                                         holds=lambda s: bool(s.tasks), error=LifecycleValueError),
+                     "bound": State("bank indices need the bank's order: call bind(task_ids) first (or pass task ids)",
+                                    holds=lambda s: s._bank_rows is not None)},
+                     requires=dict.fromkeys(("observe", "observe_batch", "observe_tasks"), "registered")))
 class ClusterParallel(_AgreedStatistics):
     """Lease whole task clusters to workers, best UCB first, with a difficulty filter on outcome
     spread.
@@ -355,8 +362,7 @@ class ClusterParallel(_AgreedStatistics):
                 raise ValueError(f"ClusterParallel.observe_batch: tasks {bad} were never planned; bind(task_ids) first")
             self.observe_tasks(torch.tensor(rows_list, dtype=torch.long), scores)
             return
-        if self._bank_rows is None:
-            raise RuntimeError("ClusterParallel.observe_batch: bank indices need bind(task_ids) first")
+        require(self, "observe_batch", "bound")
         self.observe_tasks(self._bank_rows[task_index.to(self._device)], scores)
 
     @_normal_tensors
@@ -478,7 +484,14 @@ def assign_key_sections(keys: Sequence[str], n_sections: int) -> list[tuple[str,
                  section_rows={"section": SECTION}, violation_mask={"row_index": TensorArg("int"), "section": SECTION},
                  record_updates={"rows": TensorArg("int"), "section": SECTION},
                  gradient_mask={"section": SECTION, "world_size": IndexArg(lo=1)},
-                 register_gradient_mask={"table": TensorArg(), "section": SECTION, "world_size": IndexArg(lo=1)})
+                 register_gradient_mask={"table": TensorArg(), "section": SECTION, "world_size": IndexArg(lo=1)},
+                 lifecycle=Lifecycle({"keys": State(
+                     "no declared key space; pass keys= (the rows of the policy's per-key table, e.g. the task "
+                     "families) to TensorParallel or call declare_keys(keys) first, before the first rollout",
+                     holds=lambda s: s.keys is not None, error=LifecycleValueError)},
+                     requires=dict.fromkeys(("validate", "plan", "key_index", "section_of_key", "section_rows",
+                                             "violation_mask", "record_updates", "gradient_mask",
+                                             "register_gradient_mask"), "keys")))
 class TensorParallel(_AgreedStatistics):
     """Split a per-key parameter table (one row per declared artifact key) into `n_sections`
     disjoint sections, one per worker; a worker updates only its section's rows.
@@ -517,8 +530,9 @@ class TensorParallel(_AgreedStatistics):
         keys = tuple(keys)
         if len(set(keys)) != len(keys):
             raise ValueError("keys: the artifact key space must be a sequence of unique keys")
-        if self.keys is not None and self.keys != keys:
-            raise ValueError("keys: TensorParallel already declares a different key space; build a new strategy")
+        if self.keys is not None and self.keys != keys:  # twice with another key space: the table has its rows
+            raise LifecycleValueError("TensorParallel.declare_keys: called twice with another key space (it already "
+                                      "declares a different key space); build a new strategy")
         self.keys = keys
         try:
             self._check_keys()  # more sections than keys: a section would own nothing, whatever comes later
@@ -541,12 +555,8 @@ class TensorParallel(_AgreedStatistics):
                 f"rank, so set n_sections={n_workers} (or run on {self.n_sections} devices)"
             )
 
-    def _check_keys(self) -> None:
-        if self.keys is None:
-            raise ValueError(
-                "TensorParallel: no declared key space; pass keys= (the rows of the policy's per-key table, "
-                "e.g. the task families) or call declare_keys() before the first rollout"
-            )
+    def _check_keys(self, method: str = "validate") -> None:
+        require(self, method, "keys")  # (the public methods are refused at entry: the lifecycle)
         if self.n_sections > len(self.keys):
             raise ConfigError(
                 f"TensorParallel: n_sections={self.n_sections} is greater than the {len(self.keys)} declared keys, "
@@ -556,7 +566,7 @@ class TensorParallel(_AgreedStatistics):
     @property
     def sections(self) -> list[tuple[str, ...]]:
         """The balanced partition of the declared keys, one tuple of keys per section."""
-        self._check_keys()
+        self._check_keys("sections")
         return list(self._sections)
 
     def key_index(self, key: str) -> int:

@@ -18,7 +18,7 @@ from typing import Any, Callable, Literal, NamedTuple, Optional, Sequence
 import torch
 from torch import Tensor
 
-from parlightning.method_args import Arg, check_real_device
+from parlightning.method_args import Arg, Lifecycle, State, check_real_device
 
 
 @dataclass(frozen=True)
@@ -293,13 +293,23 @@ class NextTaskArg(Arg):
                       "(a long tensor)", value)
 
 
-def needs_reset(obj: Any, method: str) -> None:
-    """A world's `_lifecycle`: `step` before the first `reset` is one LifecycleError."""
-    if method == "step" and getattr(obj, "_needs_reset", False):
-        from parlightning.errors import LifecycleError
+RESET = State("called before reset(); call env.reset() first")
 
-        raise LifecycleError(f"{type(obj).__name__}.step: called before reset(); call env.reset() first"
-                             + getattr(obj, "_needs_reset_why", ""))
+
+def world_lifecycle(exact: Optional[bool] = True, closes: bool = False, reset_why: str = "",
+                    requires: Optional[dict[str, Any]] = None) -> Lifecycle:
+    """A world's lifecycle (`checked_methods(lifecycle=...)`): `step` (and `requires`' methods) before the
+    first `reset` is one LifecycleError; `load_state_dict` of an exact world (`exact`: it restores
+    every episode) counts as a reset, of an inexact one (False) ends it (reset() again before stepping;
+    None: the world marks it itself); `closes`: after `close()` every other method is refused."""
+    state = State(RESET.text + reset_why) if reset_why else RESET
+    enters, leaves = {"reset": "reset"}, {}
+    if exact:
+        enters["load_state_dict"] = "reset"
+    elif exact is not None:
+        leaves["load_state_dict"] = "reset"
+    return Lifecycle({"reset": state}, requires={"step": "reset", **(requires or {})}, enters=enters, leaves=leaves,
+                     closes="close" if closes else None)
 
 
 def world_specs(action: Optional[Arg] = None, **more: Any) -> dict[str, Any]:

@@ -17,8 +17,8 @@ import torch
 from torch import Tensor
 
 from parlightning.config_types import PositiveInt, Seed, check_allocation, check_args
-from parlightning.envs.base import ActionSpec, BatchedEnv, StepResult, checked_device, needs_reset, world_specs
-from parlightning.method_args import check_state, checked_methods
+from parlightning.envs.base import ActionSpec, BatchedEnv, StepResult, checked_device, world_lifecycle, world_specs
+from parlightning.method_args import check_state, checked_methods, holds, mark
 
 # Gymnasium's constants (gymnasium/envs/classic_control/cartpole.py).
 GRAVITY = 9.8
@@ -34,7 +34,7 @@ X_THRESHOLD = 2.4
 RESET_BOUND = 0.05
 
 
-@checked_methods(**world_specs())
+@checked_methods(**world_specs(), lifecycle=world_lifecycle(exact=None))
 class CartPoleEnv(BatchedEnv):
     """N CartPole-v1 actors stepped by one set of tensor ops, with per-actor auto-reset.
 
@@ -66,7 +66,6 @@ class CartPoleEnv(BatchedEnv):
         self.elapsed = torch.zeros(n, dtype=torch.long, device=self.device)
         # Length (= return: reward is 1 per step) of each actor's last finished episode, valid where done.
         self.last_episode_length = torch.zeros(n, dtype=torch.long, device=self.device)
-        self._needs_reset = True
 
     @property
     def last_episode_return(self) -> Tensor:
@@ -77,8 +76,6 @@ class CartPoleEnv(BatchedEnv):
         u = torch.rand(self.num_envs, 4, generator=self.generator, device=self.device)
         return u.mul_(2 * RESET_BOUND).sub_(RESET_BOUND)
 
-    _lifecycle = needs_reset
-
     def reset(self, *, seed: Optional[int] = None, task_index: Optional[Tensor] = None) -> Tensor:
         """Start every actor afresh; `seed` reseeds the generator. CartPole has no task bank, so
         `task_index` is ignored."""
@@ -86,7 +83,6 @@ class CartPoleEnv(BatchedEnv):
             self.generator.manual_seed(seed)
         self.state = self._initial_state()
         self.elapsed = torch.zeros_like(self.elapsed)
-        self._needs_reset = False
         return self.state.clone()
 
     def step(self, action: Tensor, next_task: Optional[Tensor] = None) -> StepResult:
@@ -130,7 +126,7 @@ class CartPoleEnv(BatchedEnv):
             "last_episode_length": self.last_episode_length.clone(),
             "generator": self.generator.get_state(),
             "generator_device": self.device.type,  # CPU and CUDA generator states differ in kind
-            "needs_reset": self._needs_reset,
+            "needs_reset": not holds(self, "reset"),  # a state saved before any reset needs one after loading
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -154,4 +150,4 @@ class CartPoleEnv(BatchedEnv):
         self.elapsed = state["elapsed"].to(self.device, torch.long).clone()
         self.last_episode_length = state["last_episode_length"].to(self.device, torch.long).clone()
         self.generator.set_state(state["generator"])
-        self._needs_reset = bool(state["needs_reset"])
+        mark(self, "reset", not state["needs_reset"])

@@ -55,7 +55,7 @@ from parlightning.config_types import (
     ClosedUnitInterval, NonNegativeInt, PositiveFinite, PositiveInt, Seed, check_allocation, check_args,
 )
 from parlightning.envs.base import (ActionArg, ActionSpec, BatchedEnv, EpisodeParts, StepResult, checked_device,
-                                    checked_task_index, world_specs)
+                                    checked_task_index, world_lifecycle, world_specs)
 from parlightning.method_args import TensorArg, check_state, checked_methods
 from parlightning.envs.world_processes import WorkerLost, WorkerProcesses
 from parlightning.envs.world_runner import (WorldCallFailed, WorldRunner, _check_plain_types, build_shared, close_all,
@@ -136,7 +136,8 @@ START_METHODS = ("fork", "spawn", "forkserver")
 
 
 @checked_methods(**world_specs(ActionArg(same_device=False),
-                                send={"actors": Iterable[int], "action": TensorArg()}))
+                                send={"actors": Iterable[int], "action": TensorArg()}),
+                 lifecycle=world_lifecycle(exact=False, closes=True, requires={"send": "reset", "receive": "reset"}))
 class ExternalBatchedEnv(BatchedEnv):
     """N external worlds as one `BatchedEnv` with auto-reset; see the module docstring.
 
@@ -318,9 +319,8 @@ class ExternalBatchedEnv(BatchedEnv):
         )
 
     def _run_all(self, method: str, args: dict[int, tuple]) -> dict[int, Any]:
-        """Call `method(*args[i])` on every world i in `args` concurrently; every answer or an error."""
-        if self._closed:
-            raise RuntimeError(f"ExternalBatchedEnv: {method} after close()")
+        """Call `method(*args[i])` on every world i in `args` concurrently; every answer or an error (after
+        close(), reset and step are refused at entry: the lifecycle)."""
         try:
             return self._runner.run_all(method, args)
         except WorldCallFailed as failed:
@@ -512,9 +512,7 @@ class ExternalBatchedEnv(BatchedEnv):
         none did). An actor whose episode ended is reset (to `next_task(reset_mask)`'s pick where the
         world has tasks) and arrives when its reset answers, with its step's reward, flags, final
         observation and parts. A call that fails follows `on_error` (see the class docstring)."""
-        if self._closed:
-            raise RuntimeError("ExternalBatchedEnv: receive after close()")
-        runner = self._runner
+        runner = self._runner  # (before reset, after close: refused at entry, the lifecycle)
         ready: list[tuple] = []  # (actor, obs, reward, term, trunc, final_obs, parts_row, task, dropped)
         resets: list[int] = []
         failures: list[str] = []

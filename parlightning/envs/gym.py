@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from parlightning.config_types import PositiveInt, Seed, check_args
-from parlightning.envs.base import ActionArg, ActionSpec, BatchedEnv, StepResult, checked_device, needs_reset, world_specs
+from parlightning.envs.base import ActionArg, ActionSpec, BatchedEnv, StepResult, checked_device, world_lifecycle, world_specs
 from parlightning.method_args import check_state, checked_methods
 from parlightning.errors import ConfigError
 
@@ -81,7 +81,9 @@ def resolve_wrappers(wrappers: Optional[Sequence[Any]]) -> Optional[list[Callabl
     return out
 
 
-@checked_methods(**world_specs(ActionArg(same_device=False, flat=True)))
+@checked_methods(**world_specs(ActionArg(same_device=False, flat=True)), lifecycle=world_lifecycle(
+    exact=False, closes=True,
+    reset_why=" (also needed after load_state_dict: Gymnasium env internals are not checkpointed)"))
 class GymVectorEnv(BatchedEnv):
     """N copies of a Gymnasium env as one `BatchedEnv` (Gymnasium's SAME_STEP auto-reset).
 
@@ -227,7 +229,6 @@ class GymVectorEnv(BatchedEnv):
         self._last_length = np.zeros(n, np.int64)
         self._count = np.zeros(n, np.int64)
         self._seeded = False
-        self._needs_reset = True
 
     def _to_tensor(self, array: np.ndarray) -> Tensor:
         """`array` must be a fresh array this env owns: on CPU the tensor shares its memory."""
@@ -248,9 +249,6 @@ class GymVectorEnv(BatchedEnv):
         """Episodes each actor has finished ([N] long)."""
         return self._to_tensor(self._count.copy())
 
-    _lifecycle = needs_reset
-    _needs_reset_why = " (also needed after load_state_dict: Gymnasium env internals are not checkpointed)"
-
     def reset(self, *, seed: Optional[int] = None, task_index: Optional[Tensor] = None) -> Tensor:
         """Reset every actor. The first reset uses the constructor's seed; `seed` reseeds (actor i
         gets seed + i). No task bank, so `task_index` is ignored."""
@@ -263,7 +261,6 @@ class GymVectorEnv(BatchedEnv):
         self._return[:] = 0
         self._length[:] = 0
         self._resetting[:] = False
-        self._needs_reset = False
         return self._to_tensor(np.array(obs, dtype=np.float32))
 
     def _to_numpy_action(self, action: Tensor) -> np.ndarray:
@@ -285,7 +282,7 @@ class GymVectorEnv(BatchedEnv):
 
     def step(self, action: Tensor, next_task: Optional[Tensor] = None) -> StepResult:
         """Step all actors; finished ones are reset by Gymnasium in the same step (`next_task` ignored)."""
-        # before reset (also after load_state_dict), action's shape and dtype: checked at entry
+        # before reset (also after load_state_dict), after close, action's shape and dtype: checked at entry
         obs, reward, terminated, truncated, info = self.env.step(self._to_numpy_action(action))
         both = np.empty((2, *np.shape(obs)), dtype=np.float32)  # [obs, final_obs], converted at once
         both[0] = obs
@@ -344,4 +341,3 @@ class GymVectorEnv(BatchedEnv):
         self._return[:] = 0
         self._length[:] = 0
         self._seeded = False
-        self._needs_reset = True

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from parlightning.config_types import PositiveInt, Seed, check_allocation, check_args, restricted_number_type
-from parlightning.envs.base import ActionSpec, BatchedEnv, StepResult, checked_device, world_specs
+from parlightning.envs.base import ActionSpec, BatchedEnv, StepResult, checked_device, world_lifecycle, world_specs
 from parlightning.method_args import check_state, checked_methods
 
 Cues = restricted_number_type("Cues", int, [(">=", 2)], docstring="the number of cues, at least 2")
@@ -22,7 +22,7 @@ Cues = restricted_number_type("Cues", int, [(">=", 2)], docstring="the number of
 Delay = restricted_number_type("Delay", int, [(">=", 0), ("<=", 10**6)], docstring="blank steps, 0..10**6")
 
 
-@checked_methods(**world_specs())
+@checked_methods(**world_specs(), lifecycle=world_lifecycle())
 class CueMemoryEnv(BatchedEnv):
     """N actors, each episode `delay + 1` steps: observation `[n_cues + 1]` = one-hot cue at step 0,
     the query flag (last entry) at step `delay`, zeros between. Action: discrete `n_cues`, scored

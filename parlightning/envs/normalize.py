@@ -35,8 +35,8 @@ import torch
 from torch import Tensor, nn
 
 from parlightning.config_types import ClosedUnitInterval, PositiveFinite, PositiveInt, Seed, check_args
-from parlightning.envs.base import BatchedEnv, StepResult, world_specs
-from parlightning.method_args import Passed, TensorArg, check_state, checked_methods
+from parlightning.envs.base import BatchedEnv, StepResult, world_lifecycle, world_specs
+from parlightning.method_args import Passed, TensorArg, check_state, checked_methods, mark
 from parlightning.errors import ConfigError
 
 EnvFactory = Callable[[int, str, int], BatchedEnv]
@@ -104,7 +104,8 @@ def _resolve_env(env: Any) -> EnvFactory:
 
 
 @checked_methods(**world_specs(Passed("checked by the wrapped world's own step"),
-                                normalize={"obs": TensorArg("float", (..., "*observation_shape"))}))
+                                normalize={"obs": TensorArg("float", (..., "*observation_shape"))}),
+                 lifecycle=world_lifecycle(exact=None, closes=True))
 class NormalizeEnv(BatchedEnv):
     """SB3's `VecNormalize` around any `BatchedEnv` (see the module docstring).
 
@@ -193,6 +194,7 @@ class NormalizeEnv(BatchedEnv):
         self.obs_rms.load_state_dict(state["obs_rms"])
         self.ret_rms.load_state_dict(state["ret_rms"])
         self.returns = state["returns"].to(self.device, torch.float64).clone()
+        mark(self, "reset", bool(self.checkpoint_exact))  # an exact world's episodes are restored, else reset() again
 
 
 class ObsNormalizer(nn.Module):

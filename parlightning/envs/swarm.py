@@ -52,7 +52,8 @@ from parlightning.config_types import (
     ClosedUnitInterval, PositiveInt, Seed, check_allocation, check_args, check_value, restricted_number_type,
 )
 from parlightning.envs.base import (
-    ActionSpec, BatchedEnv, EpisodeParts, StepResult, checked_device, checked_seed, checked_task_index, world_specs,
+    ActionSpec, BatchedEnv, EpisodeParts, StepResult, checked_device, checked_seed, checked_task_index, world_lifecycle,
+    world_specs,
 )
 from parlightning.envs.swarm_tasks import FAMILIES, HARD, LOCAL, N_KINDS, PLAIN, SPLITS, Costs, TaskBank, oracle_split_index
 from parlightning.errors import ArgumentError, ConfigError
@@ -78,7 +79,8 @@ LateWindow = restricted_number_type("LateWindow", float, [(">=", 1.0), ("<=", 1e
 @checked_methods(**world_specs(
     scripted_action={"name": OneOf(*SCRIPTED),
                      "obs": TensorArg("float", ("B", "*observation_shape"),
-                                      text="this world's observations, as reset and step return them")}))
+                                      text="this world's observations, as reset and step return them")}),
+    lifecycle=world_lifecycle(requires={"action_masks": "reset"}))
 class SwarmEnv(BatchedEnv):
     """N orchestrator actors on one split's task bank, stepped together; see the module docstring.
 

@@ -29,7 +29,7 @@ from parlightning.collection import Collector, RoundHooks, make_collector
 from parlightning.distribution.planning import RoundPlanner
 from parlightning.config_types import ClosedUnitInterval, NonNegativeInt, PositiveInt, Seed, check_args
 from parlightning.envs.base import BatchedEnv, task_ids_of
-from parlightning.method_args import IndexArg, Is, checked_methods
+from parlightning.method_args import IndexArg, Is, Lifecycle, State, checked_methods, require
 from parlightning.errors import ConfigError, ReportedError, check_call_shape
 from parlightning.distribution.strategies import family_of
 from parlightning.runtime.preflight import check_datamodule, env_signature
@@ -240,9 +240,28 @@ class RolloutLoader:
             yield batch
 
 
+# The collector: made by `build` (Lightning's `setup` calls it), closed by `teardown` / `on_exception`; a second
+# fit's `setup` builds fresh worlds. After teardown a collector whose step loop runs here (lock-step, inline) still
+# collects (the same worlds: one that teardown closed refuses its step by name); a thread or process collector has
+# stopped. `collect` also needs the Trainer (its callbacks, DDP).
+DATA_LIFECYCLE = Lifecycle({
+    "built": State("called before build(device); setup() builds the collector: call dm.build(device) or "
+                   "trainer.fit(model, datamodule=dm) first", holds=lambda dm: dm._built),
+    "running": State("called after teardown() closed the collector (its thread or process has stopped); call "
+                     "dm.build(device) or trainer.fit(model, datamodule=dm) first (fresh worlds)",
+                     holds=lambda dm: not dm._closed or dm.collector.runs_after_close),
+    "unbuilt": State("called twice: the collector is built and running; call teardown('fit') first (it closes the "
+                     "worlds), or build a new RolloutDataModule", holds=lambda dm: not dm._built or dm._closed),
+    "trainer": State("called without a Trainer (its callbacks and ranks run with every round); the Trainer calls it "
+                     "during trainer.fit(model, datamodule=dm)", holds=lambda dm: dm.trainer is not None)},
+    requires={"build": "unbuilt", **dict.fromkeys(("bind_keys", "bind_memory"), ("built", "running")),
+              "collect": ("built", "running", "trainer")})
+
+
 @checked_methods(skip=DATA_HOOKS, build={"rank": IndexArg()}, make_collector={"rank": IndexArg()},
                  preflight={"ranks_here": IndexArg(lo=1)},
-                 bind_memory={"policy": Is(torch.nn.Module, "the policy network (torch.nn.Module)")})
+                 bind_memory={"policy": Is(torch.nn.Module, "the policy network (torch.nn.Module)")},
+                 lifecycle=DATA_LIFECYCLE)
 class RolloutDataModule(pl.LightningDataModule):
     """Env + buffer + sampler; see the module docstring.
 
@@ -356,7 +375,8 @@ class RolloutDataModule(pl.LightningDataModule):
         self.planner: Optional[RoundPlanner] = None  # plans each round across ranks, with a StrategyPlanner
         self.last_rollout: Optional[Rollout] = None
         self._hooks: Optional[LightningHooks] = None
-        self._built = False
+        self._built = False  # build ran (its collector's state is the checkpoint's)
+        self._closed = False  # teardown closed that collector
 
     # ------------------------------------------------------------------ setup
     @property
@@ -372,7 +392,7 @@ class RolloutDataModule(pl.LightningDataModule):
         return self.trainer.strategy.root_device if self.trainer is not None else torch.device("cpu")
 
     def setup(self, stage: str) -> None:
-        if self._built:
+        if self._built and not self._closed:  # once per fit; after teardown, fresh worlds
             return
         self.build(self.device, self.rank)
 
@@ -380,6 +400,7 @@ class RolloutDataModule(pl.LightningDataModule):
         """Make this rank's collector (env, buffer, generators), bind the planner and reset every
         actor on round 0's plan (called by `setup`; public for scripts)."""
         self.collector = self.make_collector(device, rank)
+        self._built, self._closed = True, False  # the collector exists: the planner binds the keys to it below
         try:
             collector, trainer = self.collector, self.trainer
             strategy = StrategyPlanner.strategy_in_force(trainer.callbacks) if trainer is not None else None
@@ -393,8 +414,8 @@ class RolloutDataModule(pl.LightningDataModule):
             self._check_reward_cap(collector.env)
         except BaseException:
             self.collector.close()  # a collector process or an env's workers never outlive a failed start
+            self._built = False
             raise
-        self._built = True
 
     def make_collector(self, device: torch.device, rank: int) -> Collector:
         """The rank's `Collector` from data.max_policy_lag and data.collect_in (override to compose
@@ -429,13 +450,15 @@ class RolloutDataModule(pl.LightningDataModule):
             )
 
     def teardown(self, stage: str) -> None:
+        """Close the collector (its worlds and their workers); a second fit's `setup` builds fresh worlds.
+        Twice, or before setup: harmless."""
         if self.collector is not None:
             self.collector.close()
+            self._closed = True
 
     def on_exception(self, exception: BaseException) -> None:
         """A failed fit skips `teardown`: still stop the collector and its env's worker processes."""
-        if self.collector is not None:
-            self.collector.close()
+        self.teardown("fit")
 
     def bind_keys(self, keys: Sequence[str]) -> None:
         """Map every bank task to its row of a keyed policy's table through `artifact_key`
@@ -519,8 +542,9 @@ class RolloutDataModule(pl.LightningDataModule):
         if "reward" in state and self.reward is not None:
             self.reward.load_state_dict(state["reward"])
         ranks = state.get("ranks") or ([state] if "env" in state else [])
-        if not ranks or not self._built:
+        if not ranks:
             return
+        require(self, "load_state_dict", "built")  # the worlds' state needs the collector: never dropped silently
         if len(ranks) == self.world_size:
             self.collector.load_state_dict(ranks[self.rank])
             return

@@ -23,7 +23,7 @@ from parlightning.callbacks.planner import find_planner
 from parlightning.config_types import NonNegativeFinite, PositiveFinite, PositiveInt, check_args
 from parlightning.envs.base import ActionSpec, action_mask_of
 from parlightning.errors import ConfigError
-from parlightning.method_args import IndexArg, Is, checked_methods
+from parlightning.method_args import IndexArg, Is, Lifecycle, State, checked_methods
 from parlightning.ppo.loss import ppo_loss
 from parlightning.policies.actor_critic import ACTIVATIONS, ActorCritic, set_action_prior
 from parlightning.policies.recurrent import CELLS, RecurrentActorCritic
@@ -105,7 +105,10 @@ def delegation_share(buffer: Any) -> Optional[Tensor]:
     return ((buffer.actions != 0) & masks).sum().float() / live.clamp(min=1).float()
 
 
-@checked_methods(skip=MODULE_HOOKS, annealed_lr={"iteration": IndexArg()},
+@checked_methods(skip=MODULE_HOOKS, annealed_lr={"iteration": IndexArg()}, lifecycle=Lifecycle(
+    {"trainer": State("called before the module is attached to a Trainer (it reads trainer.max_epochs); call it "
+                      "during trainer.fit(module, datamodule=...)", holds=lambda module: module._trainer is not None)},
+    requires={"annealed_lr": "trainer"}),
                  build_policy={"action_spec": Is(ActionSpec, "the world's ActionSpec")})
 class PPOModule(pl.LightningModule):
     """Clipped PPO with the standard implementation details.

@@ -41,8 +41,10 @@ from typing import Any, Iterable, Mapping, Optional
 from parlightning.config_types import NonNegativeFinite, NonNegativeInt, PositiveFinite, PositiveInt, check_args
 from parlightning.errors import ConfigError
 from parlightning.subagents.http import check_request_text, prompt_of
-from parlightning.method_args import checked_methods
-from parlightning.subagents.pool import MAX_REPLY_BYTES, POOL_SPECS, PoolBase, PoolClosedError, SubagentResult, checked_timeout
+from parlightning.method_args import Lifecycle, State, checked_methods
+from parlightning.subagents.pool import (
+    MAX_REPLY_BYTES, POOL_LIFECYCLE, POOL_SPECS, PoolBase, PoolClosedError, SubagentResult, checked_timeout,
+)
 
 RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})  # the statuses OpenAI's own client retries (5xx all)
 
@@ -85,7 +87,21 @@ def retry_after_seconds(headers: Any) -> Optional[float]:
     return max(when.timestamp() - time.time(), 0.0)
 
 
-@checked_methods(**POOL_SPECS, acall=POOL_SPECS["spawn"], call=POOL_SPECS["spawn"])
+def _on_own_loop(pool: Any) -> bool:
+    try:
+        return asyncio.get_running_loop() is pool._loop
+    except RuntimeError:  # no loop running: not awaited from a coroutine
+        return False
+
+
+# the pool's lifecycle, and `call`: a coroutine of the pool's own loop (its session lives there)
+ASYNC_POOL_LIFECYCLE = Lifecycle({**POOL_LIFECYCLE.states, "loop": State(
+    "awaited outside the pool's own event loop (its connections live there); from another event loop await "
+    "pool.acall(instruction), from a thread use spawn and wait", holds=_on_own_loop)}, requires={"call": "loop"},
+    closes="close", closed=POOL_LIFECYCLE.states["open"])
+
+
+@checked_methods(**POOL_SPECS, acall=POOL_SPECS["spawn"], call=POOL_SPECS["spawn"], lifecycle=ASYNC_POOL_LIFECYCLE)
 class AsyncHTTPPool(PoolBase):
     """Subagents as chat completions on one event loop; see the module docstring.
 
@@ -312,7 +328,7 @@ class AsyncHTTPPool(PoolBase):
         with self._lock:
             future = self._futures.get(handle)
         if future is None:
-            raise self._unknown(handle)
+            raise self._unknown(handle, "poll")
         return self._take(handle) if future.done() else None
 
     def wait(self, handles: Iterable[int], timeout: Optional[float] = None) -> list[SubagentResult]:
@@ -323,7 +339,7 @@ class AsyncHTTPPool(PoolBase):
         with self._lock:
             unknown = [h for h in handles if h not in self._futures]
             if unknown:
-                raise self._unknown(unknown[0])
+                raise self._unknown(unknown[0], "wait")
             futures = [self._futures[h] for h in handles]
         concurrent.futures.wait(futures, timeout)
         if self._unreachable is not None:

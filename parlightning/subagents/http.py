@@ -167,7 +167,7 @@ class HTTPPool(PoolBase):
         with self._lock:
             future = self._futures.get(handle)
             if future is None:
-                raise self._unknown(handle)
+                raise self._unknown(handle, "poll")
             if not future.done():
                 return None
             del self._futures[handle]

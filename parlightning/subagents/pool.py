@@ -22,7 +22,7 @@ from typing import Any, Iterable, Optional, Protocol, runtime_checkable
 
 from parlightning.config_types import ClosedUnitInterval, NonNegativeFinite, NonNegativeInt, Seed, check_args
 from parlightning.errors import ConfigError, LifecycleError
-from parlightning.method_args import Arg, MappingArg, Passed, checked_methods
+from parlightning.method_args import Arg, Lifecycle, MappingArg, Passed, State, checked_methods
 
 
 @dataclass(frozen=True)
@@ -121,10 +121,11 @@ class PoolClosedError(LifecycleError):
     """A pool used (any method but `close`) after its `close()`: build a new pool. A RuntimeError."""
 
 
-class UnknownHandleError(KeyError):
+class UnknownHandleError(LifecycleError, KeyError):
     """`poll` / `wait` given a handle this pool never returned from `spawn`, or one whose result was
-    already taken (a finished subagent's result is handed out once). A KeyError (what the pools raised
-    before), printed as its message (not quoted, as KeyError prints its key)."""
+    already taken (a finished subagent's result is handed out once): a LifecycleError naming
+    `Pool.method`, and a KeyError (what the pools raised before), printed as its message (not quoted,
+    as KeyError prints its key)."""
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
@@ -158,23 +159,22 @@ MAX_REPLY_BYTES = 16 << 20  # an HTTP pool's reply larger than this is a failed 
 POOL_SPECS = {"spawn": {"instruction": INSTRUCTION}, "wait": {"timeout": TimeoutArg()}}  # handles: int / Iterable
 
 
-def closed_pool(pool: Any, method: str) -> None:
-    """A pool's `_lifecycle`: after `close()` every method but `close` is one PoolClosedError naming the pool."""
-    if getattr(pool, "_closed", False) and method != "close":
-        name = type(pool).__name__
-        raise PoolClosedError(f"{name}.{method}: the pool is closed (close() was called); build a new {name}")
+# A pool's lifecycle: after `close()` every method but `close` is one PoolClosedError naming the pool (read off
+# the pool's own `_closed` flag, which its threads see too); subclasses inherit it.
+POOL_LIFECYCLE = Lifecycle(closes="close", closed=State("the pool is closed (close() was called); build a new {cls}",
+                                                        holds=lambda pool: not pool._closed, error=PoolClosedError))
 
 
-@checked_methods(**{k: v for k, v in POOL_SPECS.items() if k == "wait"})
+@checked_methods(**{k: v for k, v in POOL_SPECS.items() if k == "wait"}, lifecycle=POOL_LIFECYCLE)
 class PoolBase:
     """Shared `wait`: poll every handle until all finished, or give up after `timeout` seconds
     (then the unfinished ones are cancelled and reported as failures)."""
 
     poll_interval = 0.0005
-    _lifecycle = closed_pool
+    _closed = False
 
-    def _unknown(self, handle: Any) -> UnknownHandleError:
-        return UnknownHandleError(f"{type(self).__name__}: handle {handle!r:.60} is not a running subagent of this "
+    def _unknown(self, handle: Any, method: str) -> UnknownHandleError:
+        return UnknownHandleError(f"{type(self).__name__}.{method}: handle {handle!r:.60} is not a running subagent of this "
                                   "pool (never returned by its spawn, or its result was already taken by poll/wait); "
                                   "poll each handle spawn returned until it gives a result, once")
 
@@ -264,7 +264,7 @@ class SimulatedPool(PoolBase):
     def poll(self, handle: int) -> Optional[SubagentResult]:
         with self._lock:
             if handle not in self._pending:
-                raise self._unknown(handle)
+                raise self._unknown(handle, "poll")
             ready_at, result = self._pending[handle]
             if time.monotonic() < ready_at:
                 return None
@@ -277,7 +277,7 @@ class SimulatedPool(PoolBase):
         with self._lock:
             unknown = [h for h in handles if h not in self._pending]
             if unknown:
-                raise self._unknown(unknown[0])
+                raise self._unknown(unknown[0], "wait")
             last = max((self._pending[h][0] for h in handles), default=0.0)
         delay = last - time.monotonic()
         if delay > 0:

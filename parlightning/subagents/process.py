@@ -213,7 +213,7 @@ class ProcessPool(PoolBase):
     def poll(self, handle: int) -> Optional[SubagentResult]:
         with self._lock:
             if handle not in self._instructions and handle not in self._results:  # else poll would wait forever
-                raise self._unknown(handle)
+                raise self._unknown(handle, "poll")
             self._pump()
             result = self._results.pop(handle, None)
             if result is None:

@@ -23,7 +23,7 @@ from parlightning.config_types import (
     check_allocation, restricted_number_type,
 )
 from parlightning.envs.base import ActionSpec
-from parlightning.method_args import checked_methods
+from parlightning.method_args import Lifecycle, State, checked_methods
 from parlightning.subagents.pool import SubagentPool, SubagentResult
 
 LateWindow = restricted_number_type("PoolLateWindow", float, [(">=", 1.0), ("<", math.inf)],
@@ -54,7 +54,12 @@ def make_tasks(families: Sequence[str], tasks_per_family: int, max_levels: int, 
     return tasks
 
 
-@checked_methods
+# an episode starts with reset(task): step before it has no task (AsyncPoolOrchestrationWorld inherits it)
+EPISODE = Lifecycle({"reset": State("called before reset(task); call world.reset(task) first")},
+                    requires={"step": "reset"}, enters={"reset": "reset"})
+
+
+@checked_methods(lifecycle=EPISODE)
 class PoolOrchestrationWorld:
     """One orchestrator episode at a time on a subagent pool; see the module docstring.
 
