@@ -575,13 +575,15 @@ def check_world_facts(name: str, env: Any) -> None:
     `max_subagents`), checked once when the world is probed: type, finite, in range; one ConfigError
     `data.env: {name}.{attr}: must be ...` otherwise (read later, they would be a bare float() error or
     a threshold no outcome reaches)."""
+    world = getattr(env, "world_name", None)  # an external world's own class, whose attribute it is
+    where = f"data.env.world: {world}" if isinstance(world, str) else f"data.env: {name}"
     for attr, (accepts, need) in WORLD_FACTS.items():
         try:
             value = getattr(env, attr, None)
         except Exception as err:  # a property raising
             raise ConfigError(f"data.env: reading {name}.{attr} raised {_raised(err)}; it must be {need}") from None
         if value is not None and not accepts(value):
-            raise ConfigError(f"data.env: {name}.{attr}: must be {need}, got {type(value).__name__} {value!r:.40}")
+            raise ConfigError(f"{where}.{attr}: must be {need}, got {type(value).__name__} {value!r:.40}")
 
 
 def _env_field(factory: Callable[..., Any], message: str) -> str:
