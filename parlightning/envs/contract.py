@@ -164,10 +164,20 @@ def step_problems(res: Any, num_envs: int, obs_shape: Sequence[int], device: tor
 
 
 def non_finite(value: Tensor) -> Optional[int]:
-    """The first actor (row) of `value` holding NaN or inf, or None (one host read)."""
-    bad = ~torch.isfinite(value.detach().reshape(value.shape[0], -1).float())
-    rows = bad.any(1)
-    return int(rows.nonzero()[0]) if bool(rows.any()) else None
+    """The first actor (row) of `value` holding NaN or inf, or None (one host read). An expanded
+    (stride-0) view is read once per distinct element, and nothing of its size is allocated unless
+    something is not finite: a world may return a view far larger than its memory."""
+    v = value.detach()
+    for dim in range(v.dim()):
+        if v.stride(dim) == 0 and v.shape[dim] > 1:
+            v = v.narrow(dim, 0, 1)  # every entry along it is the same element
+    if not v.numel():
+        return None
+    low, high = torch.aminmax(v.reshape(-1) if v.dim() == 0 else v)
+    if bool(torch.isfinite(torch.stack([low, high]).float()).all()):
+        return None
+    rows = (~torch.isfinite(v.float())).reshape(v.shape[0], -1).any(1) if v.dim() else torch.ones(1, dtype=torch.bool)
+    return int(rows.nonzero()[0]) if bool(rows.any()) else 0
 
 
 def parts_rows_problem(rows: Tensor, bank: Optional[int]) -> Optional[tuple[str, int, str]]:
