@@ -26,6 +26,12 @@ class ReportedError(RuntimeError):
     component and the fix: the CLI prints it as one `error:` line, without a traceback."""
 
 
+class NonFiniteError(ReportedError, FloatingPointError):
+    """NaN or inf where the run needs finite numbers (a world's rewards or observations): a ReportedError
+    (one `error:` line, a package exception from the Python API) and a FloatingPointError (what the
+    check raised before it had its own class)."""
+
+
 class LifecycleError(ReportedError):
     """An object used in the wrong state (a pool after its `close()`, a world stepped before its
     `reset()`, a sampler's tensor path before `bind`): the message names `Class.method` and what to

@@ -135,12 +135,14 @@ def test_a_world_whose_spaces_change_mid_run_is_named_at_the_rollouts_end() -> N
 
 
 def test_a_sparse_reward_and_a_float_done_mask_are_named_not_tracebacks() -> None:
+    from parlightning.envs.base import StepResult
     from parlightning.errors import ReportedError
 
     loop = _step_loop(_World())
-    with pytest.raises(ReportedError, match="returned rewards as a sparse_coo tensor, not a dense"):
-        loop._check_tensor("step", "rewards", torch.ones(2).to_sparse(), (2,), lambda d: d.is_floating_point,
-                           "a float [num_envs] tensor", 1)
+    z = torch.zeros(2, dtype=torch.bool)
+    sparse = StepResult(torch.zeros(2, 4), torch.ones(2).to_sparse(), z, z, torch.zeros(2, 4))
+    with pytest.raises(ReportedError, match="returned StepResult.reward as a sparse_coo tensor, not a dense"):
+        loop._check_step(sparse, 1)
     loop.picks = SimpleNamespace(pick=lambda context, mask: torch.zeros(2, dtype=torch.long))
     with pytest.raises(ReportedError, match="passed a done mask to next_task of dtype torch.float32 during a rollout"):
         loop._pick(None, torch.zeros(2))

@@ -164,7 +164,7 @@ BAD_INPUT = [  # (arguments, the field the message names, a piece of the fix it 
     # a user's env that breaks its own declarations (one reset and one step in preflight)
     (["@tensor", "--data.env", f"{HELPERS}.WrongObsShapeEnv"], "data.env", "observation_shape is [3]"),
     (["@tensor", "--data.env", f"{HELPERS}.WrongObsDtypeEnv"], "data.env", "dtype torch.float64"),
-    (["@tensor", "--data.env", f"{HELPERS}.WrongRewardShapeEnv"], "data.env", "rewards of shape [2, 1]"),
+    (["@tensor", "--data.env", f"{HELPERS}.WrongRewardShapeEnv"], "data.env", "StepResult.reward of shape [2, 1]"),
     (["@tensor", "--data.env", f"{HELPERS}.NumpyResetEnv"], "data.env", "numpy.ndarray, not a torch.Tensor"),
     # checkpoints: another env, another architecture, a damaged tensor, another world, nothing left, corruption
     (["--ckpt_path", "{cartpole}", "--data.num_envs", "4"], "data.env.class", "resume with the checkpoint's env"),

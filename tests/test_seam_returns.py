@@ -50,10 +50,10 @@ def _result(**change) -> StepResult:
 
 
 @pytest.mark.parametrize("change, says", [
-    (dict(reward=[0.0, 1.0]), r"UserWorld.step returned rewards as builtins.list, not a torch.Tensor"),
-    (dict(reward=torch.zeros(3)), r"UserWorld.step returned rewards of shape \[3\] \(expected \[2\]\)"),
-    (dict(terminated=torch.zeros(2)), r"UserWorld.step returned terminated of dtype torch.float32"),
-    (dict(obs=torch.zeros(2, 4, device="meta")), r"UserWorld.step returned observations on device meta"),
+    (dict(reward=[0.0, 1.0]), r"UserWorld.step returned StepResult.reward as builtins.list, not a torch.Tensor"),
+    (dict(reward=torch.zeros(3)), r"UserWorld.step returned StepResult.reward of shape \[3\] \(expected \[2\]\)"),
+    (dict(terminated=torch.zeros(2)), r"UserWorld.step returned StepResult.terminated of dtype torch.float32"),
+    (dict(obs=torch.zeros(2, 4, device="meta")), r"UserWorld.step returned StepResult.obs on device meta"),
 ], ids=["type", "shape", "dtype", "device"])
 def test_a_worlds_step_result_is_checked_every_step(change, says) -> None:
     with pytest.raises(ReportedError, match=rf"^data\.env: {says}") as err:
@@ -65,7 +65,7 @@ def test_a_worlds_nan_and_out_of_range_parts_are_named_once_per_round() -> None:
     loop = _loop()
     buf = loop.buffer
     buf.rewards[1, 0] = math.nan
-    with pytest.raises(FloatingPointError, match=r"non-finite reward \(NaN or inf\) from UserWorld.step in rollout 3 "
+    with pytest.raises(FloatingPointError, match=r"non-finite reward \(StepResult.reward\): NaN or inf from UserWorld.step in rollout 3 "
                                                  r"\(first at step 1 of 2, actor 0"):
         loop.check_finite(buf, 3)
     buf.rewards.zero_()

@@ -28,7 +28,8 @@ from torch import Tensor
 from parlightning.buffer import RolloutBuffer
 from parlightning.collection.context import RoundContext, RoundResult, StepHook
 from parlightning.envs.base import EpisodeParts, action_mask_of, check_action_mask, task_ids_of
-from parlightning.errors import ConfigError, ReportedError, error_text
+from parlightning.envs import contract
+from parlightning.errors import ConfigError, NonFiniteError, ReportedError, error_text
 from parlightning.policies.recurrent import RecurrentRollout
 
 STREAMS = ("env", "action", "task", "minibatch")  # the consumers of randomness, one stream each
@@ -196,33 +197,54 @@ class StepLoop:
     def reset(self, first: Optional[Tensor]) -> None:
         """Start every actor (on `first` [N] bank indices for a world with tasks)."""
         self.current_task = first
-        if first is None:
-            self.obs = self.env.reset(seed=self.env_seed)
-        else:  # the first tasks are the sampler's picks: out of the bank, the sampler is named, not the world
-            try:
-                self.obs = self.env.reset(seed=self.env_seed, task_index=first)
-            except Exception:
-                fault = self._sampler_fault()
-                if fault is not None:
-                    raise fault from None
-                raise
-            fault = self._sampler_fault()  # one host read per reset (rare), never per step
+        kwargs = {"seed": self.env_seed} if first is None else {"seed": self.env_seed, "task_index": first}
+        try:
+            self.obs = self.env.reset(**kwargs)
+        except (Exception, SystemExit) as err:  # the first tasks are the sampler's picks: out of the bank, the
+            fault = self._sampler_fault()  # sampler is named, not the world
             if fault is not None:
-                raise fault
-        mask = action_mask_of(self.env)
+                raise fault from None
+            if isinstance(err, (ConfigError, ReportedError)):  # already one line naming the world
+                raise
+            raise self._world_error("reset", err, None) from err
+        fault = self._sampler_fault()  # one host read per reset (rare), never per step
+        if fault is not None:
+            raise fault
+        self._check_reset(self.obs)
+        try:
+            mask = action_mask_of(self.env)
+        except (Exception, SystemExit) as err:  # the user's action_masks failing: one line
+            raise self._world_error("action_masks", err, None) from err
         if mask is not None:  # a masked world: its mask checked once per reset, before any step
             try:
                 check_action_mask(mask, self.env.action_spec, self.num_envs,
                                   f"{type(self.env).__name__}.action_masks()", self.device)
             except ValueError as err:
-                raise ConfigError(str(err)) from None
+                raise ReportedError(f"data.env: {err} (at the reset of its {self.num_envs} actors; the preflight "
+                                    "probe's were right)") from None
         self.mask_width = None if mask is None else int(mask.shape[1])
+
+    def _check_reset(self, obs: Any) -> None:
+        """The observations of a reset of every actor (the run's first, or a restart): the probe saw
+        only its 2 actors' (`contract`'s checks, then one host read for NaN / inf: a reset is rare)."""
+        shape = (self.num_envs, *self.buffer.obs.shape[2:])
+        note = f"num_envs {self.num_envs}, observation_shape is {list(shape[1:])}"
+        problem = contract.tensor_problem(obs, shape, contract.OBS, self.device, note)
+        if problem is not None:
+            raise ReportedError(f"data.env: {type(self.env).__name__}.reset returned observations {problem.says} at "
+                                f"the reset of its {self.num_envs} actors (the preflight probe's 2-actor reset was "
+                                f"right); return {contract.OBS.text}{problem.hint}")
+        actor = contract.non_finite(obs)
+        if actor is not None:
+            raise ReportedError(f"data.env: {type(self.env).__name__}.reset returned observations holding NaN or inf "
+                                f"(actor {actor}) at the reset of its {self.num_envs} actors; return finite numbers")
 
     def _pick(self, context: RoundContext, reset_mask: Tensor) -> Tensor:
         self._picks_in_step += 1  # a Python count: no host sync
-        self._check_tensor("step", "a done mask to next_task", reset_mask, (self.num_envs,),
-                           lambda d: d == torch.bool, "next_task(done) with done a bool [num_envs] tensor (the "
-                           "episodes that ended this step)", None, passed=True)  # metadata only
+        problem = contract.tensor_problem(reset_mask, (self.num_envs,), contract.FLAG, self.device)  # metadata only
+        if problem is not None:
+            raise self._contract_error("step", "a done mask to next_task", problem.says, "next_task(done) with done a "
+                                       "bool [num_envs] tensor (the episodes that ended this step)", None, passed=True)
         if getattr(self.picks, "num_tasks", 0) is None and self.task_ids is not None:
             self.picks.num_tasks = len(self.task_ids)  # the sampler seam's range (checked off the step)
         picked = self.picks.pick(context, reset_mask)
@@ -328,69 +350,39 @@ class StepLoop:
         check = getattr(self.picks, "outside_error", None)
         return check() if check is not None else None
 
-    def _world_error(self, method: str, err: BaseException, t: int) -> ReportedError:
+    def _world_error(self, method: str, err: BaseException, t: Optional[int]) -> ReportedError:
         text = error_text(err)[:300]
+        where = f"at step {t} of a rollout" if t is not None else f"at the reset of its {self.num_envs} actors"
         return ReportedError(f"data.env: {type(self.env).__name__}.{method} raised {type(err).__name__}"
-                             f"{': ' + text if text else ''} at step {t} of a rollout; fix the world (the last "
+                             f"{': ' + text if text else ''} {where}; fix the world (the last "
                              "checkpoint is intact: resume it with --ckpt_path)")
 
     def _contract_error(self, method: str, what: str, problem: str, want: str, t: Optional[int],
                         passed: bool = False) -> ReportedError:
         """`passed`: the world handed `what` to the package (next_task's argument), not returned it."""
         where = f" at step {t} of a rollout" if t is not None else " during a rollout"
+        problem = f" {problem}" if problem else ""
         return ReportedError(f"data.env: {type(self.env).__name__}.{method} {'passed' if passed else 'returned'} "
-                             f"{what} {problem}{where} (the preflight probe's first steps were right); "
+                             f"{what}{problem}{where} (the preflight probe's first steps were right); "
                              f"{'call' if passed else 'return'} {want} at every step")
 
-    def _check_tensor(self, method: str, what: str, value: Any, shape: tuple[int, ...], ok: Callable[[Any], bool],
-                      want: str, t: Optional[int], passed: bool = False) -> None:
-        """One value the world returned: a tensor of `shape` whose dtype passes `ok`, on the loop's
-        device. Metadata only (type, shape, dtype, device): no host sync."""
-        if not isinstance(value, Tensor):
-            problem = f"as {type(value).__module__}.{type(value).__name__}, not a torch.Tensor"
-        elif value.layout != torch.strided:  # sparse or another layout: the buffer holds dense tensors
-            problem = f"as a {str(value.layout).replace('torch.', '')} tensor, not a dense (strided) one"
-        elif tuple(value.shape) != shape:
-            problem = f"of shape {list(value.shape)} (expected {list(shape)})"
-        elif not ok(value.dtype):
-            problem = f"of dtype {value.dtype}"
-        elif value.device.type != self.device.type or (
-                self.device.index is not None and value.device.index not in (None, self.device.index)):
-            problem = f"on device {value.device} (the world was built on {self.device})"
-        else:
-            return
-        raise self._contract_error(method, what, problem, want, t, passed)
-
     def _check_step(self, res: Any, t: int) -> None:
-        """Every step's answer keeps the contract the probe checked on the first (types, shapes,
-        dtypes, device): a world that changes later is one line naming it, not a traceback from
-        deep in the buffer."""
-        n, obs_shape = self.num_envs, (self.num_envs, *self.buffer.obs.shape[2:])
-        for field in ("obs", "reward", "terminated", "truncated", "final_obs"):
-            if not hasattr(res, field):
-                raise self._contract_error("step", type(res).__name__, f"without `{field}`",
-                                           "a parlightning.envs.StepResult", t)
-        floats = "float32 [num_envs, *observation_shape]"
-        self._check_tensor("step", "observations", res.obs, obs_shape, lambda d: d == torch.float32, floats, t)
-        self._check_tensor("step", "final observations", res.final_obs, obs_shape, lambda d: d == torch.float32,
-                           floats, t)
-        self._check_tensor("step", "rewards", res.reward, (n,), lambda d: d.is_floating_point,
-                           "a float [num_envs] tensor", t)
-        for field in ("terminated", "truncated"):
-            self._check_tensor("step", field, getattr(res, field), (n,), lambda d: d == torch.bool,
-                               "a bool [num_envs] tensor", t)
+        """Every step's answer keeps the contract the probe checked on the first (`contract`'s checks:
+        type, layout, shape, dtype, device; metadata only, no host sync): a world that changes later is
+        one line naming it, not a traceback from deep in the buffer."""
+        problem = contract.result_problem(res)
+        if problem is not None:
+            raise self._contract_error("step", problem.says, "", contract.RESULT.text, t)
+        wrong = next(contract.step_problems(res, self.num_envs, self.buffer.obs.shape[2:], self.device), None)
+        if wrong is not None:
+            field, problem, want = wrong
+            raise self._contract_error("step", field, problem.says, want.text + problem.hint, t)
         parts = getattr(res, "parts", None)
         if parts is None and self._parts_seen:  # a task world must report parts at every step
             raise self._contract_error("step", "parts None", "after EpisodeParts at earlier steps",
                                        "EpisodeParts at every step (read only where an episode ends)", t)
         if parts is not None:
             self._parts_seen = True
-            for field in EpisodeParts._fields:
-                value = getattr(parts, field, None)
-                ok = (lambda d: not d.is_floating_point and d != torch.bool) if field == "task" else (
-                    lambda d: d.is_floating_point or d in (torch.int32, torch.int64))
-                self._check_tensor("step", f"parts.{field}", value, (n,), ok, "an [num_envs] tensor (EpisodeParts: "
-                                   "task indices as long, the rest as numbers)", t)
 
     def _check_mask(self, mask: Any, t: int) -> None:
         """Every step's action mask keeps the first one's layout (bool, [N, width]); metadata only."""
@@ -402,8 +394,10 @@ class StepLoop:
                                        "a mask for every observation", t)
         if width is None:  # restored without a reset: the first mask seen sets the layout
             width = self.mask_width = int(mask.shape[1]) if isinstance(mask, Tensor) and mask.dim() == 2 else -1
-        self._check_tensor("action_masks", "a mask", mask, (self.num_envs, width), lambda d: d == torch.bool,
-                           f"a bool [num_envs, {width}] tensor (the layout of the first mask)", t)
+        problem = contract.tensor_problem(mask, (self.num_envs, width), contract.MASK, self.device)
+        if problem is not None:
+            raise self._contract_error("action_masks", "a mask", problem.says, f"a bool [num_envs, {width}] tensor "
+                                       f"(the layout of the first mask){problem.hint}", t)
 
     def check_parts(self, buf: RolloutBuffer, round_index: int) -> None:
         """The episode parts the world reported where episodes ended: a task index into its bank,
@@ -415,16 +409,10 @@ class StepLoop:
         if not rows.numel():
             return
         bank = len(self.task_ids) if self.task_ids is not None else None
-        task, outcome, rest = rows[:, 0], rows[:, 1], rows[:, 2:]
-        bad = [("task", (task < 0) | (task != task.round()) | ((task >= bank) if bank is not None else False),
-                f"an index into its {bank}-task bank" if bank is not None else "an index >= 0"),
-               ("outcome", ~((outcome >= 0) & (outcome <= 1)), "in [0, 1]"),
-               ("counts and steps", (~(torch.isfinite(rest) & (rest >= 0))).any(-1), "finite and >= 0")]
-        flags = torch.stack([torch.as_tensor(b, device=rows.device).expand(len(rows)).any() for _, b, _ in bad])
-        if not bool(flags.any()):
+        bad = contract.parts_rows_problem(rows, bank)
+        if bad is None:
             return
-        field, where, need = bad[int(flags.nonzero()[0])]
-        row = int(torch.as_tensor(where).expand(len(rows)).nonzero()[0])
+        field, row, need = bad
         names = EpisodeParts._fields
         shown = ", ".join(f"{k}={float(v):g}" for k, v in zip(names, rows[row].tolist()))
         raise ReportedError(f"data.env: {type(self.env).__name__}.step returned episode parts with {field} not "
@@ -484,14 +472,15 @@ class StepLoop:
         extremes = [torch.stack(torch.aminmax(v)) for v in (buf.rewards, buf.obs, buf.final_obs) if v.numel()]
         if bool(torch.isfinite(torch.cat(extremes)).all()):
             return
-        for name, values in (("reward", buf.rewards), ("observation", buf.obs), ("final observation", buf.final_obs)):
+        for name, values in (("reward (StepResult.reward)", buf.rewards), ("observation (StepResult.obs)", buf.obs),
+                             ("final observation (StepResult.final_obs)", buf.final_obs)):
             bad = (~torch.isfinite(values.reshape(self.num_steps, self.num_envs, -1))).any(-1)
             if bool(bad.any()):
                 t, actor = (int(i) for i in bad.nonzero()[0])
                 world = getattr(self.env, "world_name", None)  # an external world: name the user's class
                 source = f"external world {world} ({type(self.env).__name__})" if world else type(self.env).__name__
-                raise FloatingPointError(
-                    f"non-finite {name} (NaN or inf) from {source}.step in rollout "
+                raise NonFiniteError(
+                    f"data.env: non-finite {name}: NaN or inf from {source}.step in rollout "
                     f"{round_index} (first at step {t} of {self.num_steps}, actor {actor}; "
                     f"{int(bad.sum())} entries): fix the env or its inputs. Stopped before any update, so the last "
                     "checkpoint is intact."
@@ -502,8 +491,8 @@ class StepLoop:
         """What stepping owns: env, observations, episode counters, the action stream, each actor's
         task and hidden state (tensors and plain containers)."""
         return {
-            "env": self.env.state_dict(),
-            "obs": self.obs.clone(),
+            "env": self._env_state(),
+            "obs": self.obs.detach().as_subclass(Tensor).clone(),  # the world's own tensor may require grad or subclass
             "episode_return": self.episode_return.clone(),
             "episode_length": self.episode_length.clone(),
             "action_generator": self.action_generator.get_state(),
@@ -511,13 +500,24 @@ class StepLoop:
             **({"memory": self.memory.state_dict()} if self.memory is not None else {}),
         }
 
+    def _env_state(self) -> dict[str, Any]:
+        """The world's `state_dict()`; {} for a world without one (BatchedEnv's default: a world that does
+        not inherit it need not define it)."""
+        state = getattr(self.env, "state_dict", None)
+        return state() if callable(state) else {}
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume `state_dict()` (extra keys are ignored). A world that cannot restore its episodes
         (`checkpoint_exact = False`) restarts them: at once without a task bank, else at the start
         of the next round, every actor on a task its sampler picks from that round's shard."""
-        self.env.load_state_dict(state["env"])
+        load = getattr(self.env, "load_state_dict", None)  # optional for a world that does not inherit BatchedEnv
+        if callable(load):
+            load(state["env"])
         if getattr(self.env, "checkpoint_exact", True):
-            self.obs.copy_(state["obs"])
+            # into a tensor of the loop's own: the world's (its reset's) may be an expanded view or its own state
+            obs = torch.empty_like(self.obs.detach().as_subclass(Tensor), memory_format=torch.contiguous_format)
+            obs.copy_(state["obs"])
+            self.obs = obs
             self.episode_return.copy_(state["episode_return"])
             self.episode_length.copy_(state["episode_length"])
             if state.get("current_task") is not None:

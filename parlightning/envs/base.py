@@ -359,6 +359,9 @@ def check_action_mask(mask: Any, spec: ActionSpec, num_envs: int, where: str = "
     if not isinstance(mask, Tensor):
         raise ValueError(f"{name}: must return a bool tensor, got {type(mask).__name__}")
     check_real_device(name, mask, device)  # before any read of its values
+    if mask.layout != torch.strided:
+        raise ValueError(f"{name}: must be a dense (strided) bool tensor, got a {str(mask.layout).replace('torch.', '')} "
+                         "tensor; call .to_dense() on it")
     if not spec.is_discrete:
         raise ValueError(f"{name}: action masks apply to discrete actions only; this world's are {spec.kind}: "
                          "drop action_masks() or use discrete actions")
@@ -366,7 +369,7 @@ def check_action_mask(mask: Any, spec: ActionSpec, num_envs: int, where: str = "
         raise ValueError(f"{name}: must be a bool tensor (True = live), got {mask.dtype}; return mask.bool()")
     if mask.dim() != 2 or mask.shape[0] != num_envs:
         raise ValueError(f"{name}: must be [num_envs, D] or [num_envs, sum(nvec)] with num_envs = {num_envs}, got "
-                         f"shape {list(mask.shape)}")
+                         f"shape {list(mask.shape)}; return one row of flags per actor")
     try:
         layout = mask_layout(spec, mask.shape[1])
     except ValueError as err:

@@ -44,6 +44,7 @@ ends their worker processes.
 from __future__ import annotations
 
 import math
+import numbers
 import sys
 from typing import Any, Callable, Iterable, Mapping, NamedTuple, Optional, Protocol, Sequence
 
@@ -104,7 +105,44 @@ class Arrivals(NamedTuple):
     any_done: bool = False
     any_dropped: bool = False
 
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 PART_NAMES = EpisodeParts._fields[1:]  # everything but `task`, which the adapter knows
+
+
+def _shown(value: Any, width: int = 80) -> str:
+    """`repr(value)` on one line, at most `width` characters (a sparse tensor's or a 2-D array's repr
+    spans lines; an error is one line)."""
+    try:
+        text = " ".join(repr(value).split())
+    except Exception:  # noqa: BLE001 - a user's object whose __repr__ fails
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def _scalar(value: Any) -> tuple[Optional[float], str]:
+    """(the real number `value` holds, "") or (None, why): a Python or numpy real (not a bool), or a
+    0-d numpy array or dense torch tensor of a real dtype (Decimal and Fraction too); not a bool, a
+    complex number, a string, None, or an array or tensor with a dimension."""
+    if isinstance(value, (bool, np.bool_)):
+        return None, ", not a bool (float(...) it)"
+    if isinstance(value, torch.Tensor):
+        if value.is_meta or value.layout != torch.strided or value.dim() != 0 or value.dtype == torch.bool \
+                or value.is_complex():
+            return None, " (one number: a Python float, or a 0-d real tensor)"
+        value = value.detach().item()
+    elif isinstance(value, np.ndarray):
+        if value.ndim != 0 or value.dtype.kind not in "iuf":
+            return None, " (one number, not an array)" if value.ndim else ""
+        value = value.item()
+    elif isinstance(value, np.generic) and value.dtype.kind not in "iuf":  # numpy complex, strings, datetimes
+        return None, ""
+    if not isinstance(value, numbers.Number) or (isinstance(value, numbers.Complex) and
+                                                 not isinstance(value, numbers.Real)):
+        return None, ""  # strings, None, lists, dicts, complex
+    try:
+        return float(value), ""
+    except (TypeError, ValueError, OverflowError, ArithmeticError):  # an int beyond float, a Decimal NaN signal
+        return None, ""
 
 
 class ExternalWorldError(ReportedError):
@@ -123,13 +161,25 @@ class World(Protocol):
     def step(self, action: Any) -> tuple[Any, float, bool, bool, Optional[Mapping[str, float]]]: ...
 
 
-def _action_spec(spec: Any) -> ActionSpec:
+def _action_spec(spec: Any, world: str = "the world") -> ActionSpec:
+    """The world's `action_spec`: an ActionSpec, or a mapping of its fields (`kind`, `nvec`, `shape`, `low`,
+    `high`); anything else, or a mapping ActionSpec refuses, is one ConfigError naming the world."""
     if isinstance(spec, ActionSpec):
         return spec
+    field = f"data.env.world: {world}.action_spec"
     if isinstance(spec, Mapping):
-        return ActionSpec(spec["kind"], nvec=tuple(spec.get("nvec", ())), shape=tuple(spec.get("shape", ())),
-                          low=spec.get("low"), high=spec.get("high"))
-    raise ConfigError(f"data.env.world: action_spec must be an ActionSpec or a mapping, got {spec!r}")
+        unknown = sorted(map(str, set(spec) - {"kind", "nvec", "shape", "low", "high"}))
+        if "kind" not in spec or unknown:
+            why = f"has unknown keys {unknown}" if unknown else "has no `kind`"
+            raise ConfigError(f"{field}: the mapping {dict(spec)!r:.80} {why}; give kind (discrete, multi_discrete or "
+                              "continuous) and nvec or shape, e.g. {'kind': 'discrete', 'nvec': [4]}, or an ActionSpec")
+        try:
+            return ActionSpec(spec["kind"], nvec=tuple(spec.get("nvec") or ()), shape=tuple(spec.get("shape") or ()),
+                              low=spec.get("low"), high=spec.get("high"))
+        except (TypeError, ValueError) as err:  # ActionSpec's own check (a ConfigError is a ValueError)
+            raise ConfigError(f"{field}: {' '.join(str(err).split())}") from None
+    raise ConfigError(f"{field} must be an ActionSpec or a mapping of its fields (e.g. ActionSpec('discrete', "
+                      f"nvec=(4,))), got {type(spec).__name__} {spec!r:.60}")
 
 
 START_METHODS = ("fork", "spawn", "forkserver")
@@ -275,6 +325,7 @@ class ExternalBatchedEnv(BatchedEnv):
                 self._runner = WorldRunner(factory, {**(world_kwargs or {}), **self.shared}, list(range(num_envs)),
                                            seed, self.step_timeout, retries)
             facts = self._runner.facts()
+            spec = _action_spec(facts["action_spec"], facts["world_name"])
             if on_error == "retry":
                 if isinstance(self._runner, WorldRunner):
                     self._runner.retry_any = True
@@ -287,7 +338,7 @@ class ExternalBatchedEnv(BatchedEnv):
             raise
         self.world_name = facts["world_name"]
         self.observation_shape = facts["observation_shape"]
-        self.action_spec = _action_spec(facts["action_spec"])
+        self.action_spec = spec
         bank = task_ids if task_ids is not None else facts["tasks"]
         self.task_ids: Optional[list[str]] = list(bank) if bank is not None else None  # None: no tasks
         for attr, value in facts["extras"].items():  # optional facts the data module checks
@@ -329,51 +380,88 @@ class ExternalBatchedEnv(BatchedEnv):
     # ------------------------------------------------------------------ BatchedEnv
     def _obs_array(self, values: Sequence[Any], method: str = "step", actors: Optional[Sequence[int]] = None) -> np.ndarray:
         """[len(values), *observation_shape] float32 from the worlds' observations (`actors`: whose
-        they are, for the error naming a malformed one)."""
+        they are, for the error naming a malformed one). Each is real numbers (Python, numpy or a
+        dense torch tensor of any real dtype; bools read as 0 / 1), flat or of the declared shape, and
+        finite once cast to float32; anything else is the ExternalWorldError naming the actor."""
         shape = tuple(self.observation_shape)
         flat = (int(np.prod(shape)),)
         fits = (shape, flat, ()) if flat == (1,) else (shape, flat)  # a one-number observation may be a scalar
+        out = None
         try:  # one conversion for the batch (flat lists or arrays of the same length: the common case)
             batch = np.asarray(values)
             if batch.dtype.kind in "biuf" and batch.shape[1:] in fits:  # numbers, the declared shape or flat
-                return batch.astype(np.float32, copy=False).reshape(len(values), *shape)
-        except (ValueError, TypeError, RuntimeError):
+                with np.errstate(over="ignore", invalid="ignore"):  # beyond float32: inf, refused below by name
+                    out = batch.astype(np.float32, copy=False).reshape(len(values), *shape)
+        except (ValueError, TypeError, RuntimeError, OverflowError):
             pass
-        # ragged, nested differently, not plain numbers or tensors: each world's value on its own
-        rows = []
-        for k, v in enumerate(values):
-            try:
-                row = np.asarray(v.detach().cpu() if isinstance(v, torch.Tensor) else v)
-                if row.dtype.kind not in "biuf" or row.shape not in fits:  # complex, strings, [[...]]
-                    raise ValueError(f"shape {row.shape}, dtype {row.dtype}")
-                rows.append(row.astype(np.float32).reshape(shape))
-            except (ValueError, TypeError, RuntimeError):
-                i = actors[k] if actors is not None else k
-                want = int(np.prod(self.observation_shape))
-                raise self._fail(i, method, f"returned observation {v!r:.80} ({type(v).__name__}); field obs "
-                                            f"must be {want} numbers (observation_shape "
-                                            f"{list(self.observation_shape)}: real, flat or of that shape)") from None
-        return np.asarray(rows, dtype=np.float32).reshape(len(values), *shape)
+        if out is None:  # ragged, nested differently, not plain numbers or tensors: each world's value on its own
+            rows = [self._obs_row(actors[k] if actors is not None else k, method, v, shape, fits)
+                    for k, v in enumerate(values)]
+            out = np.asarray(rows, dtype=np.float32).reshape(len(values), *shape)
+        finite = np.isfinite(out.reshape(len(values), -1)).all(1)  # on the host already: no device read
+        if not finite.all():
+            k = int(np.argmin(finite))
+            i = actors[k] if actors is not None else k
+            raise self._fail(i, method, f"returned observation {_shown(values[k])} ({type(values[k]).__name__}) "
+                                        "holding NaN or inf (as float32); field obs must be finite numbers")
+        return out
+
+    def _obs_row(self, i: int, method: str, v: Any, shape: tuple, fits: tuple) -> np.ndarray:
+        """One world's observation as float32 of `shape`, or the ExternalWorldError naming it."""
+        why = ""
+        try:
+            if isinstance(v, torch.Tensor):
+                if v.is_meta or v.layout != torch.strided or v.is_complex():
+                    why = (" (a meta tensor holds no data)" if v.is_meta else " (a complex tensor)" if
+                           v.layout == torch.strided else " (a sparse tensor: call .to_dense() on it)")
+                    raise ValueError(why)
+                v_ = v.detach().cpu()
+                row = (v_.float() if v_.is_floating_point() else v_).numpy()  # bfloat16 has no numpy dtype
+            else:
+                row = np.asarray(v)
+            if row.dtype.kind not in "biuf" or row.shape not in fits:  # complex, strings, [[...]]
+                raise ValueError(f"shape {row.shape}, dtype {row.dtype}")
+            with np.errstate(over="ignore", invalid="ignore"):
+                return row.astype(np.float32).reshape(shape)
+        except (ValueError, TypeError, RuntimeError, OverflowError):
+            want = int(np.prod(self.observation_shape))
+            raise self._fail(i, method, f"returned observation {_shown(v)} ({type(v).__name__}); field obs "
+                                        f"must be {want} numbers (observation_shape {list(self.observation_shape)}: "
+                                        f"real, flat or of that shape){why}") from None
 
     def _number(self, i: int, field: str, value: Any) -> float:
-        """A finite float from world i's `field`, or the ExternalWorldError naming it."""
-        if isinstance(value, (str, bytes)) or value is None:
-            number = None
-        else:
-            try:
-                number = float(value)
-            except (TypeError, ValueError):
-                number = None
+        """A finite float from world i's `field` (`_scalar`: one real number, not a bool), or the
+        ExternalWorldError naming it."""
+        number, why = _scalar(value)
+        if number is not None and math.isfinite(number) and abs(number) > FLOAT32_MAX:
+            number, why = None, " (within float32's range, |x| <= 3.4e38: the rollout keeps float32)"
         if number is None or not math.isfinite(number):
-            raise self._fail(i, "step", f"returned {field} {value!r:.80} ({type(value).__name__}); field {field} "
-                                        "must be a finite number")
+            if field == "reward" and isinstance(value, (bool, np.bool_)):
+                why = " (is the answer in the order (obs, reward, terminated, truncated, parts)?)"
+            raise self._fail(i, "step", f"returned {field} {_shown(value)} ({type(value).__name__}); field {field} "
+                                        f"must be a finite number{why}")
         return number
 
     def _flag(self, i: int, field: str, value: Any) -> bool:
-        if isinstance(value, (bool, np.bool_)) or isinstance(value, (int, np.integer)) and value in (0, 1):
-            return bool(value)
-        raise self._fail(i, "step", f"returned {field} {value!r:.80} ({type(value).__name__}); field {field} must "
-                                    "be a bool")
+        """World i's `terminated` / `truncated`: a bool (Python or numpy), an integer 0 or 1, or a 0-d
+        array or tensor of either; anything else is the ExternalWorldError naming it."""
+        v = value
+        if isinstance(v, torch.Tensor) and not v.is_meta and v.layout == torch.strided and v.dim() == 0 \
+                and not v.is_floating_point() and not v.is_complex():
+            v = v.item()
+        elif isinstance(v, np.ndarray) and v.ndim == 0 and v.dtype.kind in "biu":
+            v = v.item()
+        if isinstance(v, (bool, np.bool_)) or isinstance(v, (int, np.integer)) and v in (0, 1):
+            return bool(v)
+        raise self._fail(i, "step", f"returned {field} {_shown(value)} ({type(value).__name__}); field {field} must "
+                                    "be a bool (or 0 / 1)")
+
+    def _answer(self, i: int, answer: Any) -> tuple:
+        """World i's step answer as its five values: a tuple (or list) of exactly five."""
+        if not isinstance(answer, (tuple, list)) or len(answer) != 5:
+            raise self._fail(i, "step", f"returned {_shown(answer, 200)} ({type(answer).__name__}); it must return "
+                                        "(obs, reward, terminated, truncated, parts): a tuple of five")
+        return tuple(answer)
 
     def _tensor(self, array: np.ndarray) -> Tensor:
         # Built in numpy, one tensor per field: every torch call releases and retakes the GIL, a
@@ -414,11 +502,7 @@ class ExternalBatchedEnv(BatchedEnv):
         parts = np.zeros((len(PART_NAMES), N), dtype=np.float32)
         done_list = []
         for i in range(N):
-            try:
-                o, r, term, trunc, p = out[i]
-            except (TypeError, ValueError):
-                raise self._fail(i, "step", f"returned {out[i]!r:.200}; it must return "
-                                            "(obs, reward, terminated, truncated, parts)") from None
+            o, r, term, trunc, p = self._answer(i, out[i])
             obs.append(o)
             r = self._number(i, "reward", r)
             reward.append(r)
@@ -477,11 +561,7 @@ class ExternalBatchedEnv(BatchedEnv):
 
     def _parse_step(self, i: int, answer: Any) -> tuple:
         """(obs, reward, terminated, truncated, parts row or None) of world i's step answer, or the error."""
-        try:
-            o, r, term, trunc, p = answer
-        except (TypeError, ValueError):
-            raise self._fail(i, "step", f"returned {answer!r:.200}; it must return "
-                                        "(obs, reward, terminated, truncated, parts)") from None
+        o, r, term, trunc, p = self._answer(i, answer)
         obs = self._obs_array([o], "step", [i])[0]
         r = self._number(i, "reward", r)
         term, trunc = self._flag(i, "terminated", term), self._flag(i, "truncated", trunc)
@@ -492,12 +572,14 @@ class ExternalBatchedEnv(BatchedEnv):
 
     def _parts_row(self, i: int, r: float, p: Any) -> list[float]:
         if p is not None and not isinstance(p, Mapping):
-            raise self._fail(i, "step", f"returned parts {p!r:.80} ({type(p).__name__}); field parts must be "
+            raise self._fail(i, "step", f"returned parts {_shown(p)} ({type(p).__name__}); field parts must be "
                                         f"None or a mapping of {list(PART_NAMES)}")
         p = dict(p or {})
         unknown = set(p) - set(PART_NAMES)
         if unknown:
-            raise self._fail(i, "step", f"returned parts with unknown fields {sorted(unknown)}; use {list(PART_NAMES)}")
+            task = " (the task is the env's: it knows which task each actor works on)" if "task" in unknown else ""
+            raise self._fail(i, "step", f"returned parts with unknown fields {sorted(unknown, key=repr)}; use "
+                                        f"{list(PART_NAMES)}{task}")
         p.setdefault("outcome", min(max(r, 0.0), 1.0))
         row = [self._number(i, f"parts[{name!r}]", p.get(name, 0.0)) for name in PART_NAMES]
         for name, value in zip(PART_NAMES, row):  # the ranges the PARL reward, samplers and critical steps assume

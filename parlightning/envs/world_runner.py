@@ -16,9 +16,10 @@ import queue
 import threading
 import time
 import warnings
-from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from parlightning.config_types import check_args
+from parlightning.envs.contract import shape_problem, task_ids_problem
 from parlightning.errors import ConfigError, WorldCloseWarning, check_call_shape, error_text
 from parlightning.runtime.waits import expected_wait
 
@@ -343,21 +344,16 @@ class WorldRunner:
             if not hasattr(first, attr):
                 raise ConfigError(f"data.env.world: {self.world_name} has no `{attr}`; an external world declares it")
         shape = first.observation_shape
-        if not isinstance(shape, (tuple, list)) or not all(
-                isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape):
-            raise ConfigError(f"data.env.world: {self.world_name}.observation_shape is {shape!r:.80}; it must be a "
-                              "tuple of positive ints (one observation's shape, e.g. (8,))")
+        problem = shape_problem(shape)
+        if problem is not None:
+            raise ConfigError(f"data.env.world: {self.world_name}.observation_shape {problem}")
         out = {"world_name": self.world_name, "observation_shape": tuple(int(d) for d in shape),
                "action_spec": first.action_spec, "tasks": getattr(first, "tasks", None), "extras": {}}
         if out["tasks"] is not None:
-            if isinstance(out["tasks"], (str, bytes)) or not isinstance(out["tasks"], Iterable):
-                raise ConfigError(f"data.env.world: {self.world_name}.tasks is {type(out['tasks']).__name__} "
-                                  f"{out['tasks']!r:.60}; it must be a list of task id strings (e.g. "
-                                  f"[{out['tasks']!r:.20}]), or absent for a world without a task bank")
+            problem = task_ids_problem(out["tasks"])  # the tensor worlds' task_ids rule: a list of distinct strings
+            if problem is not None:
+                raise ConfigError(f"data.env.world: {self.world_name}.tasks {problem}")
             out["tasks"] = list(out["tasks"])
-            if not out["tasks"]:
-                raise ConfigError(f"data.env.world: {self.world_name}.tasks is empty; list at least one task id, or "
-                                  "drop `tasks` (a world without a task bank)")
         for attr in ("solved_threshold", "max_subagents"):  # optional facts the data module checks
             if hasattr(first, attr):
                 out["extras"][attr] = getattr(first, attr)

@@ -198,7 +198,8 @@ def state_checksum(checkpoint: dict[str, Any]) -> dict[str, str]:
     containers in order; plain values are covered by the pickle's own consistency."""
     digest = hashlib.sha256()
     for where, tensor in _tensors(checkpoint, ""):
-        t = tensor.detach().to("cpu").contiguous()
+        t = tensor.detach().to("cpu")
+        t = (t if t.layout == torch.strided else t.to_dense()).contiguous()  # a sparse tensor: its values
         digest.update(f"{where}|{t.dtype}|{tuple(t.shape)}|".encode())
         if t.numel():
             digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())

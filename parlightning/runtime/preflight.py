@@ -29,6 +29,8 @@ from parlightning.runtime.checkpoint import dangling_link_error, not_a_file
 from parlightning.errors import (
     ConfigError, ReportedError, WorldCloseWarning, check_call_shape, error_text, package_environment_error,
 )
+from parlightning.envs import contract
+from parlightning.envs.contract import same_device
 from parlightning.method_args import check_real_tensors
 
 SEED_RANGE = (0, 2**32 - 1)  # numpy's (and Lightning's seed_everything's) seed range
@@ -528,11 +530,9 @@ def _check_spaces(name: str, env: Any) -> None:
     """observation_shape a tuple of positive ints, action_spec an ActionSpec with at least one action."""
     from parlightning.envs.base import ActionSpec
 
-    shape = env.observation_shape
-    if not isinstance(shape, (tuple, list, torch.Size)) or not shape or not all(
-            isinstance(d, numbers.Integral) and not isinstance(d, bool) and d > 0 for d in shape):
-        raise ConfigError(f"data.env: {name}.observation_shape is {shape!r}; it must be a non-empty tuple of positive "
-                          "ints (one observation's shape, e.g. (4,); a single number is (1,))")
+    problem = contract.shape_problem(env.observation_shape)
+    if problem is not None:
+        raise ConfigError(f"data.env: {name}.observation_shape {problem}")
     spec = env.action_spec
     if not isinstance(spec, ActionSpec):
         raise ConfigError(f"data.env: {name}.action_spec is {type(spec).__name__} {spec!r:.60}, not an ActionSpec; "
@@ -576,13 +576,15 @@ def check_world_facts(name: str, env: Any) -> None:
     `max_subagents`), checked once when the world is probed: type, finite, in range; one ConfigError
     `data.env: {name}.{attr}: must be ...` otherwise (read later, they would be a bare float() error or
     a threshold no outcome reaches)."""
+    world = getattr(env, "world_name", None)  # an external world's own class, whose attribute it is
+    where = f"data.env.world: {world}" if isinstance(world, str) else f"data.env: {name}"
     for attr, (accepts, need) in WORLD_FACTS.items():
         try:
             value = getattr(env, attr, None)
         except Exception as err:  # a property raising
             raise ConfigError(f"data.env: reading {name}.{attr} raised {_raised(err)}; it must be {need}") from None
         if value is not None and not accepts(value):
-            raise ConfigError(f"data.env: {name}.{attr}: must be {need}, got {type(value).__name__} {value!r:.40}")
+            raise ConfigError(f"{where}.{attr}: must be {need}, got {type(value).__name__} {value!r:.40}")
 
 
 def _env_field(factory: Callable[..., Any], message: str) -> str:
@@ -618,7 +620,9 @@ def probe_action(spec: Any, n: int) -> Tensor:
 
 def check_env(env: Any, num_envs: int, seed: int) -> None:
     """The BatchedEnv contract on one reset and one step of `env` (built with `num_envs` actors on
-    the CPU): attributes, tensor types, shapes and dtypes of everything it returns."""
+    the CPU): attributes, and every value it returns (`parlightning.envs.contract`, the checks the
+    step loop runs at every step): type, layout, shape, dtype, device, then the values (observations
+    and rewards finite, the parts of an episode that ended in range) and the action masks."""
     name = type(env).__name__
     sets = {"num_envs": "self.num_envs = num_envs", "device": "self.device = torch.device(device)",
             "observation_shape": "self.observation_shape = (d,)",
@@ -648,10 +652,14 @@ def check_env(env: Any, num_envs: int, seed: int) -> None:
         raise ConfigError(f"data.env: {name}.action_masks is a {type(masks).__name__}, not a method; the step loop "
                           "calls env.action_masks() for the mask of the last observation: define it as a method "
                           "(def action_masks(self): return ...)")
-    if getattr(env, "num_envs", num_envs) != num_envs:
-        raise ConfigError(f"data.env: asked for {num_envs} actors, {name} built {env.num_envs}; the env must "
+    built = env.num_envs
+    if isinstance(built, bool) or not isinstance(built, numbers.Integral):
+        raise ConfigError(f"data.env: {name}.num_envs is {type(built).__name__} {built!r:.40}, not an int; set it "
+                          "from the num_envs argument (self.num_envs = num_envs)")
+    if built != num_envs:
+        raise ConfigError(f"data.env: asked for {num_envs} actors, {name} built {built}; the env must "
                           "build num_envs actors (data.num_envs)")
-    shape = (num_envs, *tuple(env.observation_shape))
+    obs_shape = tuple(env.observation_shape)
     try:
         tasks = getattr(env, "task_ids", None)
     except Exception as err:  # a property of the user's world raising
@@ -660,32 +668,75 @@ def check_env(env: Any, num_envs: int, seed: int) -> None:
     if tasks is not None:
         _check_task_ids(name, tasks)
     _check_world_calls(name, env, tasks)
+    cpu = torch.device("cpu")  # the probe is built on the CPU (device="cpu"): its tensors belong there
     first = torch.zeros(num_envs, dtype=torch.long)
     reset_kwargs = {"seed": seed, "task_index": first} if tasks is not None else {"seed": seed}
     obs = _call_world(name, "reset", env.reset, **reset_kwargs)
-    _check_obs(name, "reset", "observations", obs, shape)
-    if isinstance(obs, torch.Tensor) and (obs.device.type != declared.type or (
-            declared.index is not None and obs.device.index is not None and obs.device.index != declared.index)):
+    if isinstance(obs, torch.Tensor) and obs.layout == torch.strided and not same_device(obs.device, declared) \
+            and obs.device.type != "meta":
         raise ConfigError(f"data.env: {name}.device says {declared} but its reset returned tensors on {obs.device}; "
                           "the step loop puts actions and buffers on env.device: set self.device to the device its "
                           "tensors are on (self.device = torch.device(device))")
+    _refuse(name, "reset", "observations", contract.tensor_problem(
+        obs, (num_envs, *obs_shape), contract.OBS, cpu, f"num_envs {num_envs}, observation_shape is {list(obs_shape)}"),
+        contract.OBS, num_envs)
+    _check_probe_finite(name, "reset", "observations", obs)
+    _check_probe_mask(name, env, num_envs)
     res = _call_world(name, "step", env.step, probe_action(env.action_spec, num_envs),
                       first if tasks is not None else None)
-    for field in ("obs", "reward", "terminated", "truncated", "final_obs"):
-        if not hasattr(res, field):
-            raise ConfigError(f"data.env: {name}.step returned {type(res).__name__} without `{field}`; return a "
-                              "parlightning.envs.StepResult(obs, reward, terminated, truncated, final_obs)")
-    _check_obs(name, "step", "observations", res.obs, shape)
-    _check_obs(name, "step", "final observations", res.final_obs, shape)
-    _check_tensor(name, "step", "rewards", res.reward, (num_envs,), "a float [num_envs] tensor",
-                  lambda t: t.is_floating_point())
-    for field in ("terminated", "truncated"):
-        _check_tensor(name, "step", field, getattr(res, field), (num_envs,), "a bool [num_envs] tensor",
-                      lambda t: t.dtype == torch.bool)
+    _refuse(name, "step", "", contract.result_problem(res), contract.RESULT, num_envs)
+    for field, problem, want in contract.step_problems(res, num_envs, obs_shape, cpu):
+        _refuse(name, "step", field, problem, want, num_envs)
+    for field in ("obs", "final_obs", "reward"):
+        _check_probe_finite(name, "step", f"StepResult.{field}", getattr(res, field))
     if tasks is None and getattr(res, "parts", None) is not None:
         raise ConfigError(f"data.env: {name}.step returned EpisodeParts but {name} has no task_ids; the samplers, the "
                           "PARL reward and critical steps index parts.task into the world's task bank: give the world "
                           "a task_ids list (e.g. ['easy-0', 'hard-0']), or return parts=None")
+    parts = getattr(res, "parts", None)
+    done = res.terminated | res.truncated
+    if parts is not None and bool(done.any()):  # read where an episode ended, as the samplers and the reward do
+        rows = torch.stack([getattr(parts, f).detach().float() for f in contract.PART_FIELDS], -1)[done]
+        bad = contract.parts_rows_problem(rows, len(tasks) if tasks is not None else None)
+        if bad is not None:
+            field, row, need = bad
+            shown = ", ".join(f"{k}={float(v):g}" for k, v in zip(contract.PART_FIELDS, rows[row].tolist()))
+            raise ConfigError(f"data.env: {name}.step returned episode parts with {field} not {need} in the preflight "
+                              f"probe ({shown}); fix the parts the world reports where an episode ends")
+    _check_probe_mask(name, env, num_envs)
+
+
+def _refuse(name: str, method: str, what: str, problem: Optional[contract.Problem], want: contract.Want,
+            actors: int) -> None:
+    """One ConfigError for a value the probe's world returned (`contract`'s words), or nothing."""
+    if problem is not None:
+        what = f" {what}" if what else ""
+        raise ConfigError(f"data.env: {name}.{method} returned{what} {problem.says} in the preflight probe "
+                          f"({actors} actors, before anything ran); return {want.text}{problem.hint}")
+
+
+def _check_probe_finite(name: str, method: str, what: str, value: Tensor) -> None:
+    """NaN or inf in a value the probe's world returned (a host read: the probe is small)."""
+    actor = contract.non_finite(value)
+    if actor is not None:
+        raise ConfigError(f"data.env: {name}.{method} returned {what} holding NaN or inf (actor {actor}) in the "
+                          "preflight probe (before anything ran); return finite numbers")
+
+
+def _check_probe_mask(name: str, env: Any, num_envs: int) -> None:
+    """The probe world's action mask for its last observation, as the step loop checks the first one."""
+    from parlightning.envs.base import check_action_mask
+
+    masks = getattr(env, "action_masks", None)
+    if not callable(masks):
+        return
+    mask = _call_world(name, "action_masks", masks)
+    if mask is None:
+        return
+    try:
+        check_action_mask(mask, env.action_spec, num_envs, f"{name}.action_masks()", torch.device("cpu"))
+    except ValueError as err:
+        raise ConfigError(f"data.env: {err} (in the preflight probe, before anything ran)") from None
 
 
 def _check_world_calls(name: str, env: Any, tasks: Any) -> None:
@@ -702,12 +753,22 @@ def _check_world_calls(name: str, env: Any, tasks: Any) -> None:
         check_call_shape("data.env", name, "action_masks", masks, caller=loop)
 
 
-def check_state(field: str, name: str, obj: Any) -> None:
+_MISSING = object()
+
+
+def check_state(field: str, name: str, obj: Any, load_back: bool = False) -> None:
     """`obj.state_dict()` (a world's, a sampler's), which every checkpoint saves: a dict that a
     checkpoint holds and loads back with `torch.load(weights_only=True)` (tensors and plain values).
     Checked on the probe, so a run never trains an iteration only to fail at its first save or
-    to write a checkpoint it cannot resume."""
+    to write a checkpoint it cannot resume. `load_back` (the probe's own world, a throwaway): its
+    `load_state_dict` is called with what came back, as every resume does."""
     method = getattr(obj, "state_dict", None)
+    for attr in ("state_dict", "load_state_dict"):  # optional (BatchedEnv's defaults); set but not a method: refused
+        value = getattr(obj, attr, _MISSING)
+        if value is not _MISSING and not callable(value):
+            args = "self, state" if attr == "load_state_dict" else "self"
+            raise ConfigError(f"{field}: {name}.{attr} is a {type(value).__name__}, not a method; every checkpoint "
+                              f"calls it: define it as a method (def {attr}({args}): ...) or drop it")
     if not callable(method):
         return
     fix = "return a dict of tensors and plain values (numbers, strings, lists, dicts; {} for no state)"
@@ -723,7 +784,7 @@ def check_state(field: str, name: str, obj: Any) -> None:
     try:
         torch.save(state, buffer)
         buffer.seek(0)
-        torch.load(buffer, weights_only=True)
+        loaded = torch.load(buffer, weights_only=True)
     except Exception as err:
         found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(err))
         what = f"a {found.group(1)} object" if found else "a value"
@@ -731,49 +792,20 @@ def check_state(field: str, name: str, obj: Any) -> None:
         why = "" if found else f" ({plain})"
         raise ConfigError(f"{field}: {name}.state_dict holds {what}, which a checkpoint cannot load back with "
                           f"torch.load(weights_only=True){why}; {fix}") from None
+    if not load_back or not callable(getattr(obj, "load_state_dict", None)):
+        return
+    try:
+        obj.load_state_dict(loaded)
+    except (Exception, SystemExit) as err:
+        raise ConfigError(f"{field}: {name}.load_state_dict(its own state_dict()) raised {_raised(err)} in the "
+                          "preflight probe; every resume calls it with what state_dict() returned: fix it") from None
 
 
 def _check_task_ids(name: str, tasks: Any) -> None:
-    """A world's task bank: a non-empty list of distinct, non-empty strings (samplers, strategies and
-    checkpoints key their statistics by these ids; the default artifact key reads `family-index`)."""
-    if isinstance(tasks, (str, bytes)) or not isinstance(tasks, (list, tuple)):
-        raise ConfigError(f"data.env: {name}.task_ids is {type(tasks).__name__} {tasks!r:.60}; it must be a list of "
-                          "task id strings (e.g. ['easy-0', 'hard-0']), or absent for a world without tasks")
-    if not tasks:
-        raise ConfigError(f"data.env: {name}.task_ids is empty; a world with tasks needs at least one (or drop "
-                          "task_ids for a world without tasks)")
-    bad = next((t for t in tasks if not isinstance(t, str) or not t), None)
-    if bad is not None or any(not isinstance(t, str) for t in tasks):
-        raise ConfigError(f"data.env: {name}.task_ids holds {bad!r} ({type(bad).__name__}); every task id is a "
-                          "non-empty string (e.g. 'easy-0')")
-    seen: set[str] = set()
-    twice = next((t for t in tasks if t in seen or seen.add(t)), None)
-    if twice is not None:
-        raise ConfigError(f"data.env: {name}.task_ids lists {twice!r} twice; task ids must be distinct (samplers and "
-                          "checkpoints key their statistics by them)")
-
-
-def _check_obs(env: str, method: str, what: str, value: Any, shape: tuple[int, ...]) -> None:
-    _check_tensor(env, method, what, value, shape, "float32 [num_envs, *observation_shape]",
-                  lambda t: t.dtype == torch.float32, f"observation_shape is {list(shape[1:])}")
-
-
-def _check_tensor(env: str, method: str, what: str, value: Any, shape: tuple[int, ...], want: str,
-                  dtype_ok: Callable[[Tensor], bool], declared: str = "") -> None:
-    if not isinstance(value, Tensor):
-        raise ConfigError(f"data.env: {env}.{method} returned {what} as {type(value).__module__}."
-                          f"{type(value).__name__}, not a torch.Tensor; return torch.as_tensor(..., "
-                          f"dtype=torch.float32, device=self.device) ({want})")
-    if tuple(value.shape) != shape:
-        declared = f" but {declared}" if declared else ""
-        hint = " or fix observation_shape" if "observation" in what else ""
-        raise ConfigError(f"data.env: {env}.{method} returned {what} of shape {list(value.shape)} for {shape[0]} "
-                          f"actors{declared} (expected {list(shape)}); return {want}{hint}")
-    if not dtype_ok(value):
-        raise ConfigError(f"data.env: {env}.{method} returned {what} of dtype {value.dtype}; return {want}")
-    if value.device.type != "cpu":  # the probe is built on the CPU (device="cpu"): its tensors belong there
-        raise ConfigError(f"data.env: {env}.{method} returned {what} on device {value.device}, but the world was "
-                          "built with device='cpu'; create its tensors on self.device")
+    """A world's task bank (`contract.task_ids_problem`): a non-empty list of distinct, non-empty strings."""
+    problem = contract.task_ids_problem(tasks)
+    if problem is not None:
+        raise ConfigError(f"data.env: {name}.task_ids {problem}")
 
 
 def env_signature(env: Any) -> dict[str, Any]:
@@ -869,7 +901,7 @@ def _probe_env(dm: Any, env: Any, n: int, device: Optional[torch.device], ranks_
     """`check_datamodule`'s checks on its probe env."""
     check_env(env, n, dm.seed)
     step_seconds = time_env_step(env, n)  # for estimate_iteration
-    check_state("data.env", type(env).__name__, env)  # every checkpoint saves it: it must save and load back
+    check_state("data.env", type(env).__name__, env, load_back=True)  # every checkpoint saves it, every resume loads it
     check_state("data.sampler", type(dm.sampler).__name__, dm.sampler)
     dm._check_reward_cap(env)
     need = rollout_bytes(dm.num_steps, dm.num_envs, env.observation_shape, env.action_spec, dm.num_minibatches)
