@@ -43,6 +43,10 @@ WORLD = textwrap.dedent('''
 
         def _obs(self):
             obs = torch.zeros(self.num_envs, 4)
+            if self.calls > 3 and self.mode == "wider_later":
+                return torch.zeros(self.num_envs, 5)
+            if self.calls > 3 and self.mode == "nan_later":
+                obs[-1, 2] = float("nan")
             return obs.double() if self.mode == "float64" else obs
 
         def reset(self, *, seed=None, task_index=None):
@@ -144,3 +148,18 @@ def test_a_sigterm_while_the_program_runs_is_one_line_and_keeps_the_old_output(s
         "is written whole or not at all: none was left half-written")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json"]
     assert (tmp_path / "report.json").read_text() == '{"old": 1}'
+
+
+@pytest.mark.parametrize("mode,says", [
+    ("wider_later", "data.env: Tool.step returned StepResult.obs of shape [{n}, 5] (expected [{n}, 4]"),
+    ("nan_later", "data.env: Tool.step returned a non-finite (NaN or inf) StepResult.obs for actor {last} at step 3"),
+])
+def test_a_world_going_wrong_after_the_probe_is_named_with_the_step(setup, tmp_path, mode, says):
+    folder, ckpt = setup
+    config = _config(folder, mode)
+    evaluated = _refused(evaluate_main, ["--config", config, "--ckpt_path", ckpt, "--episodes", "3"])
+    cloned = _refused(bc_main, ["--config", config, "--teacher", ckpt, "--out", str(tmp_path / "bc.ckpt"),
+                                "--num_envs", "8"])
+    assert evaluated.startswith("error: " + says.format(n=3, last=2)), evaluated
+    assert cloned.startswith("error: " + says.format(n=8, last=7)), cloned
+    assert list(tmp_path.iterdir()) == []

@@ -35,7 +35,7 @@ from parlightning.cli.outputs import check_output_file, raise_write_error, writt
 from parlightning.cli.stop_signals import UNWRITTEN, Signalled, stop_on_signals, stopped
 from parlightning.cli.user_code import stall_watched, user_code_error
 from parlightning.runtime.rank_watch import STALL_TIMEOUT_S
-from parlightning.cli.evaluate import build_env, checked_config, env_spec, greedy_action, load_policy
+from parlightning.cli.evaluate import build_env, checked_config, checked_step, env_spec, greedy_action, load_policy
 from parlightning.policies.actor_critic import padding_logit
 
 BC_POLICIES = ("mlp", "slots")
@@ -75,13 +75,13 @@ def collect(env: Any, teacher: Any, rounds: int, seed: int) -> tuple[Tensor, Opt
     obs = env.reset(seed=seed)
     xs, ms, acts = [], [], []
     with torch.inference_mode():
-        for _ in range(rounds):
+        for t in range(rounds):
             mask = action_mask_of(env)
             action = teacher(obs, mask)
             xs.append(obs.clone())
             ms.append(None if mask is None else mask.clone())
             acts.append(action.clone())
-            obs = env.step(action).obs
+            obs = checked_step(env, t, action).obs
     masks = None if ms[0] is None else torch.cat(ms)
     return torch.cat(xs), masks, torch.cat(acts)
 

@@ -26,6 +26,7 @@ from typing import Any, Callable, Optional
 import torch
 from torch import Tensor
 
+from parlightning.envs import contract
 from parlightning.envs.base import action_mask_of, checked_device
 from parlightning.errors import ConfigError, out_of_memory
 from parlightning.cli.arg_types import (bank_seed, config_file, device_name, episode_count, existing_file, output_file,
@@ -55,6 +56,28 @@ class Episodes:
     trace: Optional[list[dict[str, Tensor]]] = None  # per round of actor 0: what ran (see SwarmEnv.trace)
 
 
+def checked_step(env: Any, t: int, *args: Any) -> Any:
+    """`env.step(*args)` at step `t` of an evaluation (or a teacher's rollout), its answer held to the
+    contract fit's step loop holds it to (`envs.contract`: types, shapes, dtypes, device) and its
+    observations and rewards finite: a world that goes wrong later is one line naming it and the
+    step, not a traceback from the policy (host reads are fine here: this is not the hot path)."""
+    name = type(env).__name__
+    res = env.step(*args)
+    problem = contract.result_problem(res)
+    wrong = next(contract.step_problems(res, env.num_envs, tuple(env.observation_shape), torch.device(env.device)),
+                 None) if problem is None else ("the answer", problem, contract.RESULT)
+    if wrong is not None:
+        field, problem, want = wrong
+        raise ConfigError(f"data.env: {name}.step returned {field} {problem.says} at step {t} (its first step in the "
+                          f"probe was right); return {want.text}{problem.hint} at every step")
+    for field in ("obs", "reward"):
+        actor = contract.non_finite(getattr(res, field))
+        if actor is not None:
+            raise ConfigError(f"data.env: {name}.step returned a non-finite (NaN or inf) StepResult.{field} for actor "
+                              f"{actor} at step {t}; return finite values")
+    return res
+
+
 @checked(env=WORLD, seed=Seed, max_rounds=IndexArg(lo=1), trace=IndexArg(optional=True))
 def run_episodes(env: Any, act: Callable[..., Tensor], seed: int, max_rounds: int = 10_000,
                  trace: Optional[int] = None, masked: bool = False) -> Episodes:
@@ -73,7 +96,7 @@ def run_episodes(env: Any, act: Callable[..., Tensor], seed: int, max_rounds: in
     env.trace_actor = trace or 0
     try:
         for t in range(max_rounds):
-            res = env.step(act(obs, action_mask_of(env)) if masked else act(obs), task)
+            res = checked_step(env, t, act(obs, action_mask_of(env)) if masked else act(obs), task)
             if trace is not None and not bool(got[trace]):
                 rounds.append(env.last_round)
             done = (res.terminated | res.truncated) & ~got
@@ -587,8 +610,8 @@ def run_returns(env: Any, act: Callable[[Tensor], Tensor], seed: int, max_steps:
     got = torch.zeros(env.num_envs, dtype=torch.bool, device=env.device)
     ret = torch.zeros(env.num_envs, device=env.device)
     total = torch.zeros_like(ret)
-    for _ in range(max_steps):
-        res = env.step(act(obs))
+    for t in range(max_steps):
+        res = checked_step(env, t, act(obs))
         ret = ret + res.reward * ~got
         done = (res.terminated | res.truncated) & ~got
         total = torch.where(done, ret, total)
