@@ -75,6 +75,23 @@ def package_environment_error(environ: Any) -> "str | None":
     return None
 
 
+def named_by_package(err: BaseException) -> bool:
+    """`err` is one of the package's one-line errors (ConfigError, ReportedError) raised by the
+    package itself (its innermost frame is in parlightning), so its message already names the
+    component; the same class raised by a user's own code (a world raising ConfigError) is not."""
+    import os
+
+    if not isinstance(err, (ConfigError, ReportedError)):
+        return False
+    tb = err.__traceback__
+    if tb is None:
+        return True
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    package = os.path.dirname(os.path.abspath(__file__))
+    return os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(package + os.sep)
+
+
 def error_text(err: BaseException) -> str:
     """`str(err)` on one line; an exception whose own `__str__` fails (user code) is named instead of
     raising a second error from the report."""

@@ -93,10 +93,21 @@ def shadow_line(found: list[tuple[str, str]]) -> str:
 STARTING = "; it was still starting: nothing was written"
 
 
+def check_working_folder() -> None:
+    """The working folder still exists (a shell in a folder another process removed): relative
+    paths, the default output folder and the config search all start there."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        raise SystemExit("error: the working folder no longer exists (it was deleted or moved after this shell "
+                         "entered it); cd to an existing folder and run it again") from None
+
+
 def run_program(name: str) -> None:
     """Import the program `name` (e.g. `parlightning.cli.fit`) and call its `main()`. A file of the
     working folder hiding a module it needs, or a signal or Ctrl-C during the import, ends the process
     with one line instead of an import traceback (or a silent death)."""
+    check_working_folder()
     wrong = package_environment_error(os.environ)
     if wrong is not None:
         raise SystemExit(f"error: {wrong}")

@@ -34,6 +34,7 @@ from parlightning.errors import (
 )
 from parlightning.ppo.module import PPOModule
 from parlightning.cli.packaged import moved_hint, resolve_config_args
+from parlightning.cli.entry import check_working_folder
 from parlightning.cli.stop_signals import Signalled, stop_on_signals
 from parlightning.cli.user_code import user_code_error
 from parlightning.callbacks.base import RolloutCallback
@@ -122,6 +123,7 @@ def main(args: Optional[list[str]] = None) -> ParlCLI:
     rollout's memory or the checkpoint) ends the program with one `error: ...` line naming the
     field, before any rollout and before anything is written.
     """
+    check_working_folder()
     args = resolve_config_args(sys.argv[1:] if args is None else args)  # `--config swarm`: the packaged file
     watch = RankWatch()  # started once the arguments are parsed, before any class of the config is built
     _STARTING["watch"] = watch
@@ -165,9 +167,9 @@ def _main(args: list[str], watch: RankWatch) -> ParlCLI:
     _end_cleanly_when_a_rank_fails(lambda: remove_new_outputs(fresh) if cli.datamodule.last_rollout is None else None)
     watch.cleanup = lambda: remove_new_outputs(fresh) if cli.datamodule.last_rollout is None else None
     try:
-        # SIGUSR1 / SIGUSR2 end the fit with one line (Lightning handles SIGTERM and SIGINT); fit() from the
+        # SIGHUP, SIGUSR1 / SIGUSR2 end the fit with one line (Lightning handles SIGTERM and SIGINT); fit() from the
         # Python API leaves the caller's handlers as they were
-        with stop_on_signals((signal.SIGUSR1, signal.SIGUSR2), after=KEPT):
+        with stop_on_signals((signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2), after=KEPT):
             cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=ckpt)
     except BaseException as err:
         _reopen_stderr()  # user code that closed sys.stderr must not swallow the one error line
@@ -187,7 +189,7 @@ def _main(args: list[str], watch: RankWatch) -> ParlCLI:
         if callable(getattr(launcher, "kill", None)):
             launcher.kill(signal.SIGKILL)  # DDP: the ranks this process launched must not wait for it
         stop_helpers()  # the fork server and resource tracker of a collector or world process end with the run
-        if isinstance(err, Signalled):  # SIGUSR1 / SIGUSR2 (no handler of Lightning's): ended like SIGTERM
+        if isinstance(err, Signalled):  # SIGHUP, SIGUSR1 / SIGUSR2 (no handler of Lightning's): ended like SIGTERM
             if cli.datamodule.last_rollout is None:
                 remove_new_outputs(fresh)
             print(f"error: {err}", file=sys.stderr)
@@ -357,9 +359,14 @@ ROLLOUT_HOOKS = ("on_rollout_start", "on_episodes_end", "on_rollout_end")
 def check_callbacks(callbacks: Sequence[Any]) -> None:
     """A callback that defines rollout hooks but is not a `RolloutCallback` would never have them
     called (the data module calls them on RolloutCallbacks only): one line naming it and the fix."""
-    from parlightning.runtime.preflight import check_state
+    from parlightning.distribution.planning import FIELD as STRATEGY
+    from parlightning.runtime.preflight import check_state, check_sync_methods
 
     for cb in callbacks:
+        check_sync_methods("trainer.callbacks", cb)  # Lightning and the data module never await a hook
+        strategy = getattr(cb, "strategy", None)
+        if strategy is not None:  # a StrategyPlanner's strategy: plan / observe are called as plain methods
+            check_sync_methods(STRATEGY, strategy)
         _check_hook_signatures(cb)
         _check_checkpoint_filename(cb)
         if type(cb).__module__.split(".")[0] not in ("lightning", "pytorch_lightning", "parlightning"):

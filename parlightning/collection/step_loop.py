@@ -23,13 +23,14 @@ from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 import torch
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch import Tensor
 
 from parlightning.buffer import RolloutBuffer
 from parlightning.collection.context import RoundContext, RoundResult, StepHook
 from parlightning.envs.base import EpisodeParts, action_mask_of, check_action_mask, task_ids_of
 from parlightning.envs import contract
-from parlightning.errors import ConfigError, NonFiniteError, ReportedError, error_text
+from parlightning.errors import ConfigError, NonFiniteError, ReportedError, error_text, named_by_package
 from parlightning.policies.recurrent import RecurrentRollout
 
 STREAMS = ("env", "action", "task", "minibatch")  # the consumers of randomness, one stream each
@@ -204,7 +205,7 @@ class StepLoop:
             fault = self._sampler_fault()  # sampler is named, not the world
             if fault is not None:
                 raise fault from None
-            if isinstance(err, (ConfigError, ReportedError)):  # already one line naming the world
+            if named_by_package(err):  # already one line naming the world
                 raise
             raise self._world_error("reset", err, None) from err
         fault = self._sampler_fault()  # one host read per reset (rare), never per step
@@ -325,9 +326,9 @@ class StepLoop:
         self._picks_in_step = 0
         try:
             res = self.env.step(action, pick)
-        except (ConfigError, ReportedError):  # already one line naming the world (e.g. ExternalWorldError)
-            raise
         except (Exception, SystemExit) as err:  # the user's world failing (or calling sys.exit) mid-run: one line
+            if named_by_package(err):  # already one line naming the world (e.g. ExternalWorldError)
+                raise
             sampler = self._sampler_fault()  # the world may have failed on the sampler's bad picks: name it
             raise (sampler or self._world_error("step", err, t)) from err
         if self._picks_in_step > 1:  # each call draws the sampler's next tasks: a second one skips picks
@@ -351,6 +352,8 @@ class StepLoop:
         return check() if check is not None else None
 
     def _world_error(self, method: str, err: BaseException, t: Optional[int]) -> ReportedError:
+        if isinstance(err, SIGTERMException) or isinstance(getattr(err, "signum", None), int):
+            raise err  # a signal that arrived while the world ran (a rank's or the CLI's handler): not the world's fault
         text = error_text(err)[:300]
         where = f"at step {t} of a rollout" if t is not None else f"at the reset of its {self.num_envs} actors"
         return ReportedError(f"data.env: {type(self.env).__name__}.{method} raised {type(err).__name__}"

@@ -27,7 +27,8 @@ from torch import Tensor
 from parlightning.config_types import available_memory, size_text
 from parlightning.runtime.checkpoint import dangling_link_error, not_a_file
 from parlightning.errors import (
-    ConfigError, ReportedError, WorldCloseWarning, check_call_shape, error_text, package_environment_error,
+    ConfigError, ReportedError, WorldCloseWarning, check_call_shape, error_text, named_by_package,
+    package_environment_error,
 )
 from parlightning.envs import contract
 from parlightning.envs.contract import same_device
@@ -77,6 +78,11 @@ def _strict_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = 
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=True)
         line = key_node.start_mark.line + 1
+        try:
+            hash(key)
+        except TypeError:  # `? [a, b]` / `? {a: 1}`: a complex key no setting is named by
+            raise ConfigError(f"line {line}: a mapping key is a {type(key).__name__} ({key!r:.60}); every key is a "
+                              "name (e.g. model: or lr:); write the key as plain text") from None
         if key in seen:
             raise ConfigError(f"key {key!r} appears twice (lines {seen[key]} and {line}); keep one and merge the two")
         seen[key] = line
@@ -472,6 +478,12 @@ def build_env(factory: Callable[..., Any], num_envs: int, device: str, seed: int
         raise ConfigError(f"data.env: building the world with {num_envs} actors ran out of memory{size}; lower its "
                           "size settings (e.g. data.env.init_args.max_width, max_subagents) or data.num_envs") from None
     except (Exception, SystemExit) as err:  # the user's own constructor failing: name it, without a traceback
+        if isinstance(err, OSError) and "AF_UNIX path too long" in str(err):  # worker processes' sockets live there
+            import tempfile
+
+            raise ConfigError(f"TMPDIR: the temporary folder {tempfile.gettempdir()!r} is too long a path for the "
+                              f"sockets of {_factory_name(factory)}'s worker processes (AF_UNIX path too long: at "
+                              "most ~100 characters); point TMPDIR at a short folder (e.g. TMPDIR=/tmp)") from None
         raise ConfigError(f"data.env: {_factory_name(factory)}(num_envs={num_envs}) raised {_raised(err)}; fix the "
                           "world's constructor or its data.env.init_args") from None
     if isinstance(env, type) or not all(callable(getattr(env, m, None)) for m in ("reset", "step")):
@@ -519,9 +531,9 @@ def _call_world(name: str, method: str, fn: Callable[..., Any], *args: Any, **kw
     """One call of the user's world in the probe; anything it raises (SystemExit too) is one line."""
     try:
         return fn(*args, **kwargs)
-    except (ConfigError, ReportedError):  # already one line naming the world (e.g. ExternalWorldError)
-        raise
     except (Exception, SystemExit) as err:
+        if named_by_package(err):  # already one line naming the world (e.g. ExternalWorldError)
+            raise
         raise ConfigError(f"data.env: {name}.{method} raised {_raised(err)} in the preflight probe "
                           f"({PROBE_ACTORS} actors, before anything ran); fix the world's {method}") from None
 
@@ -874,10 +886,29 @@ def check_memory(need: int, field_values: str, obs_shape: Sequence[int], device:
 _size = size_text
 
 
+def check_sync_methods(field: str, obj: Any) -> None:
+    """A user's object whose methods the package calls synchronously (a sampler, a strategy, a
+    callback): an `async def` (or async generator) method would return a coroutine that never runs,
+    silently. One line naming the field, the class and the method."""
+    cls = type(obj)
+    if cls.__module__.split(".")[0] in ("parlightning", "lightning", "pytorch_lightning"):
+        return
+    for name in dir(cls):
+        if name.startswith("_"):
+            continue
+        attr = inspect.getattr_static(cls, name, None)
+        fn = getattr(attr, "__func__", attr)
+        if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
+            raise ConfigError(f"{field}: {cls.__qualname__}.{name} is `async def`, but parlightning calls it as a plain "
+                              "method (its coroutine would never run); make it a plain `def` (run any async work "
+                              "inside it, e.g. with asyncio.run)")
+
+
 def check_datamodule(dm: Any, device: Optional[torch.device] = None, ranks_here: int = 1) -> dict[str, Any]:
     """Build a probe of the env (PROBE_ACTORS actors, CPU), check its contract and the data
     module's checks that need it, and the rollout's memory; returns facts for the resume checks
     (`observation_shape`, `action_spec`, `env_signature`)."""
+    check_sync_methods("data.sampler", getattr(dm, "sampler", None))
     n = min(dm.num_envs, PROBE_ACTORS)
     env = build_env(dm.env_factory, n, "cpu", dm.seed)
     checked = False

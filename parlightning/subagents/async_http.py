@@ -145,6 +145,12 @@ class AsyncHTTPPool(PoolBase):
         if extra_body is not None and not isinstance(extra_body, Mapping):
             raise ValueError(f"AsyncHTTPPool: extra_body must be a mapping of extra request fields (e.g. "
                              f"{{temperature: 0.2}}), got {type(extra_body).__name__} {extra_body!r:.60}")
+        if extra_body is not None:  # sent as JSON with every request: a value JSON cannot hold fails every call
+            try:
+                json.dumps(dict(extra_body), allow_nan=False)
+            except (TypeError, ValueError) as err:
+                raise ValueError(f"AsyncHTTPPool: extra_body cannot be sent as JSON ({err}); give numbers, strings, "
+                                 "booleans, null, lists and mappings of them") from None
         check_request_text("AsyncHTTPPool", model=model, api_key=api_key, system=system, success_marker=success_marker)
         self._aiohttp = import_aiohttp()
         self.url = base_url.rstrip("/") + "/chat/completions"

@@ -6,6 +6,7 @@ releases the GIL). Standard library only; no network is touched unless you point
 from __future__ import annotations
 
 import concurrent.futures
+import http.client
 import itertools
 import json
 import threading
@@ -44,6 +45,19 @@ class EndpointFailing(RuntimeError):
     """`max_endpoint_failures` requests in a row got no usable answer from the endpoint."""
 
 
+def _through_proxy(url: str) -> str:
+    """Words naming the proxy the standard library sends `url` through (HTTP_PROXY / HTTPS_PROXY in
+    the environment, not bypassed by NO_PROXY), or ""."""
+    import urllib.parse
+
+    parts = urllib.parse.urlsplit(url)
+    proxy = urllib.request.getproxies().get(parts.scheme)
+    if not proxy or urllib.request.proxy_bypass(parts.hostname or ""):
+        return ""
+    return (f", sent through the proxy {proxy} ({parts.scheme.upper()}_PROXY in the environment: unset it, or add "
+            f"{parts.hostname} to NO_PROXY, if the server is reached directly)")
+
+
 def check_request_text(pool: str, **values: Any) -> None:
     """The strings a pool puts into every request: `model` a non-empty string; `api_key` one token
     (no whitespace or control characters: a newline would end the Authorization header, and every
@@ -58,6 +72,10 @@ def check_request_text(pool: str, **values: Any) -> None:
         if name == "api_key" and any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in value):
             raise ValueError(f"{pool}: api_key holds whitespace or a control character (e.g. a newline copied with "
                              "it); give the key alone, one line with no spaces")
+        if name == "api_key" and not value.isascii():  # an HTTP header is latin-1 at most; keys are ASCII
+            bad = next(c for c in value if not c.isascii())
+            raise ValueError(f"{pool}: api_key holds {bad!r}, which is not ASCII (a key pasted with a typographic "
+                             "character such as '…' or a curly quote?); give the key exactly as issued")
 
 
 @checked_methods(**POOL_SPECS)
@@ -125,15 +143,16 @@ class HTTPPool(PoolBase):
                 reply = json.loads(self._read_whole(response, start))
             text = reply["choices"][0]["message"]["content"] or ""
             steps = int((reply.get("usage") or {}).get("completion_tokens", 1))
-        except (urllib.error.URLError, TimeoutError, OSError, ValueError, KeyError, IndexError, TypeError) as err:
+        except (urllib.error.URLError, http.client.HTTPException, TimeoutError, OSError, ValueError, KeyError,
+                IndexError, TypeError) as err:  # HTTPException: a port that speaks another protocol, a cut reply
             with self._lock:
                 self._failures_in_a_row += 1
                 failing = self.max_endpoint_failures is not None and self._failures_in_a_row >= self.max_endpoint_failures
             if failing:
                 shown = " ".join(f"{type(err).__name__}: {err}".split())[:200]
                 raise EndpointFailing(f"HTTPPool: {self.url}: {self._failures_in_a_row} requests in a row got no usable "
-                                      f"answer (last: {shown}); fix base_url / model or the server "
-                                      "(max_endpoint_failures: null tolerates this)") from None
+                                      f"answer (last: {shown}){_through_proxy(self.url)}; fix base_url / model or the "
+                                      "server (max_endpoint_failures: null tolerates this)") from None
             return SubagentResult(False, 0, time.perf_counter() - start, error=f"{type(err).__name__}: {err}")
         with self._lock:
             self._failures_in_a_row = 0
@@ -149,6 +168,9 @@ class HTTPPool(PoolBase):
                 raise TimeoutError(f"no whole reply within timeout={self.timeout:g}s (the server sent {size} bytes)")
             chunk = response.read1(65536)
             if not chunk:
+                if getattr(response, "length", None):  # the server closed before the body it declared
+                    raise ValueError(f"the reply's body was cut off (incomplete: {size} bytes of the "
+                                     f"{size + response.length} its Content-Length declared)")
                 return b"".join(chunks)
             size += len(chunk)
             if size > MAX_REPLY_BYTES:
