@@ -52,9 +52,13 @@ class RawServer:
                 b"content-length")), b"0"))
             while len(body) < length:
                 body += conn.recv(65536)
+            if self.mode == "banner":  # another protocol on the port
+                conn.sendall(b"SSH-2.0-OpenSSH_9.6\r\n")
+                return
             payload = b"x" * (MAX_REPLY_BYTES + 1024) if self.mode == "huge" else REPLY + b" " * 100
+            declared = len(payload) + (400 if self.mode == "partial" else 0)  # partial: the body is cut short
             conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
-                         + str(len(payload)).encode() + b"\r\nConnection: close\r\n\r\n")
+                         + str(declared).encode() + b"\r\nConnection: close\r\n\r\n")
             if self.mode == "drip":
                 for byte in payload:
                     if self.stop.wait(0.3):
@@ -106,3 +110,13 @@ def test_a_well_formed_reply_still_succeeds(pool_cls):
     finally:
         server.close()
     assert result.success is True and result.steps == 3 and result.output == "done", result
+
+
+@pytest.mark.parametrize("mode,said", [("partial", "cut off (incomplete"), ("banner", "BadStatusLine")])
+def test_a_cut_reply_or_another_protocol_is_the_sync_pools_failed_call(mode, said):
+    server = RawServer(mode)
+    try:
+        result = _one_call(HTTPPool(server.url, timeout=5.0, workers=1), deadline_s=25.0)
+    finally:
+        server.close()
+    assert result.success is False and said in (result.error or ""), result

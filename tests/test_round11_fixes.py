@@ -1,0 +1,144 @@
+"""Round 11's fixes, one test per class (the corpus, scripts/bad_inputs_round11.py, found them):
+a user's own ConfigError named with its world, a signal during a world call is not the world's
+error, a complex YAML key, a deleted working folder, `async def` sampler / strategy / callback
+methods, HTTP pools' api_key / extra_body / proxy, a TMPDIR too long for worker sockets, and
+SIGHUP ending a one-process fit with one line."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+from parlightning.errors import ConfigError, named_by_package
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_packages_own_error_is_named_by_it_but_a_users_is_not(tmp_path):
+    from parlightning.runtime.preflight import _call_world, read_yaml_file
+
+    def users_world_step():  # this file is outside the package: the user's code
+        raise ConfigError("scenario file has no entry for level 3")
+
+    with pytest.raises(ConfigError) as err:
+        _call_world("MyWorld", "step", users_world_step)
+    assert str(err.value).startswith("data.env: MyWorld.step raised ConfigError: scenario file has no entry")
+
+    def reads_a_missing_file():  # the package's own error, raised inside parlightning: passed on as it is
+        read_yaml_file(str(tmp_path / "missing.yaml"))
+
+    with pytest.raises(ConfigError) as own:
+        _call_world("MyWorld", "step", reads_a_missing_file)
+    assert named_by_package(own.value) and str(own.value).startswith("--config: ")
+    assert not named_by_package(ValueError("not the package's class"))
+
+
+@pytest.mark.parametrize("signal_error", [SIGTERMException(), type("Stop", (Exception,), {"signum": 2})()])
+def test_a_signal_during_a_world_call_is_reraised_not_blamed_on_the_world(signal_error):
+    from parlightning.collection.step_loop import StepLoop
+
+    loop = StepLoop.__new__(StepLoop)
+    with pytest.raises(type(signal_error)):
+        loop._world_error("step", signal_error, 3)
+
+
+def test_a_complex_yaml_key_names_its_line(tmp_path):
+    from parlightning.runtime.preflight import read_yaml_file
+
+    path = tmp_path / "c.yaml"
+    path.write_text("model:\n  ? [lr, hidden]\n  : 0.001\n")
+    with pytest.raises(ConfigError, match=r"line 2: a mapping key is a list \(\['lr', 'hidden'\]\); every key is a name"):
+        read_yaml_file(str(path))
+
+
+def test_a_deleted_working_folder_is_one_line(tmp_path):
+    from parlightning.cli.entry import check_working_folder
+
+    here = os.getcwd()
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    os.chdir(gone)
+    try:
+        gone.rmdir()
+        with pytest.raises(SystemExit, match="the working folder no longer exists"):
+            check_working_folder()
+    finally:
+        os.chdir(here)
+
+
+def test_async_methods_of_a_users_sampler_strategy_or_callback_are_refused():
+    from parlightning.runtime.preflight import check_sync_methods
+
+    class AsyncRecord:
+        async def record(self, tasks, outcomes):
+            return None
+
+    class AsyncGen:
+        async def observe(self, rows):
+            yield rows
+
+    with pytest.raises(ConfigError, match=r"data.sampler: .*AsyncRecord.record is `async def`"):
+        check_sync_methods("data.sampler", AsyncRecord())
+    with pytest.raises(ConfigError, match=r"AsyncGen.observe is `async def`"):
+        check_sync_methods("trainer.callbacks.StrategyPlanner.strategy", AsyncGen())
+    check_sync_methods("data.sampler", object())  # nothing async: nothing said
+
+
+def test_http_pools_refuse_what_every_request_would_fail_on(monkeypatch):
+    from parlightning.subagents.async_http import AsyncHTTPPool
+    from parlightning.subagents.http import HTTPPool, _through_proxy
+
+    with pytest.raises(ValueError, match="api_key holds '…', which is not ASCII"):
+        HTTPPool("http://127.0.0.1:9/v1", api_key="sk-proj-\u2026", probe=False)
+    import datetime
+
+    with pytest.raises(ValueError, match=r"extra_body cannot be sent as JSON"):
+        AsyncHTTPPool("http://127.0.0.1:9/v1", extra_body={"seed": datetime.date(2024, 1, 1)}, probe=False)
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    assert "sent through the proxy http://127.0.0.1:9 (HTTP_PROXY" in _through_proxy("http://10.1.2.3:8000/v1/x")
+    monkeypatch.setenv("NO_PROXY", "10.1.2.3")
+    assert _through_proxy("http://10.1.2.3:8000/v1/x") == ""
+
+
+def test_a_tmpdir_too_long_for_worker_sockets_names_tmpdir():
+    from parlightning.runtime.preflight import build_env
+
+    def world(num_envs, device, seed):
+        raise OSError("AF_UNIX path too long")
+
+    with pytest.raises(ConfigError, match=r"^TMPDIR: the temporary folder .* is too long a path"):
+        build_env(world, 2, "cpu", 0)
+
+
+def test_sighup_ends_a_one_process_fit_with_one_line(tmp_path):
+    (tmp_path / "hup_world.py").write_text(textwrap.dedent("""
+        import os, signal
+        from parlightning.envs.swarm import SwarmEnv
+
+        class HangsUp(SwarmEnv):
+            calls = 0
+
+            def step(self, action, next_task=None):
+                if self.num_envs > 2:
+                    HangsUp.calls += 1
+                    if HangsUp.calls == 3:  # the terminal closing, mid-rollout
+                        os.kill(os.getpid(), signal.SIGHUP)
+                return super().step(action, next_task)
+    """))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])}
+    run = subprocess.run([sys.executable, "-m", "parlightning.fit", "--config", "swarm", "--data.env",
+                          "hup_world.HangsUp", "--data.num_envs", "8", "--data.num_steps", "8",
+                          "--trainer.max_epochs", "1", "--trainer.enable_progress_bar", "false"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 128 + signal.SIGHUP and "Traceback" not in run.stderr, run.stderr[-2000:]
+    assert [ln for ln in run.stderr.splitlines() if ln.startswith("error:")] == [
+        "error: SIGHUP: stopped by a signal (from a scheduler, a shell, or user code such as a world); the last "
+        "checkpoint (written at the end of the last finished iteration) is intact: resume with --ckpt_path "
+        "<log_dir>/checkpoints/last.ckpt"]
