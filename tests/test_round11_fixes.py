@@ -142,3 +142,42 @@ def test_sighup_ends_a_one_process_fit_with_one_line(tmp_path):
         "error: SIGHUP: stopped by a signal (from a scheduler, a shell, or user code such as a world); the last "
         "checkpoint (written at the end of the last finished iteration) is intact: resume with --ckpt_path "
         "<log_dir>/checkpoints/last.ckpt"]
+
+
+class _ExternalWorld:
+    observation_shape = (4,)
+    tasks = ["easy-0", "hard-0"]
+
+    def __init__(self, seed=0, actor=0):
+        from parlightning.envs.base import ActionSpec
+
+        self.action_spec, self.t = ActionSpec("discrete", nvec=(2,)), 0
+
+    def reset(self, task):
+        self.t = 0
+        return [0.0, 0.0, 0.0, 0.0]
+
+    def step(self, action):
+        self.t += 1
+        done = self.t >= 3
+        return [float(self.t), 0.0, 0.0, 1.0], 0.1, done, False, ({"outcome": 1.0} if done else None)
+
+
+class _ClosesWithSysExit(_ExternalWorld):
+    def close(self):
+        sys.exit(3)
+
+
+def test_a_world_close_calling_sys_exit_is_a_close_error_not_the_end_of_the_trainer():
+    import warnings
+
+    from parlightning.envs.external import ExternalBatchedEnv
+    from parlightning.errors import WorldCloseWarning
+
+    env = ExternalBatchedEnv(2, world=_ClosesWithSysExit, step_timeout=5.0)
+    env.reset(seed=0)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        env.close()  # before: SystemExit(3) left the trainer without a word
+    closes = [str(w.message) for w in seen if issubclass(w.category, WorldCloseWarning)]
+    assert len(closes) == 1 and "_ClosesWithSysExit.close() raised SystemExit: 3" in closes[0], closes

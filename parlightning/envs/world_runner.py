@@ -598,9 +598,10 @@ class WorldRunner:
 
                 left = max(deadline - time.monotonic(), 0.5)
                 status, err = run_bounded(closing, left, f"{self.world_name}.close() (actor {i}, step_timeout)")
-                if status == "raised" and not isinstance(err, Exception):
-                    raise err  # KeyboardInterrupt, SystemExit: as before
-                if status == "raised":  # closing the rest matters more than one world's close error
+                if status == "raised" and not isinstance(err, (Exception, SystemExit)):
+                    raise err  # KeyboardInterrupt: as before
+                if status == "raised":  # closing the rest matters more than one world's close error (a close()
+                    # calling sys.exit too: a world's close never ends the trainer)
                     self.close_errors.append((i, err))  # the env reports them once all is closed
                 elif status == "hung":  # named first (ahead of close() errors), in actor order
                     self.close_errors.insert(sum(isinstance(e, CloseTimeout) for _, e in self.close_errors), (i, CloseTimeout(
