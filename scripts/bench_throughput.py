@@ -570,8 +570,14 @@ def parse(argv: Optional[list[str]] = None) -> argparse.Namespace:
 def main(argv: Optional[list[str]] = None) -> None:
     a = parse(argv)
     if a.from_json:
-        with open(a.from_json) as f:
-            saved = json.load(f)
+        try:
+            with open(a.from_json) as f:
+                saved = json.load(f)
+        except (OSError, ValueError) as err:
+            raise SystemExit(f"error: --from-json: {a.from_json} cannot be read as JSON ({err})") from None
+        if not (isinstance(saved, dict) and isinstance(saved.get("args"), dict) and isinstance(saved.get("runs"), dict)):
+            raise SystemExit(f"error: --from-json: {a.from_json} is not a file this script wrote with --json (it has no "
+                             "'args' and 'runs'); pass one written by bench_throughput.py --json")
         a = argparse.Namespace(**{**vars(a), **saved["args"], "from_json": a.from_json})
         runs = {(key.rsplit("-", 1)[0], int(key.rsplit("-", 1)[1])): v for key, v in saved["runs"].items()}
         print(report(a, runs, saved.get("env") or {}))

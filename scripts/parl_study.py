@@ -95,6 +95,9 @@ def annealed_lambdas(arm: str) -> list[str]:
 
 
 def make_plan(args: argparse.Namespace) -> dict[str, Any]:
+    twice = sorted({arm for arm in args.arms if list(args.arms).count(arm) > 1})
+    if twice:  # one arm's runs would share their folders and names: the study would wait on itself
+        raise SystemExit(f"error: --arms: {', '.join(twice)} given twice; list each arm once")
     axes = dict(parse_axis(a) for a in args.axis)
     cells = [dict(zip(axes, values)) for values in itertools.product(*axes.values())] or [{}]
     return {

@@ -638,6 +638,9 @@ def main(argv: Optional[list[str]] = None) -> Optional[dict]:
         return None
     plan = make_plan(a)
     out = a.out or ROOT / "runs" / "samplers" / datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    if a.report_only and not (out / "results").is_dir():  # nothing to report: nothing written (no study.json)
+        raise SystemExit(f"error: --report-only: no finished run in {out} (no such study); run the study first or "
+                         "pass its --out")
     out.mkdir(parents=True, exist_ok=True)
     open_study(out, plan)
     specs = specs_of(plan)

@@ -181,3 +181,21 @@ def test_a_world_close_calling_sys_exit_is_a_close_error_not_the_end_of_the_trai
         env.close()  # before: SystemExit(3) left the trainer without a word
     closes = [str(w.message) for w in seen if issubclass(w.category, WorldCloseWarning)]
     assert len(closes) == 1 and "_ClosesWithSysExit.close() raised SystemExit: 3" in closes[0], closes
+
+
+@pytest.mark.parametrize("script,args,says", [
+    ("bench_throughput", ["--from-json", "{tmp}/r.json"], "error: --from-json: {tmp}/r.json is not a file this script wrote"),
+    ("parl_study", ["--quick", "--arms", "perf_only,perf_only", "--out", "{tmp}/o"],
+     "error: --arms: perf_only given twice; list each arm once"),
+    ("sampler_study", ["--report-only", "--out", "{tmp}/missing"], "error: --report-only: no finished run in"),
+])
+def test_scripts_refuse_arguments_that_do_not_fit_before_writing(tmp_path, monkeypatch, script, args, says):
+    import importlib
+
+    (tmp_path / "r.json").write_text('{"hello": 1}\n')
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    program = importlib.import_module(script)
+    with pytest.raises(SystemExit) as stop:
+        program.main([a.format(tmp=tmp_path) for a in args])
+    assert str(stop.value.code).startswith(says.format(tmp=tmp_path)), stop.value.code
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]  # nothing written
