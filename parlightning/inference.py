@@ -53,6 +53,11 @@ class Policy:
 
     def __init__(self, network: nn.Module, normalizer: Optional[ObsNormalizer] = None,
                  observation_shape: Optional[tuple[int, ...]] = None) -> None:
+        if not isinstance(network, nn.Module) or not isinstance(getattr(network, "action_spec", None), ActionSpec):
+            what = "None" if network is None else type(network).__name__
+            raise ConfigError(f"Policy(network): {what} is not a parlightning policy network (a torch module with an "
+                              "action_spec, e.g. PPOModule.build_policy(...) or load_policy(path).network); load a "
+                              "trained one with parlightning.load_policy(path)")
         if getattr(network, "is_recurrent", False):
             raise ConfigError("--ckpt_path: a recurrent policy (model.policy: gru/lstm) needs its hidden state "
                               "carried between calls; load_policy supports mlp and slots policies")

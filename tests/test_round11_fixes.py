@@ -199,3 +199,19 @@ def test_scripts_refuse_arguments_that_do_not_fit_before_writing(tmp_path, monke
         program.main([a.format(tmp=tmp_path) for a in args])
     assert str(stop.value.code).startswith(says.format(tmp=tmp_path)), stop.value.code
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]  # nothing written
+
+
+def test_policy_refuses_what_is_not_a_policy_network_and_the_world_an_unknown_task():
+    import torch
+
+    from parlightning.inference import Policy
+    from parlightning.subagents import SimulatedPool
+    from parlightning.subagents.world import PoolOrchestrationWorld
+
+    for network in (None, torch.nn.Linear(4, 3)):
+        with pytest.raises(ConfigError, match=r"^Policy\(network\): (None|Linear) is not a parlightning policy network"):
+            Policy(network)
+    world = PoolOrchestrationWorld(SimulatedPool())
+    with pytest.raises(ConfigError, match=r"PoolOrchestrationWorld.reset\(task\): 'nope-0' is not one of its tasks"):
+        world.reset("nope-0")
+    assert len(world.reset(world.tasks[0])) == len(world.observation_shape) * 0 + len(world.reset(None))

@@ -23,6 +23,7 @@ from parlightning.config_types import (
     check_allocation, restricted_number_type,
 )
 from parlightning.envs.base import ActionSpec
+from parlightning.errors import ConfigError
 from parlightning.method_args import Lifecycle, State, checked_methods
 from parlightning.subagents.pool import SubagentPool, SubagentResult
 
@@ -155,6 +156,10 @@ class PoolOrchestrationWorld:
         self.pending = [True] * width
 
     def reset(self, task: Optional[str]) -> list[float]:
+        if task is not None and task not in self.bank:
+            shown = ", ".join(self.tasks[:4]) + (", ..." if len(self.tasks) > 4 else "")
+            raise ConfigError(f"{type(self).__name__}.reset(task): {task!r} is not one of its tasks ({shown}; "
+                              f"{len(self.tasks)} in all); pass a name from its .tasks")
         self.task = task if task is not None else self.tasks[0]
         self.stages = self.bank[self.task]["stages"]
         self.elapsed = self.serial = 0.0
