@@ -215,3 +215,14 @@ def test_policy_refuses_what_is_not_a_policy_network_and_the_world_an_unknown_ta
     with pytest.raises(ConfigError, match=r"PoolOrchestrationWorld.reset\(task\): 'nope-0' is not one of its tasks"):
         world.reset("nope-0")
     assert len(world.reset(world.tasks[0])) == len(world.observation_shape) * 0 + len(world.reset(None))
+
+
+def test_state_without_load_state_dict_is_refused_before_the_run():
+    from parlightning.runtime.preflight import check_state
+
+    class SavesOnly:
+        def state_dict(self):
+            return {"seen": 3}
+
+    with pytest.raises(ConfigError, match=r"^data.sampler: SavesOnly defines state_dict but no load_state_dict"):
+        check_state("data.sampler", "SavesOnly", SavesOnly())

@@ -804,6 +804,9 @@ def check_state(field: str, name: str, obj: Any, load_back: bool = False) -> Non
         why = "" if found else f" ({plain})"
         raise ConfigError(f"{field}: {name}.state_dict holds {what}, which a checkpoint cannot load back with "
                           f"torch.load(weights_only=True){why}; {fix}") from None
+    if getattr(obj, "load_state_dict", _MISSING) is _MISSING:  # saved by every checkpoint, restored by no resume
+        raise ConfigError(f"{field}: {name} defines state_dict but no load_state_dict, so a resume would silently "
+                          "start it from scratch; add def load_state_dict(self, state): ... (or drop state_dict)")
     if not load_back or not callable(getattr(obj, "load_state_dict", None)):
         return
     try:
