@@ -35,12 +35,15 @@ def test_action_spec_refuses_a_number_for_nvec_and_keeps_tuples() -> None:
 
 def test_parts_check_flags_one_non_finite_field() -> None:
     """The counts-and-steps check flags a row where any one field is NaN or negative (it used to
-    need all of them bad)."""
-    rest = torch.tensor([[1.0, 1.0, 1.0, float("nan"), 5.0], [1.0, 1.0, 1.0, 5.0, 5.0]])
-    flags = (~(torch.isfinite(rest) & (rest >= 0))).any(-1)
-    assert flags.tolist() == [True, False]
-    src = (ROOT / "parlightning" / "collection" / "step_loop.py").read_text()
-    assert "(~(torch.isfinite(rest) & (rest >= 0))).any(-1)" in src
+    need all of them bad); the check is `envs.contract.parts_rows_problem`, the step loop's and the probe's."""
+    from parlightning.envs.contract import parts_rows_problem
+
+    good = [1.0, 1.0, 2.0, 2.0, 2.0, 5.0, 9.0]  # task, outcome, n_subagents, assigned, completed, critical, serial
+    for col, bad_value, field in ((5, float("nan"), "critical_steps"), (2, -1.0, "n_subagents")):
+        row = list(good)
+        row[col] = bad_value
+        assert parts_rows_problem(torch.tensor([good, row]), 4) == (field, 1, "finite and >= 0")
+    assert parts_rows_problem(torch.tensor([good, good]), 4) is None
 
 
 def test_strategy_name_must_be_a_string() -> None:

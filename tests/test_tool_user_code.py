@@ -112,8 +112,9 @@ def test_a_world_breaking_the_contract_is_named_before_evaluate_or_bc_run(setup,
     config = _config(folder, "float64")
     for line in (_refused(evaluate_main, ["--config", config, "--ckpt_path", ckpt]),
                  _refused(bc_main, ["--config", config, "--teacher", ckpt, "--out", str(tmp_path / "bc.ckpt")])):
-        assert line == ("error: data.env: Tool.reset returned observations of dtype torch.float64; return float32 "
-                        "[num_envs, *observation_shape]")
+        assert line.startswith("error: data.env: Tool.reset returned observations of dtype torch.float64 in the "
+                               "preflight probe (2 actors, before anything ran); return a float32 [num_envs, "
+                               "*observation_shape] tensor"), line
     assert list(tmp_path.iterdir()) == []
     evaluate_main(["--config", _config(folder, "ok"), "--ckpt_path", ckpt])  # the same world by the book runs
 
