@@ -136,7 +136,10 @@ def test_sighup_ends_a_one_process_fit_with_one_line(tmp_path):
     run = subprocess.run([sys.executable, "-m", "parlightning.fit", "--config", "swarm", "--data.env",
                           "hup_world.HangsUp", "--data.num_envs", "8", "--data.num_steps", "8",
                           "--trainer.max_epochs", "1", "--trainer.enable_progress_bar", "false"],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+                         # as from a terminal: a suite started under nohup passes SIGHUP down ignored, and an
+                         # ignored SIGHUP is kept ignored (a nohup'd run means it)
+                         preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
     assert run.returncode == 128 + signal.SIGHUP and "Traceback" not in run.stderr, run.stderr[-2000:]
     assert [ln for ln in run.stderr.splitlines() if ln.startswith("error:")] == [
         "error: SIGHUP: stopped by a signal (from a scheduler, a shell, or user code such as a world); the last "
