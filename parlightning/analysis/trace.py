@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from parlightning.config_types import Seed
-from parlightning.envs.base import BatchedEnv, action_mask_of
+from parlightning.envs.base import BatchedEnv, action_mask_of, solved_threshold_of
 from parlightning.method_args import IndexArg, Is, checked
 
 WORLD = Is(BatchedEnv, "a world (a BatchedEnv: reset and step)")
@@ -93,7 +93,7 @@ def trace_episodes(env: Any, act: Callable[[Tensor, Optional[Tensor]], Tensor], 
                     record.update(task=tid, family=tid.rsplit("-", 1)[0])
                     if res.parts is not None:
                         record.update({f: float(getattr(res.parts, f)[i]) for f in PARTS})
-                        record["solved"] = record["outcome"] >= float(getattr(env, "solved_threshold", 1.0))
+                        record["solved"] = record["outcome"] >= solved_threshold_of(env)
                 else:
                     record.update({"return": ret[i], "length": len(steps[i])})
                 record["terminated"] = bool(res.terminated[i])

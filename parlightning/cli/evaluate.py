@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from parlightning.envs import contract
-from parlightning.envs.base import action_mask_of, checked_device
+from parlightning.envs.base import action_mask_of, checked_device, solved_threshold_of
 from parlightning.errors import ConfigError, out_of_memory
 from parlightning.cli.arg_types import (bank_seed, config_file, device_name, episode_count, existing_file, output_file,
                                          random_seed, stall_seconds)
@@ -530,7 +530,7 @@ def evaluate_one(a: argparse.Namespace, cls: type, init_args: dict, quiet: bool 
         best = getattr(__import__(cls.__module__, fromlist=["CEILING"]), "CEILING", None)
         if best is not None:
             ceiling = ep if a.policy == best else scripted(best)
-    threshold = float(getattr(env, "solved_threshold", 1.0))
+    threshold = solved_threshold_of(env)
     overall = summarise(ep, serial, threshold)
     if ceiling is not None:
         top = summarise(ceiling, serial, threshold)

@@ -30,6 +30,7 @@ from parlightning.collection.schedules import LagBudget, LockStep, Trajectories
 from parlightning.collection.step_loop import SamplerLock, SamplerPicks, StepLoop, stream_seed
 from parlightning.collection.trajectories import TrajectoryTransport
 from parlightning.collection.transports import InlineTransport, ProcessTransport, ThreadTransport
+from parlightning.envs.base import solved_threshold_of
 from parlightning.errors import ConfigError
 from parlightning.method_args import check_real_tensors
 from parlightning.rollout import Rollout
@@ -168,7 +169,7 @@ class Collector:
             result, hooks=self.hooks, sampler=self.sampler, picks=self.picks, lock=self.lock, reward=self.reward,
             planner=self.planner, schedule=self.schedule, policy=policy, gamma=self.gamma,
             gae_lambda=self.gae_lambda, env_steps=env_steps + steps,
-            solved_threshold=float(getattr(self.env, "solved_threshold", 1.0)), iteration_time=iteration_time,
+            solved_threshold=solved_threshold_of(self.env), iteration_time=iteration_time,
             extra_stats={**waits, **result.stats})
         self._learner_wait = wait  # counted against the iteration it starts
         return rollout

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
@@ -106,6 +107,11 @@ class SamplerPicks(Picks):
         self.num_tasks: Optional[int] = None  # the bank's size (set by the step loop): picks must index it
         self.outside: Optional[Tensor] = None  # a device flag: some pick fell outside the bank (read off the step)
 
+    @property
+    def name(self) -> str:
+        """The user's sampler's class name (an adapter says which sampler it wraps)."""
+        return getattr(self.sampler, "display_name", None) or type(self.sampler).__name__
+
     def pick(self, context: RoundContext, reset_mask: Tensor) -> Tensor:
         with self.lock:  # the learner records episodes into the same sampler
             picked = self.sampler.pick_batch(context.shard, context.round_index, reset_mask, self.generator)
@@ -118,7 +124,7 @@ class SamplerPicks(Picks):
         (metadata only: no host sync per step). Indices outside the bank set a device flag that
         `outside_error` reads after the step (or when the world fails on them): never a host read here."""
         n = reset_mask.shape[0]
-        name = f"data.sampler: {type(self.sampler).__name__}.pick_batch returned"
+        name = f"data.sampler: {self.name}.pick_batch returned"
         if not isinstance(picked, Tensor):
             problem = f"{type(picked).__name__} {picked!r:.60}, not a tensor"
         elif tuple(picked.shape) != (n,):
@@ -140,7 +146,7 @@ class SamplerPicks(Picks):
         flag, self.outside = self.outside, None
         if flag is None or not bool(flag):
             return None
-        return ReportedError(f"data.sampler: {type(self.sampler).__name__}.pick_batch returned a task index outside the "
+        return ReportedError(f"data.sampler: {self.name}.pick_batch returned a task index outside the "
                              f"task bank (0..{self.num_tasks - 1}); return indices into the bank the sampler was "
                              "bound to (its shard's entries)")
 
@@ -149,7 +155,32 @@ class SamplerPicks(Picks):
         if not callable(signals):
             return None
         with self.lock:
-            return {k: v.detach().float().clone() for k, v in signals().items()}
+            return checked_signals(self.name, signals())
+
+
+def checked_signals(name: str, signals: Any) -> dict[str, Tensor]:
+    """A sampler's `signals()` as float 0-d tensors of its own (the round keeps them): a mapping of
+    names to numbers or one-element tensors, read once per round; anything else is one line naming
+    the sampler."""
+
+    def refuse(what: str) -> ReportedError:
+        return ReportedError(f"data.sampler: {name}.signals() returned {what}; it must return a dict of names to "
+                             "numbers or one-element tensors (each is logged as sampler/<name>): fix signals()")
+
+    if not isinstance(signals, Mapping):
+        raise refuse(f"a {type(signals).__name__}, not a dict")
+    out = {}
+    for key, value in signals.items():
+        if not isinstance(key, str) or not key:
+            raise refuse(f"the key {key!r:.40}")
+        if isinstance(value, bool) or not isinstance(value, (int, float, Tensor)):
+            raise refuse(f"{key!r}: {value!r:.40} ({type(value).__name__})")
+        if isinstance(value, Tensor) and (value.numel() != 1 or value.is_complex() or value.is_sparse
+                                          or value.is_meta or value.dtype == torch.bool):
+            raise refuse(f"{key!r}: a {str(value.dtype).removeprefix('torch.')} tensor {list(value.shape)}")
+        out[key] = (value.detach().reshape(()).float().clone() if isinstance(value, Tensor)
+                    else torch.tensor(float(value)))
+    return out
 
 
 class StepLoop:

@@ -706,6 +706,11 @@ class _BatchedAdapter:
         self._queue_round: Optional[int] = None
         self._cursor: Optional[Tensor] = None
 
+    @property
+    def display_name(self) -> str:
+        """The wrapped sampler's class name, for the lines that name the user's sampler."""
+        return type(self.sampler).__name__
+
     def bind(self, task_ids: Sequence[str], device: torch.device) -> None:
         self._task_ids = list(task_ids)
         self._index = {k: i for i, k in enumerate(self._task_ids)}
@@ -714,17 +719,18 @@ class _BatchedAdapter:
 
     def _refill(self, shard: Tensor, round_index: int) -> None:
         keys = tuple(self._task_ids[i] for i in shard.tolist())
-        picks = []
+        in_shard, picks = frozenset(keys), []
         for _ in range(self.queue_length):
             task_id = self._call("pick", keys, round_index)
-            try:
-                known = task_id in self._index
+            try:  # the shard, not the bank: under a plan, another rank's tasks are not this rank's to run
+                known = task_id in in_shard
             except TypeError:  # a list or a dict: not even hashable
                 known = False
             if not known:
                 raise ReportedError(
                     f"data.sampler: {type(self.sampler).__name__}.pick returned {task_id!r:.80}, which is not in the "
-                    f"shard it was given; pick must return one of `keys`"
+                    f"shard it was given ({len(keys)} of the bank's {len(self._task_ids)} tasks); pick must return one "
+                    "of `keys`"
                 )
             picks.append(self._index[task_id])
         self._queue = torch.tensor(picks, dtype=torch.long, device=self._device)

@@ -332,6 +332,14 @@ def task_ids_of(env: Any) -> Optional[Sequence[str]]:
     return getattr(env, "task_ids", None)
 
 
+def solved_threshold_of(env: Any) -> float:
+    """The outcome at or above which an episode counts as solved: the world's `solved_threshold`,
+    1.0 (only a full success) when it has none or says None (a proxy answering None for what its
+    inner world lacks). Its type and range are checked when the world is probed."""
+    value = getattr(env, "solved_threshold", None)
+    return 1.0 if value is None else float(value)
+
+
 def action_mask_of(env: Any) -> Optional[Tensor]:
     """The world's action mask for its last observation (`env.action_masks()`), or None when the
     world declares none. No validation and no host sync (called once per step)."""

@@ -8,6 +8,7 @@ naming the field and the fix.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import inspect
@@ -16,6 +17,7 @@ import math
 import numbers
 import os
 import re
+import sys
 import time
 import warnings
 from typing import Any, Callable, Optional, Sequence
@@ -448,12 +450,24 @@ def _check_seed(field: str, seed: int) -> None:
 
 
 # ---------------------------------------------------------------------------------- the env
+def _constructed(factory: Callable[..., Any], args: tuple, said: io.StringIO) -> Any:
+    """`factory(*args)` with what it writes to sys.stderr held in `said`: written out after it returns
+    or raises, kept back when it exits (argparse's own error line becomes part of build_env's)."""
+    try:
+        with contextlib.redirect_stderr(said):
+            return factory(*args)
+    finally:
+        if said.getvalue() and not isinstance(sys.exc_info()[1], SystemExit):
+            sys.stderr.write(said.getvalue())
+
+
 def build_env(factory: Callable[..., Any], num_envs: int, device: str, seed: int) -> Any:
     """`factory(num_envs, device, seed)`; a ValueError/TypeError it raises becomes a ConfigError on
     `data.env.init_args.<name>` when its message starts with one of the factory's parameters."""
     _check_required(factory)
+    said = io.StringIO()  # what the constructor writes to sys.stderr: replayed, or folded into its SystemExit's line
     try:
-        env = factory(num_envs, device, seed)
+        env = _constructed(factory, (num_envs, device, seed), said)
     except ConfigError as err:
         line = _env_field(factory, str(err))
         name = _factory_name(factory)
@@ -484,6 +498,11 @@ def build_env(factory: Callable[..., Any], num_envs: int, device: str, seed: int
             raise ConfigError(f"TMPDIR: the temporary folder {tempfile.gettempdir()!r} is too long a path for the "
                               f"sockets of {_factory_name(factory)}'s worker processes (AF_UNIX path too long: at "
                               "most ~100 characters); point TMPDIR at a short folder (e.g. TMPDIR=/tmp)") from None
+        printed = [line.strip() for line in said.getvalue().splitlines() if line.strip()]
+        if isinstance(err, SystemExit) and printed:  # argparse in the constructor: it read the trainer's command line
+            raise ConfigError(f"data.env: {_factory_name(factory)}(num_envs={num_envs}) exited ({_raised(err)}) after "
+                              f"printing {printed[-1]!r:.200}; a world that parses sys.argv reads the trainer's "
+                              "command line: take its options as constructor arguments (data.env.init_args)") from None
         raise ConfigError(f"data.env: {_factory_name(factory)}(num_envs={num_envs}) raised {_raised(err)}; fix the "
                           "world's constructor or its data.env.init_args") from None
     if isinstance(env, type) or not all(callable(getattr(env, m, None)) for m in ("reset", "step")):

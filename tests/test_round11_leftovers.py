@@ -1,0 +1,128 @@
+"""Round 11's leftovers in the collection path (scripts/bad_inputs_round11.py found them): a two-method
+sampler's pick outside the shard it was given, a sampler's signals() that are not numbers, ..."""
+
+import re
+
+import pytest
+import torch
+
+from parlightning.errors import ReportedError
+
+
+class TwoMethod:
+    def __init__(self, answer):
+        self.answer = answer
+
+    def pick(self, keys, round_index):
+        return self.answer(keys)
+
+    def record(self, task_id, score):
+        pass
+
+
+def test_a_two_method_sampler_must_pick_from_its_own_shard_not_the_bank():
+    from parlightning.distribution.samplers import as_batched
+
+    bank = [f"t{i}" for i in range(6)]
+    inside = as_batched(TwoMethod(lambda keys: keys[-1]), queue_length=4)
+    inside.bind(bank, torch.device("cpu"))
+    shard = torch.tensor([0, 1, 2])
+    picked = inside.pick_batch(shard, 0, torch.ones(4, dtype=torch.bool))
+    assert picked.tolist() == [2, 2, 2, 2]
+    outside = as_batched(TwoMethod(lambda keys: "t5"), queue_length=4)  # in the bank, not in the shard
+    outside.bind(bank, torch.device("cpu"))
+    with pytest.raises(ReportedError, match=r"^data.sampler: TwoMethod.pick returned 't5', which is not in the shard "
+                                            r"it was given \(3 of the bank's 6 tasks\)"):
+        outside.pick_batch(shard, 0, torch.ones(4, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("signals, says", [
+    ({"mood": "curious"}, r"'mood': 'curious' \(str\)"),
+    ({"flag": True}, r"'flag': True \(bool\)"),
+    ({"spread": torch.ones(3)}, r"'spread': a float32 tensor \[3\]"),
+    ({3: 1.0}, r"the key 3"),
+    ([("a", 1.0)], r"a list, not a dict"),
+])
+def test_a_samplers_signals_must_be_named_numbers(signals, says):
+    from parlightning.collection.step_loop import SamplerPicks, SamplerLock
+
+    class Signals(TwoMethod):
+        def signals(self):
+            return signals
+
+    picks = SamplerPicks(Signals(None), torch.Generator(), SamplerLock())
+    with pytest.raises(ReportedError, match=rf"^data.sampler: Signals.signals\(\) returned {says}; it must return a dict"):
+        picks.signals()
+
+
+def test_a_samplers_signals_may_be_numbers_or_one_element_tensors():
+    from parlightning.collection.step_loop import SamplerPicks, SamplerLock
+
+    class Signals(TwoMethod):
+        def signals(self):
+            return {"share": 0.5, "count": 3, "spread": torch.tensor([0.25], dtype=torch.float64)}
+
+    got = SamplerPicks(Signals(None), torch.Generator(), SamplerLock()).signals()
+    assert {k: (v.dtype, v.shape, v.item()) for k, v in got.items()} == {
+        "share": (torch.float32, torch.Size([]), 0.5), "count": (torch.float32, torch.Size([]), 3.0),
+        "spread": (torch.float32, torch.Size([]), 0.25)}
+
+
+def test_a_getattr_proxy_answering_none_is_a_world_without_the_optional_attributes():
+    from parlightning.envs.base import BatchedEnv, solved_threshold_of
+    from parlightning.envs.cartpole import CartPoleEnv
+    from parlightning.runtime.preflight import check_env
+
+    class Proxy(BatchedEnv):
+        def __init__(self, num_envs, device="cpu", seed=0):
+            self._inner = CartPoleEnv(num_envs, device, seed)
+
+        def __getattr__(self, name):
+            if name.startswith("__") or name == "_inner":
+                raise AttributeError(name)
+            return getattr(self._inner, name, None)
+
+        def reset(self, *, seed=None, task_index=None):
+            return self._inner.reset(seed=seed)
+
+        def step(self, action, next_task=None):
+            return self._inner.step(action)
+
+    world = Proxy(2)
+    assert world.solved_threshold is None and world.task_ids is None and world.action_masks is None
+    check_env(world, 2, 0)  # the probe's whole contract
+    assert solved_threshold_of(world) == 1.0
+    world._inner.solved_threshold = 0.75
+    assert solved_threshold_of(world) == 0.75
+
+
+def test_a_world_parsing_sys_argv_is_one_line_with_argparses_message_and_stderr_of_a_good_one_is_kept(
+        monkeypatch, capsys):
+    import argparse
+    import sys
+
+    from parlightning.envs.cartpole import CartPoleEnv
+    from parlightning.errors import ConfigError
+    from parlightning.runtime.preflight import build_env
+
+    class ParsesArgv(CartPoleEnv):
+        def __init__(self, num_envs, device="cpu", seed=0):
+            parser = argparse.ArgumentParser(prog="mysim")
+            parser.add_argument("--level", type=int, default=1)
+            parser.parse_args()
+            super().__init__(num_envs, device, seed)
+
+    monkeypatch.setattr(sys, "argv", ["fit", "--config", "c.yaml"])
+    with pytest.raises(ConfigError) as err:
+        build_env(ParsesArgv, 2, "cpu", 0)
+    assert re.match(r"data.env: \S*ParsesArgv\(num_envs=2\) exited \(SystemExit: 2\) after printing 'mysim: error: "
+                    r"unrecognized arguments: --config c.yaml'; a world that parses sys.argv", str(err.value))
+    assert "unrecognized" not in capsys.readouterr().err  # folded into the one line, not printed beside it
+
+    class Talks(CartPoleEnv):
+        def __init__(self, num_envs, device="cpu", seed=0):
+            print("loading the simulator", file=sys.stderr)
+            super().__init__(num_envs, device, seed)
+
+    assert build_env(Talks, 2, "cpu", 0).num_envs == 2
+    assert capsys.readouterr().err == "loading the simulator\n"
