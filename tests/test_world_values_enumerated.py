@@ -82,6 +82,7 @@ class MatrixWorld(BatchedEnv):
     def __init__(self, num_envs: int = 2, device: str = "cpu", seed: int = 0) -> None:
         self.num_envs, self.device = num_envs, torch.device(device)
         self.calls, self.t, self.done = 0, torch.zeros(num_envs), torch.zeros(num_envs, dtype=torch.bool)
+        self.task = torch.zeros(num_envs, dtype=torch.long)  # each actor's bank index (parts.task where it ends)
 
     def _replace(self, name: str, good: Any, now: bool) -> Any:
         fn = self.bad.get(name)
@@ -92,6 +93,8 @@ class MatrixWorld(BatchedEnv):
 
     def reset(self, *, seed=None, task_index=None):
         self.t.zero_()
+        if task_index is not None:
+            self.task = torch.as_tensor(task_index, dtype=torch.long).clone()
         now = self.at == 0 or (self.at == "N" and self.num_envs != 2)
         return self._replace("reset", torch.full((self.num_envs, 3), 0.5), now)
 
@@ -100,10 +103,12 @@ class MatrixWorld(BatchedEnv):
         self.calls += 1
         self.t += 1
         done = self.done = self.t >= self.episode
+        ran = self.task.clone()
         if callable(next_task):
-            next_task(self._replace("done", done, now))
+            picked = next_task(self._replace("done", done, now))
+            self.task = torch.where(done, picked, self.task)
         self.t[done] = 0
-        parts = EpisodeParts(torch.zeros(n, dtype=torch.long), torch.full((n,), 0.5), *[torch.ones(n)] * 5)
+        parts = EpisodeParts(ran, torch.full((n,), 0.5), *[torch.ones(n)] * 5)
         parts = EpisodeParts(*[self._replace(f"parts.{f}", getattr(parts, f), now) for f in EpisodeParts._fields])
         obs = torch.full((n, 3), 0.5)
         res = StepResult(obs, torch.ones(n), done, torch.zeros(n, dtype=torch.bool), obs.clone(),
@@ -222,7 +227,9 @@ def _malformations(kind: str) -> list[tuple[str, Callable, bool]]:
            for d in DTYPES if d != {"obs": torch.float32, "reward": torch.float32, "flag": torch.bool,
                                     "task": torch.int64, "number": torch.float32}[kind]]
     out += [(name, fn, False) for name, fn in SHAPES_AND_CONTAINERS.items()]
-    out += [(name, fn, True) for name, fn in HARMLESS.items()]
+    # (a stride-0 view of parts.task repeats actor 0's task for every actor: other values, a wrong task where
+    # the actors ran different ones; refused by the step loop's task check, test_round11_leftovers.py)
+    out += [(name, fn, True) for name, fn in HARMLESS.items() if not (kind == "task" and name == "expanded-stride-0")]
     if kind in FLOATING:
         out += [(name, fn, True) for name, fn in GRAD.items()]
         out += [(name, (lambda g, w, v=v: torch.full_like(g, v)), False) for name, v in NON_FINITE.items()]
@@ -972,3 +979,50 @@ def test_one_real_cli_run_prints_one_error_line_exits_1_and_writes_nothing(tmp_p
     assert "ReplyAtStep3.step returned StepResult.parts.task of dtype torch.complex64" in lines[0], lines[0]
     assert "Traceback" not in proc.stderr
     assert not list((tmp_path / "runs").rglob("*")), list((tmp_path / "runs").rglob("*"))
+
+
+# ------------------------------------------------------------- the task each actor runs (round 11's leftovers)
+class IgnoresNextTask(MatrixWorld):
+    """Restarts finished actors on tasks of its own: never calls next_task."""
+
+    def step(self, action, next_task=None):
+        return super().step(action, None)
+
+
+class ReportsTaskZero(MatrixWorld):
+    """Calls next_task but reports every ended episode as task 0 (actors on task 1 too)."""
+
+    def step(self, action, next_task=None):
+        res = super().step(action, next_task)
+        return res._replace(parts=res.parts._replace(task=torch.zeros_like(res.parts.task)))
+
+
+class ReordersItsBank(MatrixWorld):
+    """Reverses its task bank at its 6th step call (the second rollout of 4 steps)."""
+
+    def step(self, action, next_task=None):
+        if self.calls == 5:
+            self.task_ids = list(reversed(self.task_ids))
+        return super().step(action, next_task)
+
+
+class CallsNextTaskOnlyWhenSomeEnd(MatrixWorld):
+    """A correct world that reads `done` on the host and calls next_task only when an episode ended."""
+
+    def step(self, action, next_task=None):
+        ending = bool((self.t + 1 >= self.episode).any())
+        return super().step(action, next_task if ending else None)
+
+
+@pytest.mark.parametrize("cls, says", [
+    (IgnoresNextTask, r"IgnoresNextTask.step ended an episode of actor 0 without starting it on the sampler's next "
+                      r"task, in rollout 0 \(it never called next_task\); a world with task_ids must call next_task"),
+    (ReportsTaskZero, r"ReportsTaskZero.step ended an episode of actor 1 without starting it on the sampler's next "
+                      r"task, in rollout 0 \(next_task was not called in that step, or the actor did not start"),
+    (ReordersItsBank, r"ReordersItsBank.task_ids changed during rollout 1 \(position 0: 'a-0' is now 'a-1'\); the "
+                      r"task bank is read once"),
+])
+def test_a_world_must_run_the_tasks_the_sampler_gave_and_keep_its_bank(cls, says):
+    with pytest.raises(ReportedError, match=r"^data.env: " + says):
+        _collect(cls)
+    _collect(CallsNextTaskOnlyWhenSomeEnd, rounds=3)  # next_task only in steps where episodes end: a good world

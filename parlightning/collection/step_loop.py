@@ -216,6 +216,8 @@ class StepLoop:
         self.mask_width: Optional[int] = None  # the world's action-mask columns (its first mask's), None: unmasked
         self._picks_in_step = 0  # next_task calls during the current env step (the contract allows one)
         self._parts_seen = False  # the world has returned EpisodeParts: from then on it must at every step
+        self.off_task: Optional[Tensor] = None  # [N] bool: an actor ended an episode on another task than its own
+        self._next_task_called = False  # the world has called next_task at least once (for the off-task line)
 
     def new_buffer(self) -> RolloutBuffer:
         spec = self.env.action_spec
@@ -323,6 +325,7 @@ class StepLoop:
         self.check_finite(buf, context.round_index)
         self.check_masks(buf, context.round_index)
         self.check_parts(buf, context.round_index)
+        self.check_tasks(context.round_index)
         current = self.current_task.clone() if self.current_task is not None else None
         return RoundResult(context, buf, next_value, truncated_values, versions, rollout_time, current)
 
@@ -355,6 +358,7 @@ class StepLoop:
             action, logprob, value = policy.act(obs, self.action_generator, key=key, **masked)
         buf.write(t, obs=obs, actions=action, logprobs=logprob, values=value, keys=key, versions=version, masks=mask)
         self._picks_in_step = 0
+        started_on = self.current_task  # each actor's task before this step (a pick replaces the tensor)
         try:
             res = self.env.step(action, pick)
         except (Exception, SystemExit) as err:  # the user's world failing (or calling sys.exit) mid-run: one line
@@ -366,15 +370,54 @@ class StepLoop:
             raise self._contract_error("step", f"after calling next_task {self._picks_in_step} times",
                                        "in one step", "after calling next_task(done) at most once per step", t)
         self._check_step(res, t)
+        ended = res.terminated | res.truncated
+        if started_on is not None and pick is not None and res.parts is not None:
+            self._note_off_task(res.parts.task, started_on, ended)
         ep_return, ep_length = self.episode_return, self.episode_length
         ep_return += res.reward
         ep_length += 1
         buf.write(t, rewards=res.reward, terminated=res.terminated, truncated=res.truncated, final_obs=res.final_obs,
                   episode_return=ep_return, episode_length=ep_length, parts=res.parts)
-        alive = ~(res.terminated | res.truncated)
+        alive = ~ended
         ep_return *= alive
         ep_length *= alive
         self.obs = res.obs
+
+    def _note_off_task(self, task: Tensor, started_on: Tensor, ended: Tensor) -> None:
+        """Flag the actors whose episode ended on another task than the one the package started them
+        on, or ended in a step without a next_task call (the world ignored next_task, or restarts them on
+        tasks of its own): device ops only, read once per round by `check_tasks`."""
+        called = self._picks_in_step > 0
+        self._next_task_called = self._next_task_called or called
+        off = ended & (task != started_on) if called else ended  # no next_task call: no finished actor got its task
+        self.off_task = off if self.off_task is None else self.off_task.logical_or_(off)
+
+    def check_tasks(self, round_index: int) -> None:
+        """Once per round: the world's task bank is the one the sampler was bound to (Python strings,
+        no host sync), and every episode that ended ran the task the package started its actor on
+        (one host read of the flag)."""
+        if self.task_ids is None:
+            return
+        name = type(self.env).__name__
+        now = task_ids_of(self.env)
+        if now is None or tuple(now) != tuple(self.task_ids):
+            was, now = list(self.task_ids), list(now or [])
+            at = next((i for i, (a, b) in enumerate(zip(was, now)) if a != b), min(len(was), len(now)))
+            change = (f"position {at}: {was[at]!r} is now {now[at]!r}" if at < min(len(was), len(now))
+                      else f"{len(was)} ids, now {len(now)}")
+            raise ReportedError(f"data.env: {name}.task_ids changed during rollout {round_index} ({change}); the task "
+                                "bank is read once, when the run starts (the sampler, the plan and the checkpoint "
+                                "index it): keep task_ids fixed for a run")
+        off, self.off_task = self.off_task, None
+        if off is None or not bool(off.any()):
+            return
+        actor = int(off.nonzero()[0])
+        how = ("it never called next_task" if not self._next_task_called
+               else "next_task was not called in that step, or the actor did not start on the task it returned")
+        raise ReportedError(f"data.env: {name}.step ended an episode of actor {actor} without starting it on the "
+                            f"sampler's next task, in rollout {round_index} ({how}); a world with task_ids "
+                            "must call next_task(done) in every step where episodes end and start each finished "
+                            "actor on the task it returns (pass next_task on, e.g. super().step(action, next_task))")
 
     def _sampler_fault(self) -> Optional[ReportedError]:
         """The sampler's picks outside the bank, if any since the last check (one host read: called on
