@@ -126,3 +126,28 @@ def test_a_world_parsing_sys_argv_is_one_line_with_argparses_message_and_stderr_
 
     assert build_env(Talks, 2, "cpu", 0).num_envs == 2
     assert capsys.readouterr().err == "loading the simulator\n"
+
+
+@pytest.mark.parametrize("args, says", [
+    ((True, 2, -1.5), r"SubagentResult.seconds: must be a finite number >= 0 .*got float -1.5"),
+    ((True, 2, float("nan")), r"SubagentResult.seconds: must be a finite number >= 0"),
+    ((True, -1, 1.0), r"SubagentResult.steps: must be an int >= 0 .*got int -1"),
+    ((True, 2.5, 1.0), r"SubagentResult.steps: must be an int >= 0 .*got float 2.5"),
+    (("yes", 2, 1.0), r"SubagentResult.success: must be a bool, got str 'yes'"),
+])
+def test_a_subagent_result_refuses_what_would_corrupt_steps_and_timings(args, says):
+    from parlightning.subagents import SubagentResult
+    from parlightning.subagents.pool import normalize
+
+    with pytest.raises(TypeError, match=says):
+        SubagentResult(*args)
+    assert normalize(SubagentResult(True, 2, 0.0), 1.0) == SubagentResult(True, 2, 0.0)
+
+
+def test_an_orchestration_world_refuses_a_family_listed_twice():
+    from parlightning.subagents import SimulatedPool
+    from parlightning.subagents.world import PoolOrchestrationWorld
+
+    with pytest.raises(ValueError, match=r"families lists 'solo' twice; name each family once"):
+        PoolOrchestrationWorld(SimulatedPool(), families=["solo", "solo", "fanout"])
+    assert len(PoolOrchestrationWorld(SimulatedPool(), families=["solo", "fanout"], tasks_per_family=3).bank) == 6

@@ -134,7 +134,7 @@ def test_a_two_method_samplers_pick_is_checked(answer) -> None:
     sampler = as_batched(StringSampler(answer), queue_length=2)
     sampler.bind(["a-0", "a-1"], torch.device("cpu"))
     with pytest.raises(ReportedError, match=r"^data\.sampler: StringSampler\.pick returned .* which is not in the "
-                                            r"shard it was given; pick must return one of `keys`$"):
+                                            r"shard it was given \(2 of the bank's 2 tasks\); pick must return one of `keys`$"):
         sampler.pick_batch(torch.arange(2), 0, torch.ones(2, dtype=torch.bool))
 
 

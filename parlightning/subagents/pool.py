@@ -36,6 +36,23 @@ class SubagentResult:
     output: Any = None
     error: Optional[str] = None
 
+    def __post_init__(self) -> None:
+        """Refuse what would corrupt the step counts and timings built on it (a user's function may
+        return one): `success` a bool, `steps` an int >= 0, `seconds` a finite number >= 0, `error`
+        None or a string."""
+        s = self.success
+        if not (isinstance(s, bool) or type(s).__name__ == "bool_" or (isinstance(s, numbers.Integral) and s in (0, 1))):
+            raise TypeError(f"SubagentResult.success: must be a bool, got {type(s).__name__} {s!r:.40}")
+        if isinstance(self.steps, bool) or not isinstance(self.steps, numbers.Integral) or self.steps < 0:
+            raise TypeError(f"SubagentResult.steps: must be an int >= 0 (the subagent's steps), got "
+                            f"{type(self.steps).__name__} {self.steps!r:.40}")
+        t = self.seconds
+        if isinstance(t, bool) or not isinstance(t, numbers.Real) or not math.isfinite(t) or t < 0:
+            raise TypeError(f"SubagentResult.seconds: must be a finite number >= 0 (wall seconds the subagent took), "
+                            f"got {type(t).__name__} {t!r:.40}")
+        if self.error is not None and not isinstance(self.error, str):
+            raise TypeError(f"SubagentResult.error: must be None or a string, got {type(self.error).__name__}")
+
 
 @runtime_checkable
 class SubagentPool(Protocol):
@@ -258,7 +275,7 @@ class SimulatedPool(PoolBase):
             lucky = self._rng.random() < self.reliability
             handle = next(self._ids)
             self.spawned += 1
-            self._pending[handle] = (time.monotonic() + seconds, SubagentResult(right and lucky, steps, seconds))
+            self._pending[handle] = (time.monotonic() + seconds, SubagentResult(bool(right and lucky), steps, seconds))
         return handle
 
     def poll(self, handle: int) -> Optional[SubagentResult]:

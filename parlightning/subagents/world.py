@@ -109,6 +109,10 @@ class PoolOrchestrationWorld:
         self.pool, self.seed = pool, seed
         if isinstance(families, str) or not families:
             raise ValueError(f"PoolOrchestrationWorld: families must be a non-empty list of families, got {families!r}")
+        twice = next((f for i, f in enumerate(families) if f in list(families)[:i]), None)
+        if twice is not None:  # its tasks would replace the first listing's under the same ids: fewer tasks, silently
+            raise ValueError(f"PoolOrchestrationWorld: families lists {twice!r} twice; name each family once (more "
+                             "tasks of one family: tasks_per_family)")
         if call_latency is not None and (isinstance(call_latency, (str, bytes)) or not isinstance(
                 call_latency, Sequence) or len(call_latency) != 2):
             raise ValueError(f"PoolOrchestrationWorld: call_latency must be [median > 0, sigma >= 0] (two numbers: a "
