@@ -151,3 +151,59 @@ def test_an_orchestration_world_refuses_a_family_listed_twice():
     with pytest.raises(ValueError, match=r"families lists 'solo' twice; name each family once"):
         PoolOrchestrationWorld(SimulatedPool(), families=["solo", "solo", "fanout"])
     assert len(PoolOrchestrationWorld(SimulatedPool(), families=["solo", "fanout"], tasks_per_family=3).bank) == 6
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _runs_a_program(path):
+    import subprocess
+
+    child = subprocess.Popen(["sleep", "300"])
+    with open(path, "w") as f:
+        f.write(str(child.pid))
+    child.wait()  # stuck, as a world's step waiting on a program that never ends
+
+
+@pytest.mark.skipif(not __import__("os").path.exists("/proc/self/stat"), reason="reads /proc (Linux)")
+def test_the_processes_a_run_started_end_with_it_and_a_stopped_child_takes_its_programs_along(tmp_path):
+    import multiprocessing as mp
+    import subprocess
+    import time
+
+    from parlightning.runtime.processes import clock_ticks, end_processes, started_processes, stop
+
+    began = clock_ticks()
+    shell = subprocess.Popen(["sh", "-c", "sleep 300 & wait"])
+    for _ in range(1500):  # the shell's child appears (polled: no race, a loaded machine only takes longer)
+        found = started_processes(began)
+        if len(found) >= 2:
+            break
+        time.sleep(0.02)
+    pids = {pid for pid, _ in found}
+    assert shell.pid in pids and len(pids) == 2, found
+    assert started_processes(clock_ticks() + 10_000) == []  # none started after "later"
+    end_processes(found)
+    shell.wait(timeout=10)
+    assert not any(_alive(pid) for pid in pids)
+
+    marker = tmp_path / "pid"
+    proc = mp.get_context("fork").Process(target=_runs_a_program, args=(str(marker),))
+    proc.start()
+    for _ in range(1500):
+        if marker.exists() and marker.read_text():
+            break
+        time.sleep(0.02)
+    program = int(marker.read_text())
+    assert _alive(program)
+    stop([proc], [], grace=0.1)  # the child does not exit when asked: terminated, with the program it started
+    for _ in range(600):
+        if not _alive(program):
+            break
+        time.sleep(0.05)
+    assert not proc.is_alive() and not _alive(program)

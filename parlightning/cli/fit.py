@@ -40,7 +40,7 @@ from parlightning.cli.user_code import user_code_error
 from parlightning.callbacks.base import RolloutCallback
 from parlightning.cli.defaults import default_callbacks
 from parlightning.runtime.preflight import check_arguments, check_config, check_policy_memory, estimate_iteration
-from parlightning.runtime.processes import stop_helpers
+from parlightning.runtime.processes import clock_ticks, end_processes, started_processes, stop_helpers
 from parlightning.runtime.rank_watch import BEAT_S, HEARTBEAT_TIMEOUT_S, STALL_TIMEOUT_S, RankWatch, flat_config
 from parlightning.runtime.waits import GRACE_S
 
@@ -138,6 +138,7 @@ _STARTING: dict[str, RankWatch] = {}  # the watch `main` made, for `ParlCLI.befo
 
 
 def _main(args: list[str], watch: RankWatch) -> ParlCLI:
+    began = clock_ticks()  # the processes started from here on are the run's (ended with it when it fails)
     try:
         cli = build_cli(args)
         ckpt = cli.config.get("ckpt_path")
@@ -150,6 +151,7 @@ def _main(args: list[str], watch: RankWatch) -> ParlCLI:
         message = _start_error(err)
         if message is None:  # a bug: its traceback is kept
             raise
+        end_processes(started_processes(began))  # a probe world's stuck step may have left a program running
         raise SystemExit(f"error: {message}") from None
     stall = cli.config.get("stall_timeout")
     estimate = (probe or {}).get("iteration_estimate")
@@ -172,6 +174,7 @@ def _main(args: list[str], watch: RankWatch) -> ParlCLI:
         with stop_on_signals((signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2), after=KEPT):
             cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=ckpt)
     except BaseException as err:
+        started = started_processes(began)  # read before anything stops: a stopped parent's children leave the tree
         _reopen_stderr()  # user code that closed sys.stderr must not swallow the one error line
         message = _start_error(err)
         if message is None:
@@ -189,6 +192,7 @@ def _main(args: list[str], watch: RankWatch) -> ParlCLI:
         if callable(getattr(launcher, "kill", None)):
             launcher.kill(signal.SIGKILL)  # DDP: the ranks this process launched must not wait for it
         stop_helpers()  # the fork server and resource tracker of a collector or world process end with the run
+        end_processes(started)  # what the run's worlds started and left running (a stuck step's child program)
         if isinstance(err, Signalled):  # SIGHUP, SIGUSR1 / SIGUSR2 (no handler of Lightning's): ended like SIGTERM
             if cli.datamodule.last_rollout is None:
                 remove_new_outputs(fresh)

@@ -123,7 +123,8 @@ def watch_parent(owner: int, interval: float = 1.0) -> threading.Thread:
 
 def stop(processes: Sequence[Any], connections: Sequence[Connection], grace: float = 2.0) -> None:
     """Ask every child to exit (a None message), wait `grace` seconds in all, then terminate (and at
-    last kill) the ones still running, and close the connections. Idempotent."""
+    last kill) the ones still running with the processes they started, and close the connections.
+    Idempotent."""
     for conn in connections:
         try:
             send(conn, None)
@@ -133,12 +134,15 @@ def stop(processes: Sequence[Any], connections: Sequence[Connection], grace: flo
     for proc in processes:
         proc.join(timeout=max(deadline - time.monotonic(), 0.05))
     for proc in processes:
-        if proc.is_alive():
-            proc.terminate()
-            proc.join(timeout=1.0)
+        if not proc.is_alive():
+            continue
+        left = started_processes(0, root=proc.pid)  # what a stuck child started (a world's program): ended with it
+        proc.terminate()
+        proc.join(timeout=1.0)
         if proc.is_alive():
             proc.kill()
             proc.join(timeout=1.0)
+        end_processes(left)
     for conn in connections:
         conn.close()
 
@@ -312,4 +316,63 @@ def stop_helpers() -> None:
             try:
                 stop()
             except Exception:  # noqa: BLE001  (a private API of CPython's: best effort)
+                pass
+
+
+def _proc_stat(pid: Any) -> Optional[tuple[int, int]]:
+    """(parent pid, start time in clock ticks since boot) of a process, from /proc (Linux), or None."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return int(fields[1]), int(fields[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def clock_ticks() -> Optional[int]:
+    """Now, in the clock ticks since boot that /proc's start times use (None off Linux)."""
+    try:
+        with open("/proc/uptime") as f:
+            return int(float(f.read().split()[0]) * os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def started_processes(since: Optional[int], root: Optional[int] = None) -> list[tuple[int, int]]:
+    """(pid, start time) of every descendant of `root` (this process) started at or after `since`
+    (`clock_ticks()` when the run began): the processes a run started, its worlds' and workers'
+    children included (under forkserver the workers descend from the server, which descends from
+    us). Read before anything is stopped: a stopped parent's children move to init and out of the
+    tree. [] off Linux or without `since`."""
+    if since is None:
+        return []
+    try:
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return []
+    children: dict[int, list[tuple[int, int]]] = {}
+    for pid in pids:
+        stat = _proc_stat(pid)
+        if stat is not None:
+            children.setdefault(stat[0], []).append((pid, stat[1]))
+    out, todo = [], [os.getpid() if root is None else root]
+    while todo:
+        for pid, start in children.get(todo.pop(), []):
+            todo.append(pid)
+            if start >= since - 1:  # (the tick the run began may round down)
+                out.append((pid, start))
+    return out
+
+
+def end_processes(processes: Sequence[tuple[int, int]]) -> None:
+    """SIGKILL each (pid, start time) of `started_processes` still running as the same process (a
+    pid reused by another program since has another start time and is left alone)."""
+    import signal
+
+    for pid, start in processes:
+        stat = _proc_stat(pid)
+        if stat is not None and stat[1] == start:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
                 pass
