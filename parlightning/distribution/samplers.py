@@ -31,12 +31,23 @@ from parlightning.method_args import IndexArg, Lifecycle, State, TensorArg, chec
 # the samplers' method arguments (`checked_methods`): metadata only on the per-step pick_batch / record_batch
 SAMPLER_SPECS = {
     "pick": {"round_index": IndexArg()},
-    "pick_batch": {"shard": TensorArg("int", ("K",), device="same", text="the round's bank indices"),
+    "pick_batch": {"shard": TensorArg("int", ("K",), device="same", values=(0, lambda s: _bank_size(s)), once=True,
+                                      text="the round's bank indices: read once per shard tensor, not per step"),
                    "round_index": IndexArg(),
                    "reset_mask": TensorArg("bool", ("N",), device="same", text="one flag per actor")},
     "record_batch": {"task_index": TensorArg("int", ("E",), device="same"), "score": TensorArg("number", ("E",), device="same"),
                      "mask": TensorArg("bool", ("E",), device="same", optional=True)},
 }
+
+def _bank_size(sampler: Any) -> Optional[int]:
+    """The bound bank's size (the tensor path's statistics' length), or None before bind."""
+    for name in ("picks", "attempts", "p_informative", "in_buffer"):
+        t = getattr(sampler, name, None)
+        if isinstance(t, Tensor):
+            return int(t.shape[0])
+    index = getattr(sampler, "_index", None)
+    return len(index) if index else None
+
 
 # The tensor path needs the bank: `pick_batch` (and a reward-aware sampler's `record_batch`) before `bind` is one
 # LifecycleError (a RuntimeError, as before); `bind` again lays the statistics out over the new bank.

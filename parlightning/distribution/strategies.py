@@ -27,8 +27,8 @@ from torch import Tensor
 
 from parlightning.config_types import NonNegativeFinite, PositiveInt, check_args, check_fields
 from parlightning.distribution.counters import AgreedCounters
-from parlightning.errors import ConfigError, LifecycleValueError
-from parlightning.method_args import IndexArg, Is, Lifecycle, State, TensorArg, checked_methods, require
+from parlightning.errors import ArgumentError, ConfigError, LifecycleValueError
+from parlightning.method_args import IndexArg, Is, ItemsArg, Lifecycle, State, TensorArg, checked, checked_methods, require
 
 PLAN_SPECS = {"n_workers": IndexArg(lo=1, text="the number of workers"), "round_index": IndexArg()}
 SECTION = IndexArg("n_sections", text="a section of the key table")
@@ -66,7 +66,7 @@ class WorkUnit:
 
     def __post_init__(self) -> None:
         if isinstance(self.keys, str):
-            raise TypeError(
+            raise ArgumentError(
                 f"WorkUnit.keys: got the string {self.keys!r}; pass a sequence of task ids, e.g. ({self.keys!r},)"
             )
         worker = self.worker
@@ -460,6 +460,7 @@ class ClusterParallel(_AgreedStatistics):
 # -- TP --------------------------------------------------------------------------------------
 
 
+@checked(keys=ItemsArg(str, unique=True, min_len=1, text="the declared artifact keys"), n_sections=IndexArg(lo=1))
 def assign_key_sections(keys: Sequence[str], n_sections: int) -> list[tuple[str, ...]]:
     """Balanced contiguous partition of a declared key space: sizes differ by at most 1, every
     section owns at least one key, deterministic (declared order). Unlike a hash bucket."""
@@ -467,8 +468,8 @@ def assign_key_sections(keys: Sequence[str], n_sections: int) -> list[tuple[str,
     if isinstance(n_sections, bool) or not isinstance(n_sections, int) or n_sections < 1:
         raise ValueError(f"n_sections: must be a positive int, got {n_sections!r}")
     if n_sections > len(keys):
-        raise ValueError(
-            f"n_sections: {n_sections} sections over {len(keys)} keys would leave a section owning nothing "
+        raise ArgumentError(
+            f"assign_key_sections(n_sections): {n_sections} sections over {len(keys)} keys would leave a section owning nothing "
             f"(a worker that can never commit); use n_sections <= {len(keys)} or declare more keys"
         )
     base, extra = divmod(len(keys), n_sections)

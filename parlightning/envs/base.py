@@ -18,7 +18,7 @@ from typing import Any, Callable, Literal, NamedTuple, Optional, Sequence
 import torch
 from torch import Tensor
 
-from parlightning.method_args import Arg, Lifecycle, State, check_real_device
+from parlightning.method_args import Arg, Lifecycle, State, check_real_device, layout_fault
 
 
 @dataclass(frozen=True)
@@ -254,6 +254,10 @@ class ActionArg(Arg):
     def check(self, field: str, value: Any, obj: Any, call: dict) -> None:
         spec = obj.action_spec
         want = (obj.num_envs, *spec.action_shape)
+        if isinstance(value, Tensor) and value.device.type != "meta":  # sparse / nested: metadata only, O(1)
+            why = layout_fault(value, obj)
+            if why is not None:
+                self.fail(field, why, value)
         ok = isinstance(value, Tensor) and value.device.type != "meta" and (tuple(value.shape) == want or (
             self.flat and not spec.is_discrete and value.dim() == 2 and value.shape[0] == obj.num_envs
             and value.shape[1] == math.prod(spec.shape)))
