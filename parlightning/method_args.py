@@ -50,7 +50,7 @@ from parlightning.errors import ArgumentError, ConfigError, LifecycleError
 __all__ = ["AllOf", "Arg", "ArgumentError", "IndexArg", "Is", "ItemsArg", "Lifecycle", "LifecycleError", "MappingArg",
            "PathArg", "Serialisable", "State", "check_real_device", "check_real_tensors", "check_state", "OneOf", "Passed",
            "TensorArg", "checked", "checked_methods", "holds", "layout_fault", "lifecycle_of", "mark", "one_at_a_time",
-           "require", "specs_of"]
+           "require", "specs_of", "vouch_values"]
 
 _DTYPE_TEXT = {"int": "an integer (torch.long)", "float": "a float", "bool": "a bool", "number": "a numeric"}
 
@@ -134,9 +134,10 @@ class TensorArg(Arg):
     shape is not fixed. `device`: "self" (the object's `device`) or "same" (every "same" tensor of
     the call on one device). `finite` / `values=(lo, hi)` (hi exclusive, an int, attribute or
     function) read the values on the host: for calls off the per-step path only, or with `once`
-    (per-step methods given the same tensor every call, such as a round's shard): the values of a
-    tensor are read the first time the object sees it (and again after an in-place change or a new
-    bound), then the check is one identity comparison. `shape="broadcast"`: the call's "broadcast"
+    (per-step methods given the same tensor every call, such as a round's shard): a tensor whose
+    values are known to lie in the range (`vouch_values`: the package's own index tensors, in range by
+    construction; or checked by an earlier call) is not read again (a tensor attribute and its
+    version: O(1)); another is read once, then known. `shape="broadcast"`: the call's "broadcast"
     tensors broadcast together (`torch.broadcast_shapes` on their shapes: metadata only). Every
     tensor argument is dense and holds data (`layout_fault`: not sparse, nested or meta; `meta=True`:
     meta accepted, for a device-agnostic computation that also runs on shapes alone)."""
@@ -231,20 +232,15 @@ class TensorArg(Arg):
         if self.values is not None and value.numel():
             lo, hi = self.values
             hi = _size(obj, hi)
-            seen = None
-            if self.once and obj is not None:  # a tensor this object saw unchanged under this bound: checked then
-                seen = obj.__dict__.setdefault("_values_checked", {})
-                last = seen.get(field)
-                version = None if value.is_inference() else value._version  # (an inference tensor keeps no count)
-                if last is not None and last[0] is value and last[1] == version and last[2] == hi:
-                    return
+            if self.once and _values_known(value, lo, hi):  # vouched for or checked before, unchanged since
+                return
             outside = (value < lo) | (value >= hi) if hi is not None else value < lo
             if bool(outside.any()):
                 bad = value.reshape(-1)[outside.reshape(-1).long().argmax()]
                 raise ArgumentError(f"{field}: every entry must lie in {lo}..{'' if hi is None else hi - 1}"
                                     f"{f' ({self.text})' if self.text else ''}, got {bad.item()} in {_got(value)}")
-            if seen is not None:
-                seen[field] = (value, None if value.is_inference() else value._version, hi)
+            if self.once:
+                vouch_values(value, lo, hi)
 
     def _shape_fault(self, field: str, shape: tuple, obj: Any, call: dict) -> Optional[str]:
         """None when `shape` fits; else what to add to the requirement ("" or which argument set a
@@ -272,6 +268,22 @@ class TensorArg(Arg):
             if got != want:
                 return ""
         return None
+
+
+def vouch_values(tensor: Any, lo: int, hi: Optional[int]) -> Any:
+    """Record that `tensor`'s values lie in `lo`..`hi - 1` (an index tensor the package built from checked
+    ints, a round's shard; or one a `once` check read): a later `TensorArg(values=..., once=True)` check of
+    it is O(1) until it is changed in place. Returns the tensor."""
+    tensor._parl_values_in = (lo, hi, None if tensor.is_inference() else tensor._version)
+    return tensor
+
+
+def _values_known(tensor: Any, lo: int, hi: Optional[int]) -> bool:
+    known = getattr(tensor, "_parl_values_in", None)
+    if known is None:
+        return False
+    version = None if tensor.is_inference() else tensor._version  # (an inference tensor keeps no count)
+    return known[2] == version and known[0] >= lo and (hi is None or (known[1] is not None and known[1] <= hi))
 
 
 def _arg(field: str) -> str:

@@ -200,6 +200,12 @@ HERE = Path(__file__).parent
 # label -> (callable(args...) -> what to call, {arg: [bad values]}, valid kwargs)
 def _cases() -> dict:
     from parlightning.analysis.logs import read_scalars
+    from parlightning.cli.packaged import config_path
+    from parlightning.collection import stream_seed
+    from parlightning.distribution.samplers import RoundRobin, as_batched
+    from parlightning.distribution.strategies import DataParallel, TensorParallel, checked_plan, family_of, unit_for
+    from parlightning.envs import ActionSpec
+    from parlightning.envs.external import build_shared
     from parlightning.analysis.trace import write_trace
     from parlightning.distribution.strategies import WorkUnit, assign_key_sections
     from parlightning.parl.reward import PARLReward
@@ -260,6 +266,22 @@ def _cases() -> dict:
             "checkpoint_path": [None, 3],
             "lr": [-1.0, math.nan, "x"], "hidden_sizes": ["abc", [-1]], "no_such_hparam": [1]},
             {"checkpoint_path": "/no/such/m.ckpt"}),  # the overrides are checked before the file
+        "ActionSpec": (lambda: ActionSpec, {"kind": ["bad", None, 3], "nvec": ["abc", (-1,), 3, None, (1.5,)]},
+                       {"kind": "multi_discrete", "nvec": (3,)}),
+        "build_shared": (lambda: build_shared, {"specs": [3, [1], "abc"]}, {"specs": None}),
+        "stream_seed": (lambda: stream_seed, {"stream": ["nope", 3, None], "seed": ["x", None, 1.5]},
+                        {"seed": 0, "stream": "env"}),
+        "family_of": (lambda: family_of, {"task_id": [None, 3, "nodash"]}, {"task_id": "solo-0"}),
+        "checked_plan": (lambda: checked_plan, {
+            "strategy": [None, DataParallel, 3], "n_workers": [0, -1, True, "2"], "round_index": [-1, "0"],
+            "keys": [None, "abc", [], ["a-0", "a-0"], 3]},
+            {"strategy": DataParallel(), "n_workers": 1, "round_index": 0, "keys": ["a-0", "b-0"]}),
+        "unit_for": (lambda: unit_for, {"worker": [5, -1, True, "0"]},
+                     {"strategy": DataParallel(), "n_workers": 2, "round_index": 0, "keys": ["a-0", "b-0"], "worker": 0}),
+        "as_batched": (lambda: as_batched, {"sampler": [None, RoundRobin, 3], "queue_length": [0, -1, True, "4"]},
+                       {"sampler": RoundRobin(), "queue_length": 4}),
+        "config_path": (lambda: config_path, {"name": [None, 3]}, {"name": "swarm"}),
+        "TensorParallel": (lambda: TensorParallel, {"keys": [["a", "a"], "ab"]}, {"n_sections": 2, "keys": ["a", "b"]}),
     }
 
 
@@ -280,6 +302,10 @@ def _case_ids():
         "assign_key_sections": ["keys", "n_sections"], "RolloutDataModule": ["env", "sampler"],
         "PPOModule.training_step": ["batch"],
         "PPOModule.load_from_checkpoint": ["checkpoint_path", "lr", "hidden_sizes", "no_such_hparam"],
+        "ActionSpec": ["kind", "nvec"], "build_shared": ["specs"], "stream_seed": ["stream", "seed"],
+        "family_of": ["task_id"], "checked_plan": ["strategy", "n_workers", "round_index", "keys"],
+        "unit_for": ["worker"], "as_batched": ["sampler", "queue_length"], "config_path": ["name"],
+        "TensorParallel": ["keys"],
     }
     return [pytest.param(label, arg, id=f"{label}({arg})") for label, args in names.items() for arg in args]
 
