@@ -11,7 +11,11 @@ is checked comes from the annotations (`int`, `float`, `bool`, `str`, the constr
 from specs given by name for what an annotation cannot say: `TensorArg` (dtype kind, shape against
 the object's sizes or the call's other tensors, device, finite values, a value range), `IndexArg`
 (an int in a range the object knows), `OneOf`, `Passed` (accepted as is, with the reason: the
-user's own payload).
+user's own payload), `ItemsArg` (a list of ints or strings: length, range, none twice), `PathArg` (an
+existing folder or file, a file to write in an existing folder), `Serialisable` (JSON lines, or
+picklable for another process), `AllOf`; a spec for `**kwargs` checks each extra keyword. Every
+tensor argument is dense and holds data (`layout_fault`: not sparse, nested, or meta on an object
+that is not on meta).
 
 The lifecycle: `checked_methods(lifecycle=Lifecycle(...))` declares which state each method needs
 (`requires`: a world's `step` needs `reset`, a sampler's `pick_batch` needs `bind`), which methods
@@ -26,8 +30,9 @@ off the object (`State(holds=...)`: a Trainer attached, keys declared). Subclass
 declaration. `mark` / `holds` / `require` serve the few cases that depend on an argument (a loaded
 state saved before any reset, a data module state that holds the worlds').
 
-Cost: the checks read metadata only (isinstance, shape, dtype, device: O(1) Python, no host read),
-except the ones a spec asks for (`finite=True`, `values=`), which are never used on a per-step path;
+Cost: the checks read metadata only (isinstance, shape, dtype, device, layout: O(1) Python, no host
+read), except the ones a spec asks for (`finite=True`, `values=`), which are never used on a per-step
+path unless `once=True` with a tensor whose range is known (`vouch_values`: the package's shards);
 a lifecycle requirement is one frozenset comparison (a derived state: one call of its `holds`).
 Torch is imported lazily: pools import this module without it.
 """
