@@ -88,6 +88,9 @@ class Policy:
         """
         # the arguments' kinds (obs, deterministic, mask, generator, the flags): checked at entry
         as_numpy = isinstance(obs, np.ndarray)
+        if obs.dtype.is_complex if isinstance(obs, Tensor) else obs.dtype.kind == "c":  # (the kind: checked at entry)
+            raise ArgumentError(f"Policy.predict(obs): must be a float tensor or array (real numbers), got a complex "
+                                f"{obs.dtype} one")
         try:
             x = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
         except (TypeError, ValueError, RuntimeError) as err:

@@ -11,7 +11,11 @@ is checked comes from the annotations (`int`, `float`, `bool`, `str`, the constr
 from specs given by name for what an annotation cannot say: `TensorArg` (dtype kind, shape against
 the object's sizes or the call's other tensors, device, finite values, a value range), `IndexArg`
 (an int in a range the object knows), `OneOf`, `Passed` (accepted as is, with the reason: the
-user's own payload).
+user's own payload), `ItemsArg` (a list of ints or strings: length, range, none twice), `PathArg` (an
+existing folder or file, a file to write in an existing folder), `Serialisable` (JSON lines, or
+picklable for another process), `AllOf`; a spec for `**kwargs` checks each extra keyword. Every
+tensor argument is dense and holds data (`layout_fault`: not sparse, nested, or meta on an object
+that is not on meta).
 
 The lifecycle: `checked_methods(lifecycle=Lifecycle(...))` declares which state each method needs
 (`requires`: a world's `step` needs `reset`, a sampler's `pick_batch` needs `bind`), which methods
@@ -26,8 +30,9 @@ off the object (`State(holds=...)`: a Trainer attached, keys declared). Subclass
 declaration. `mark` / `holds` / `require` serve the few cases that depend on an argument (a loaded
 state saved before any reset, a data module state that holds the worlds').
 
-Cost: the checks read metadata only (isinstance, shape, dtype, device: O(1) Python, no host read),
-except the ones a spec asks for (`finite=True`, `values=`), which are never used on a per-step path;
+Cost: the checks read metadata only (isinstance, shape, dtype, device, layout: O(1) Python, no host
+read), except the ones a spec asks for (`finite=True`, `values=`), which are never used on a per-step
+path unless `once=True` with a tensor whose range is known (`vouch_values`: the package's shards);
 a lifecycle requirement is one frozenset comparison (a derived state: one call of its `holds`).
 Torch is imported lazily: pools import this module without it.
 """
@@ -47,9 +52,10 @@ from typing import Any, Iterable, Optional, Union
 from parlightning.config_types import check_plain, check_value, constraint_of, plain_of
 from parlightning.errors import ArgumentError, ConfigError, LifecycleError
 
-__all__ = ["Arg", "ArgumentError", "IndexArg", "Is", "Lifecycle", "LifecycleError", "MappingArg", "State",
-           "check_real_device", "check_real_tensors", "check_state", "OneOf", "Passed", "TensorArg", "checked",
-           "checked_methods", "holds", "lifecycle_of", "mark", "one_at_a_time", "require", "specs_of"]
+__all__ = ["AllOf", "Arg", "ArgumentError", "IndexArg", "Is", "ItemsArg", "Lifecycle", "LifecycleError", "MappingArg",
+           "PathArg", "Serialisable", "State", "check_real_device", "check_real_tensors", "check_state", "OneOf", "Passed",
+           "TensorArg", "checked", "checked_methods", "holds", "layout_fault", "lifecycle_of", "mark", "one_at_a_time",
+           "require", "specs_of", "vouch_values"]
 
 _DTYPE_TEXT = {"int": "an integer (torch.long)", "float": "a float", "bool": "a bool", "number": "a numeric"}
 
@@ -63,7 +69,11 @@ def _torch() -> Any:
 def _got(value: Any) -> str:
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(value, torch.Tensor):
-        return f"a {str(value.dtype).removeprefix('torch.')} tensor {list(value.shape)} on {value.device}"
+        if value.is_nested:
+            return f"a nested {str(value.dtype).removeprefix('torch.')} tensor on {value.device}"
+        layout = "" if value.layout == torch.strided else f" {str(value.layout).removeprefix('torch.')}"
+        dtype = str(value.dtype).removeprefix('torch.')
+        return f"{'an' if dtype[0] in 'aeiou' else 'a'} {dtype}{layout} tensor {list(value.shape)} on {value.device}"
     text = repr(value) if not isinstance(value, (list, tuple, dict)) else f"{type(value).__name__} {value!r}"
     return f"{text:.80}"
 
@@ -77,6 +87,23 @@ def _size(obj: Any, name: Any) -> Any:
         value = getattr(obj, name)
         return len(value) if isinstance(value, (list, tuple)) and not name.startswith("*") else value
     return name
+
+
+def layout_fault(value: Any, obj: Any = None, meta: bool = False) -> Optional[str]:
+    """Why a tensor argument cannot be computed with, or None: a sparse or other non-strided layout, a
+    nested tensor, a meta tensor (no data) passed to an object not itself on meta, unless `meta` (a
+    device-agnostic computation: shapes only on meta). A pure function whose tensors are all on meta
+    computes shapes only, which is valid; a call mixing meta with real tensors is refused by
+    `device="same"`. Metadata only (O(1))."""
+    torch = _torch()
+    if value.is_nested:
+        return "a dense tensor (a nested tensor has no single shape; pad it, or pass one tensor per call)"
+    if value.layout != torch.strided:
+        return (f"a dense (strided) tensor, not a {str(value.layout).removeprefix('torch.')} one "
+                "(call .to_dense() first)")
+    if value.is_meta and not meta and obj is not None and getattr(getattr(obj, "device", None), "type", None) != "meta":
+        return "a tensor holding data (a meta tensor has a shape and no values)"
+    return None
 
 
 class Arg:
@@ -111,13 +138,22 @@ class TensorArg(Arg):
     with it agrees); a leading `...` allows any leading dims. `ndim`: the number of dims when the
     shape is not fixed. `device`: "self" (the object's `device`) or "same" (every "same" tensor of
     the call on one device). `finite` / `values=(lo, hi)` (hi exclusive, an int, attribute or
-    function) read the values on the host: for calls off the per-step path only."""
+    function) read the values on the host: for calls off the per-step path only, or with `once`
+    (per-step methods given the same tensor every call, such as a round's shard): a tensor whose
+    values are known to lie in the range (`vouch_values`: the package's own index tensors, in range by
+    construction; or checked by an earlier call) is not read again (a tensor attribute and its
+    version: O(1)); another is read once, then known. `shape="broadcast"`: the call's "broadcast"
+    tensors broadcast together (`torch.broadcast_shapes` on their shapes: metadata only). Every
+    tensor argument is dense and holds data (`layout_fault`: not sparse, nested or meta; `meta=True`:
+    meta accepted, for a device-agnostic computation that also runs on shapes alone)."""
 
-    def __init__(self, dtype: Any = None, shape: Optional[tuple] = None, ndim: Any = None, device: Optional[str] = None,
-                 optional: bool = False, finite: bool = False, values: Optional[tuple] = None, text: str = "") -> None:
+    def __init__(self, dtype: Any = None, shape: Any = None, ndim: Any = None, device: Optional[str] = None,
+                 optional: bool = False, finite: bool = False, values: Optional[tuple] = None, text: str = "",
+                 once: bool = False, meta: bool = False) -> None:
         self.dtype = (dtype,) if isinstance(dtype, str) else dtype
         self.shape, self.ndim, self.device = shape, ndim, device
-        self.optional, self.finite, self.values, self.text = optional, finite, values, text
+        self.optional, self.finite, self.values, self.text, self.once = optional, finite, values, text, once
+        self.meta = meta
 
     def _dims(self, obj: Any) -> Optional[list]:
         """The wanted dims with `*attr` expanded from `obj`; None when such an attribute is unknown
@@ -138,6 +174,8 @@ class TensorArg(Arg):
         text = f"{kind} tensor"
         if self.shape == "same":
             text += " of the call's per-sample shape"
+        elif self.shape == "broadcast":
+            text += " whose shape broadcasts with the call's other tensors"
         elif self.shape is not None:
             names = [("..." if d is Ellipsis else "any" if d is None else str(d)) for d in self.shape]
             sizes = [("..." if d is Ellipsis else "any" if d is None else d if isinstance(d, str) and d.isupper() else str(_size(obj, d)) if isinstance(d, str) and not d.startswith("*")
@@ -158,6 +196,9 @@ class TensorArg(Arg):
             self.fail(field, self.need(obj, call), value)
         if not isinstance(value, torch.Tensor):
             self.fail(field, self.need(obj, call), value)
+        why = layout_fault(value, obj, self.meta)
+        if why is not None:
+            raise ArgumentError(f"{field}: must be {why}, got {_got(value)}")
         if self.dtype is not None:
             dt = value.dtype
             kind = ("bool" if dt == torch.bool else "float" if dt.is_floating_point
@@ -169,6 +210,16 @@ class TensorArg(Arg):
             if first[1] != tuple(value.shape):
                 raise ArgumentError(f"{field}: must have the shape of {_arg(first[0])} ({list(first[1])}: one entry per "
                                     f"sample, nothing broadcasts), got {_got(value)}")
+        elif self.shape == "broadcast":  # every "broadcast" tensor of the call broadcasts with the ones before it
+            first = call.get("broadcast")
+            if first is None:
+                call["broadcast"] = (field, tuple(value.shape))
+            else:
+                try:
+                    call["broadcast"] = (first[0], tuple(torch.broadcast_shapes(first[1], tuple(value.shape))))
+                except RuntimeError:
+                    raise ArgumentError(f"{field}: must have a shape that broadcasts with {_arg(first[0])}'s "
+                                        f"({list(first[1])} so far), got {_got(value)}") from None
         elif self.shape is not None:
             why = self._shape_fault(field, tuple(value.shape), obj, call)
             if why is not None:
@@ -186,11 +237,15 @@ class TensorArg(Arg):
         if self.values is not None and value.numel():
             lo, hi = self.values
             hi = _size(obj, hi)
+            if self.once and _values_known(value, lo, hi):  # vouched for or checked before, unchanged since
+                return
             outside = (value < lo) | (value >= hi) if hi is not None else value < lo
             if bool(outside.any()):
                 bad = value.reshape(-1)[outside.reshape(-1).long().argmax()]
-                raise ArgumentError(f"{field}: every entry must lie in {lo}..{'' if hi is None else hi - 1}, got "
-                                    f"{bad.item()} in {_got(value)}")
+                raise ArgumentError(f"{field}: every entry must lie in {lo}..{'' if hi is None else hi - 1}"
+                                    f"{f' ({self.text})' if self.text else ''}, got {bad.item()} in {_got(value)}")
+            if self.once:
+                vouch_values(value, lo, hi)
 
     def _shape_fault(self, field: str, shape: tuple, obj: Any, call: dict) -> Optional[str]:
         """None when `shape` fits; else what to add to the requirement ("" or which argument set a
@@ -218,6 +273,22 @@ class TensorArg(Arg):
             if got != want:
                 return ""
         return None
+
+
+def vouch_values(tensor: Any, lo: int, hi: Optional[int]) -> Any:
+    """Record that `tensor`'s values lie in `lo`..`hi - 1` (an index tensor the package built from checked
+    ints, a round's shard; or one a `once` check read): a later `TensorArg(values=..., once=True)` check of
+    it is O(1) until it is changed in place. Returns the tensor."""
+    tensor._parl_values_in = (lo, hi, None if tensor.is_inference() else tensor._version)
+    return tensor
+
+
+def _values_known(tensor: Any, lo: int, hi: Optional[int]) -> bool:
+    known = getattr(tensor, "_parl_values_in", None)
+    if known is None:
+        return False
+    version = None if tensor.is_inference() else tensor._version  # (an inference tensor keeps no count)
+    return known[2] == version and known[0] >= lo and (hi is None or (known[1] is not None and known[1] <= hi))
 
 
 def _arg(field: str) -> str:
@@ -266,6 +337,11 @@ class Is(Arg):
     def check(self, field: str, value: Any, obj: Any, call: dict) -> None:
         if not (value is None and self.optional) and not isinstance(value, self.types):
             self.fail(field, self.need, value)
+        torch = sys.modules.get("torch")
+        if torch is not None and isinstance(value, torch.Tensor):
+            why = layout_fault(value, obj)
+            if why is not None:
+                raise ArgumentError(f"{field}: must be {why}, got {_got(value)}")
 
 
 class MappingArg(Arg):
@@ -289,6 +365,157 @@ class MappingArg(Arg):
         for key, (accepts, need) in self.required.items():
             if not accepts(value[key]):
                 raise ArgumentError(f"{field}[{key!r}]: must be {need}, got {_got(value[key])}")
+
+
+class ItemsArg(Arg):
+    """A sequence (list, tuple, range, or a 1-D integer tensor / array read on the host) of `kind` items
+    (int: not bool, not float; str): `length` (an int, an attribute of the object, a function of it;
+    None: any, at least `min_len`), each int in `lo`..`hi - 1` (`hi` as IndexArg's), or each str in
+    `among` (a function of the object giving the allowed names), and with `unique` no item twice. O(len)
+    Python: for calls whose own work is per item already (an external world's send, a world's step)."""
+
+    def __init__(self, kind: type = int, length: Any = None, lo: int = 0, hi: Any = None, unique: bool = False,
+                 min_len: int = 0, among: Any = None, optional: bool = False, text: str = "") -> None:
+        self.kind, self.length, self.lo, self.hi, self.unique = kind, length, lo, hi, unique
+        self.min_len, self.among, self.optional, self.text = min_len, among, optional, text
+
+    def need(self, obj: Any) -> str:
+        n = None if self.length is None else _size(obj, self.length)
+        hi = None if self.hi is None else _size(obj, self.hi)
+        what = {int: "ints", str: "strings", dict: "dicts"}.get(self.kind, self.kind.__name__)
+        text = f"a list of {n} {what}" if n is not None else f"a list of {what}" + (
+            f" (at least {self.min_len})" if self.min_len else "")
+        if self.kind is int:
+            text += f", each in {self.lo}..{hi - 1}" if hi is not None else f", each >= {self.lo}"
+        if self.unique:
+            text += ", none twice"
+        return text + (f" ({self.text})" if self.text else "")
+
+    def check(self, field: str, value: Any, obj: Any, call: dict) -> None:
+        if value is None and self.optional:
+            return
+        torch = sys.modules.get("torch")
+        items = value
+        if torch is not None and isinstance(value, torch.Tensor):
+            if layout_fault(value, obj) is not None or value.dim() != 1 or value.dtype.is_floating_point \
+                    or value.dtype.is_complex or value.dtype == torch.bool:
+                self.fail(field, self.need(obj), value)
+            items = value.tolist()
+        elif type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 1 and value.dtype.kind in "iu":
+            items = value.tolist()
+        if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, (list, tuple, range)):
+            self.fail(field, self.need(obj), value)
+        n = None if self.length is None else _size(obj, self.length)
+        if (n is not None and len(items) != n) or len(items) < self.min_len:
+            self.fail(field, self.need(obj) + f" (it has {len(items)})", value)
+        hi = None if self.hi is None else _size(obj, self.hi)
+        allowed = None if self.among is None else self.among(obj)
+        for i, item in enumerate(items):
+            if self.kind is int:
+                numpy_int = type(item).__module__ == "numpy" and hasattr(item, "dtype") and item.dtype.kind in "iu"
+                ok = (isinstance(item, int) or numpy_int) and not isinstance(item, bool) and item >= self.lo and (
+                    hi is None or item < hi)
+            else:
+                ok = isinstance(item, self.kind) and (allowed is None or item in allowed)
+            if not ok:
+                raise ArgumentError(f"{field}[{i}]: must be "
+                                    + (f"an int in {self.lo}..{hi - 1}" if self.kind is int and hi is not None
+                                       else f"an int >= {self.lo}" if self.kind is int
+                                       else f"a {self.kind.__name__}" if allowed is None
+                                       else f"one of {_shown(allowed)}")
+                                    + f" ({self.need(obj)}), got {_got(item)}")
+        if self.unique and len(set(items)) != len(items):
+            seen: set = set()
+            twice = next(x for x in items if x in seen or seen.add(x))
+            self.fail(field, self.need(obj) + f" ({twice!r} is there twice)", value)
+
+
+def _shown(names: Any) -> str:
+    names = list(names)
+    return ", ".join(map(repr, names[:4])) + (f", ... ({len(names)} in all)" if len(names) > 4 else "")
+
+
+class PathArg(Arg):
+    """A filesystem path (str or PathLike): `must` "dir" (an existing folder), "file" (an existing file)
+    or "new_file" (a file to write: its folder exists and the path is not a folder)."""
+
+    def __init__(self, must: str, optional: bool = False, text: str = "") -> None:
+        self.must, self.optional, self.text = must, optional, text
+
+    def check(self, field: str, value: Any, obj: Any, call: dict) -> None:
+        import os
+
+        if value is None and self.optional:
+            return
+        what = {"dir": "an existing folder", "file": "an existing file",
+                "new_file": "a file path in an existing folder"}[self.must] + (f" ({self.text})" if self.text else "")
+        if not isinstance(value, (str, os.PathLike)) or (isinstance(value, str) and not value):
+            self.fail(field, f"{what}: a str or PathLike", value)
+        path = os.fspath(value)
+        if self.must == "dir" and not os.path.isdir(path):
+            raise ArgumentError(f"{field}: must be {what}; {path!r} "
+                                f"{'is a file' if os.path.exists(path) else 'does not exist'}")
+        if self.must == "file" and not os.path.isfile(path):
+            raise ArgumentError(f"{field}: must be {what}; {path!r} "
+                                f"{'is a folder' if os.path.isdir(path) else 'does not exist'}")
+        if self.must == "new_file":
+            folder = os.path.dirname(os.path.abspath(path))
+            if os.path.isdir(path) or not os.path.isdir(folder):
+                raise ArgumentError(f"{field}: must be {what}; "
+                                    + (f"{path!r} is a folder" if os.path.isdir(path) else f"its folder {folder!r} "
+                                       "does not exist (create it first)"))
+
+
+class Serialisable(Arg):
+    """A payload that must survive `how`: "json" (one json.dumps line: plain numbers, strings, bools,
+    None, lists and dicts with str keys) or "pickle" (sent to another process). `each`: the value is a
+    list whose items are checked one by one (named `field[i]`). Reads the whole payload (json.dumps /
+    pickle.dumps): for calls that serialise it anyway."""
+
+    def __init__(self, how: str, each: bool = False, optional: bool = True, text: str = "") -> None:
+        self.how, self.each, self.optional, self.text = how, each, optional, text
+
+    def check(self, field: str, value: Any, obj: Any, call: dict) -> None:
+        items = list(enumerate(value)) if self.each and isinstance(value, (list, tuple)) else [(None, value)]
+        for i, item in items:
+            where = field if i is None else f"{field}[{i}]"
+            problem = _unserialisable(item, self.how)
+            if problem is not None:
+                need = ("JSON-serialisable (numbers, strings, bools, None, lists, dicts with string keys; "
+                        "e.g. tensor.tolist() for a tensor)" if self.how == "json"
+                        else "picklable to reach another process (module-level functions and classes, plain "
+                        "data; not a lambda, a local function or an open resource)")
+                raise ArgumentError(f"{where}: must be {need}{f' ({self.text})' if self.text else ''}; {problem}")
+
+
+def _unserialisable(value: Any, how: str) -> Optional[str]:
+    """What in `value` cannot be serialised `how`, or None."""
+    if how == "json":
+        import json
+
+        try:
+            json.dumps(value, allow_nan=True)
+        except (TypeError, ValueError, OverflowError, RecursionError) as err:
+            return " ".join(str(err).split())[:160]
+        return None
+    import pickle
+
+    try:
+        pickle.dumps(value)
+    except Exception as err:  # noqa: BLE001 - pickling a user's object can raise anything
+        return f"{type(err).__name__}: {' '.join(str(err).split())[:160]}"
+    return None
+
+
+class AllOf(Arg):
+    """Every one of `specs`, in order (a kind, then what the value holds)."""
+
+    def __init__(self, *specs: Arg) -> None:
+        self.specs, self.optional = specs, all(s.optional for s in specs)
+
+    def check(self, field: str, value: Any, obj: Any, call: dict) -> None:
+        for spec in self.specs:
+            spec.check(field, value, obj, call)
 
 
 class OneOf(Arg):
@@ -389,10 +616,15 @@ class _Plan:
         params = list(inspect.signature(function).parameters.values())
         self.checks: list[tuple[int, str, Arg]] = []
         self.unchecked: list[str] = []
+        self.var_keyword: Optional[tuple[str, Arg]] = None  # a spec for **kwargs: each extra keyword's value
+        self.named = frozenset(p.name for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD))
         unknown = set(specs) - {p.name for p in params}
         if unknown:
             raise TypeError(f"checked({function.__qualname__}): no parameter {sorted(unknown)}")
         for i, p in enumerate(params):
+            if p.kind == p.VAR_KEYWORD and isinstance(specs.get(p.name), Arg):
+                self.var_keyword = (p.name, specs[p.name])
+                continue
             if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) or (i == 0 and p.name in ("self", "cls")):
                 continue
             spec = specs.get(p.name)
@@ -410,6 +642,8 @@ class _Plan:
             position = i if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) else -1
             self.checks.append((position, p.name, spec))
         self.specs = {name: spec for _, name, spec in self.checks}
+        if self.var_keyword is not None:
+            self.specs[self.var_keyword[0]] = self.var_keyword[1]
 
 
 def _wrap(function: Any, method: str, specs: dict[str, Arg], owner: Optional[str], bound: bool) -> Any:
@@ -443,6 +677,8 @@ def _wrap(function: Any, method: str, specs: dict[str, Arg], owner: Optional[str
                 if isinstance(err, ArgumentError):
                     raise
                 raise ArgumentError(str(err).replace(", or null", ", or None")) from None
+        if p.var_keyword is not None:
+            _check_var_keyword(p, name, method, kwargs, obj, call)
         return rule if rule is not None and rule.changes else None
 
     if inspect.iscoroutinefunction(function):  # still a coroutine function: checked when awaited
@@ -484,6 +720,10 @@ def _wrap(function: Any, method: str, specs: dict[str, Arg], owner: Optional[str
                         if isinstance(err, ArgumentError):
                             raise
                         raise ArgumentError(str(err).replace(", or null", ", or None")) from None
+                if p.var_keyword is not None:
+                    _check_var_keyword(p, name, method, kwargs, obj, call)
+            elif p.var_keyword is not None:
+                _check_var_keyword(p, owner or (type(obj).__name__ if bound else ""), method, kwargs, obj, {})
             result = function(*args, **kwargs)
             if rule is not None and rule.changes:
                 rule.apply(obj)
@@ -494,6 +734,14 @@ def _wrap(function: Any, method: str, specs: dict[str, Arg], owner: Optional[str
 
 
 _NO_RULES: dict = {}
+
+
+def _check_var_keyword(plan: "_Plan", name: str, method: str, kwargs: dict, obj: Any, call: dict) -> None:
+    """The `**kwargs` spec on each keyword argument that is not a named parameter (`f(key)`)."""
+    spec = plan.var_keyword[1]
+    for key, value in kwargs.items():
+        if key not in plan.named:
+            spec.check(f"{name}.{method}({key})" if name else f"{method}({key})", value, obj, call)
 
 
 def checked(function: Any = None, *, owner: str = "", **specs: Arg) -> Any:
@@ -523,7 +771,7 @@ def checked_methods(cls: Any = None, *, skip: tuple[str, ...] = (), lifecycle: O
             members[name] = staticmethod(function)
             specs.setdefault(name, base_specs)
     for name, member in members.items():
-        if name.startswith("_") or name in skip:
+        if (name.startswith("_") and not (name == "__call__" and name in specs)) or name in skip:
             continue
         if isinstance(member, staticmethod):
             setattr(cls, name, staticmethod(_wrap(member.__func__, name, specs.get(name, {}), cls.__name__, False)))

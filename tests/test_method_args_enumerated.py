@@ -32,7 +32,8 @@ from parlightning.envs.normalize import NormalizeEnv
 from parlightning.envs.swarm import SwarmEnv
 from parlightning.errors import ArgumentError, ConfigError, LifecycleError
 from parlightning.inference import Policy, load_policy
-from parlightning.method_args import Annotated, IndexArg, Is, MappingArg, OneOf, Passed, TensorArg, specs_of
+from parlightning.method_args import (AllOf, Annotated, IndexArg, Is, ItemsArg, MappingArg, OneOf, Passed, PathArg,
+                                      Serialisable, TensorArg, specs_of)
 from parlightning.parl.metrics import CriticalSteps, stage_critical_steps
 from parlightning.parl.reward import ConstantSchedule, CosineSchedule, LinearSchedule, PARLReward
 from parlightning.ppo.data import DATA_HOOKS, RolloutDataModule
@@ -208,6 +209,20 @@ def bad_values(spec, obj):
             return (["abc", *([v] for v in values)] if sequence else values) + none
         return {"mapping": [[1, 2], "x"], "callable": [3, "x"], "iterable": [3, "abc"], "generator": ["g", 3],
                 "device": ["tpu", 3.5], "tensor_or_callable": ["x", 3]}[spec.kind] + none
+    if isinstance(spec, ItemsArg):  # another kind; an item of another kind or out of range; one twice
+        values = [3, "abc", [object()], *none]
+        if spec.kind is int:
+            values += [[-1], [True], [2**70], [1.5]]
+        if spec.unique:
+            values.append([0, 0] if spec.kind is int else ["a", "a"])
+        return values
+    if isinstance(spec, PathArg):  # not a path; a path that is not there
+        return [3, "", "/no/such/folder/x", *none]
+    if isinstance(spec, Serialisable):  # something json / pickle cannot write
+        bad = object() if spec.how == "json" else (lambda: None)
+        return [[bad]] if spec.each else [bad]
+    if isinstance(spec, AllOf):
+        return [v for part in spec.specs for v in bad_values(part, obj)]
     assert isinstance(spec, Passed), spec
     return []
 
@@ -308,7 +323,8 @@ def test_shared_dims_devices_and_shapes_agree_within_a_call() -> None:
     x = torch.zeros(8)
     with pytest.raises(ArgumentError, match=r"ppo_loss\(returns\): must have the shape of new_logprob \(\[8\]"):
         ppo_loss(x, x, x, x, x, x, torch.zeros(7))
-    with pytest.raises(ArgumentError, match=r"ppo_loss\(entropy\): must be on the device of new_logprob"):
+    with pytest.raises(ArgumentError, match=r"ppo_loss\(entropy\): must be (on the device of new_logprob|a tensor "
+                                            r"holding data)"):  # (a meta tensor: refused for its missing data first)
         ppo_loss(x, torch.zeros(8, device="meta"), x, x, x, x, x)
     with pytest.raises(ArgumentError, match=r"compute_gae\(values\): .*with T = 4 as in rewards"):
         compute_gae(torch.zeros(4, 2), torch.zeros(5, 2), *[torch.zeros(4, 2, dtype=torch.bool)] * 2,

@@ -21,7 +21,7 @@ from torch import Tensor
 
 from parlightning.config_types import Seed
 from parlightning.envs.base import BatchedEnv, action_mask_of, solved_threshold_of
-from parlightning.method_args import IndexArg, Is, checked
+from parlightning.method_args import AllOf, IndexArg, Is, ItemsArg, PathArg, Serialisable, checked
 
 WORLD = Is(BatchedEnv, "a world (a BatchedEnv: reset and step)")
 
@@ -108,7 +108,10 @@ def trace_episodes(env: Any, act: Callable[[Tensor, Optional[Tensor]], Tensor], 
     return [r for r in records if r is not None]
 
 
-@checked(records=Is((list, tuple), "a list of trace records (dicts), as trace_episodes returns"))
+@checked(records=AllOf(Is((list, tuple), "a list of trace records (dicts), as trace_episodes returns"),
+                      ItemsArg(dict, text="trace records, as trace_episodes returns"),
+                      Serialisable("json", each=True, text="one JSON line per record")),
+         path=PathArg("new_file"), common=Serialisable("json", text="written into every line"))
 def write_trace(records: Sequence[dict[str, Any]], path: str, **common: Any) -> None:
     """One JSON object per line: `common` (policy, split, seed) then the episode's record."""
     with open(path, "w") as f:

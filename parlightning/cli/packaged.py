@@ -13,6 +13,8 @@ import os
 from pathlib import Path
 from typing import Optional, Sequence
 
+from parlightning.method_args import checked
+
 PACKAGE_DIR = Path(__file__).resolve().parents[__name__.count(".") - 1]  # parlightning/, wherever this module sits
 CONFIG_DIR = PACKAGE_DIR / "configs"
 
@@ -30,6 +32,7 @@ def packaged_configs() -> list[str]:
     return sorted(p.relative_to(CONFIG_DIR).with_suffix("").as_posix() for p in CONFIG_DIR.rglob("*.yaml"))
 
 
+@checked
 def config_path(name: str) -> Optional[str]:
     """The packaged file a `--config` value names, or None (then the value is used as given)."""
     if not name or os.path.exists(name) or not CONFIG_DIR.is_dir():

@@ -32,7 +32,7 @@ from parlightning.collection.trajectories import TrajectoryTransport
 from parlightning.collection.transports import InlineTransport, ProcessTransport, ThreadTransport
 from parlightning.envs.base import solved_threshold_of
 from parlightning.errors import ConfigError
-from parlightning.method_args import check_real_tensors
+from parlightning.method_args import check_real_tensors, vouch_values
 from parlightning.rollout import Rollout
 from parlightning.distribution.samplers import as_batched
 
@@ -122,7 +122,7 @@ class Collector:
             if issue:
                 self.planner.issued(round_index)
         if shard is None and self.task_ids is not None:
-            shard = torch.arange(len(self.task_ids), device=self.device)
+            shard = vouch_values(torch.arange(len(self.task_ids), device=self.device), 0, len(self.task_ids))
         return RoundContext(round_index, shard, plan, unit, getattr(self.reward, "position", None),
                             self._version)
 

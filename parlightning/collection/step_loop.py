@@ -32,11 +32,13 @@ from parlightning.collection.context import RoundContext, RoundResult, StepHook
 from parlightning.envs.base import EpisodeParts, action_mask_of, check_action_mask, task_ids_of
 from parlightning.envs import contract
 from parlightning.errors import ConfigError, NonFiniteError, ReportedError, error_text, named_by_package
+from parlightning.method_args import OneOf, checked
 from parlightning.policies.recurrent import RecurrentRollout
 
 STREAMS = ("env", "action", "task", "minibatch")  # the consumers of randomness, one stream each
 
 
+@checked(stream=OneOf(*STREAMS))
 def stream_seed(seed: int, stream: str) -> int:
     """A 31-bit seed for one consumer (`STREAMS`) of a rank whose base seed is `seed` (= data.seed +
     rank): numpy's SeedSequence over (seed, consumer), so no two consumers share a stream (the env's

@@ -21,6 +21,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 from torch import Tensor
 
+from parlightning.method_args import vouch_values
 from parlightning.runtime.checkpoint import gather_ranks
 from parlightning.errors import ConfigError, check_call_shape
 from parlightning.distribution.strategies import DataParallel, ParallelStrategy, TensorParallel, WorkUnit, checked_plan
@@ -165,7 +166,8 @@ class RoundPlanner:
                 raise ConfigError(f"{FIELD}: {err}") from None
             self._check_same_plan(plan, round_index)
             unit = plan[self.rank]
-            shard = torch.tensor([self._index[k] for k in unit.keys], dtype=torch.long, device=self._device)
+            shard = vouch_values(torch.tensor([self._index[k] for k in unit.keys], dtype=torch.long, device=self._device),
+                                 0, len(self._index))  # bank indices of the checked plan's keys: in range by construction
             self._planned[round_index] = (plan, unit, shard)
         return self._planned[round_index]
 

@@ -25,18 +25,29 @@ from parlightning.config_types import (
     restricted_number_type,
 )
 from parlightning.distribution.counters import AgreedCounters
-from parlightning.errors import ConfigError, ReportedError, check_call_shape
+from parlightning.errors import ArgumentError, ConfigError, ReportedError, check_call_shape
 from parlightning.method_args import IndexArg, Lifecycle, State, TensorArg, check_state, checked_methods
 
 # the samplers' method arguments (`checked_methods`): metadata only on the per-step pick_batch / record_batch
 SAMPLER_SPECS = {
     "pick": {"round_index": IndexArg()},
-    "pick_batch": {"shard": TensorArg("int", ("K",), device="same", text="the round's bank indices"),
+    "pick_batch": {"shard": TensorArg("int", ("K",), device="same", values=(0, lambda s: _bank_size(s)), once=True,
+                                      text="the round's bank indices: read once per shard tensor, not per step"),
                    "round_index": IndexArg(),
                    "reset_mask": TensorArg("bool", ("N",), device="same", text="one flag per actor")},
     "record_batch": {"task_index": TensorArg("int", ("E",), device="same"), "score": TensorArg("number", ("E",), device="same"),
                      "mask": TensorArg("bool", ("E",), device="same", optional=True)},
 }
+
+def _bank_size(sampler: Any) -> Optional[int]:
+    """The bound bank's size (the tensor path's statistics' length), or None before bind."""
+    for name in ("picks", "attempts", "p_informative", "in_buffer"):
+        t = getattr(sampler, name, None)
+        if isinstance(t, Tensor):
+            return int(t.shape[0])
+    index = getattr(sampler, "_index", None)
+    return len(index) if index else None
+
 
 # The tensor path needs the bank: `pick_batch` (and a reward-aware sampler's `record_batch`) before `bind` is one
 # LifecycleError (a RuntimeError, as before); `bind` again lays the statistics out over the new bank.
@@ -799,11 +810,13 @@ def as_batched(sampler: Any, queue_length: int) -> BatchedTaskSampler:
     """The sampler itself when it has the tensor path, else a queue-based adapter that asks `pick`
     for `queue_length` tasks (a positive int) at each new round."""
     queue_length = check_value("as_batched: queue_length", PositiveInt, queue_length)
-    if all(callable(getattr(sampler, m, None)) for m in ("bind", "pick_batch", "record_batch")):
+    if not isinstance(sampler, type) and all(callable(getattr(sampler, m, None)) for m in ("bind", "pick_batch",
+                                                                                          "record_batch")):
         return sampler
-    if not isinstance(sampler, TaskSampler):
-        raise TypeError(
-            f"sampler: {type(sampler).__name__} is not a TaskSampler; it needs "
-            "pick(keys, round_index) -> task_id and record(task_id, score)"
+    if isinstance(sampler, type) or not isinstance(sampler, TaskSampler):  # a class where an instance goes, too
+        raise ArgumentError(
+            f"as_batched(sampler): {'the class ' + sampler.__name__ if isinstance(sampler, type) else type(sampler).__name__} "
+            "is not a TaskSampler instance; it needs pick(keys, round_index) -> task_id and record(task_id, score)"
+            + (f"; pass {sampler.__name__}()" if isinstance(sampler, type) else "")
         )
     return _BatchedAdapter(sampler, queue_length)

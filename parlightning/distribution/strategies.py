@@ -20,15 +20,15 @@ import math
 import numbers
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Protocol, Sequence, Union, runtime_checkable
+from typing import Any, Callable, Iterable, Optional, Protocol, Sequence, Union, runtime_checkable
 
 import torch
 from torch import Tensor
 
 from parlightning.config_types import NonNegativeFinite, PositiveInt, check_args, check_fields
 from parlightning.distribution.counters import AgreedCounters
-from parlightning.errors import ConfigError, LifecycleValueError
-from parlightning.method_args import IndexArg, Is, Lifecycle, State, TensorArg, checked_methods, require
+from parlightning.errors import ArgumentError, ConfigError, LifecycleValueError
+from parlightning.method_args import IndexArg, Is, ItemsArg, Lifecycle, State, TensorArg, checked, checked_methods, require
 
 PLAN_SPECS = {"n_workers": IndexArg(lo=1, text="the number of workers"), "round_index": IndexArg()}
 SECTION = IndexArg("n_sections", text="a section of the key table")
@@ -66,7 +66,7 @@ class WorkUnit:
 
     def __post_init__(self) -> None:
         if isinstance(self.keys, str):
-            raise TypeError(
+            raise ArgumentError(
                 f"WorkUnit.keys: got the string {self.keys!r}; pass a sequence of task ids, e.g. ({self.keys!r},)"
             )
         worker = self.worker
@@ -107,18 +107,21 @@ def checked_plan(strategy: Any, n_workers: int, round_index: int, keys: Sequence
     Units may overlap only when there are fewer tasks than workers (every rank must roll out
     something, so spare ranks repeat a task); otherwise the built-ins are disjoint.
     """
-    if not isinstance(strategy, ParallelStrategy):
-        raise TypeError(
-            f"parallel: {type(strategy).__name__} is not a ParallelStrategy; it needs a `name` attribute and "
+    if isinstance(strategy, type) or not isinstance(strategy, ParallelStrategy):  # a class where an instance goes too
+        raise ArgumentError(
+            f"parallel (strategy): {'the class ' + strategy.__name__ if isinstance(strategy, type) else type(strategy).__name__} "
+            f"is not a ParallelStrategy instance; it needs a `name` attribute and "
             "plan(n_workers, round_index, keys) -> list[WorkUnit]"
         )
     if isinstance(n_workers, bool) or not isinstance(n_workers, int) or n_workers < 1:
-        raise ValueError(f"n_workers: must be a positive int (the world size), got {n_workers!r}")
+        raise ArgumentError(f"n_workers: must be a positive int (the world size), got {n_workers!r}")
+    if isinstance(keys, (str, bytes)) or not isinstance(keys, Iterable):
+        raise ArgumentError(f"keys: must be a list of task ids (strings), got {keys!r:.60}")
     keys = tuple(keys)
     if not keys:
-        raise ValueError("keys: the round has no task ids; give plan() the task bank's ids")
+        raise ArgumentError("keys: the round has no task ids; give plan() the task bank's ids")
     if len(set(keys)) != len(keys):
-        raise ValueError("keys: task ids must be unique; deduplicate the task bank")
+        raise ArgumentError("keys: task ids must be unique; deduplicate the task bank")
     validate = getattr(strategy, "validate", None)
     if callable(validate):
         validate(n_workers)
@@ -153,17 +156,18 @@ def checked_plan(strategy: Any, n_workers: int, round_index: int, keys: Sequence
 def unit_for(strategy: Any, n_workers: int, round_index: int, keys: Sequence[str], worker: int) -> WorkUnit:
     """This worker's (rank's) unit of a checked plan; every rank computes the same plan."""
     units = checked_plan(strategy, n_workers, round_index, keys)
-    if not 0 <= worker < n_workers:
-        raise ValueError(f"worker: {worker} is not a rank of a world of size {n_workers}")
+    if isinstance(worker, bool) or not isinstance(worker, int) or not 0 <= worker < n_workers:
+        raise ArgumentError(f"worker: {worker!r} is not a rank of a world of size {n_workers}")
     return units[worker]
 
 
+@checked(task_id=str)
 def family_of(task_id: str) -> str:
     """The `family` of a `family-index` task id; the default cluster (usable from YAML by import path)."""
     family, sep, index = task_id.rpartition("-")
     if not sep or not family or not index:
-        raise ValueError(
-            f"task id {task_id!r} is not of the form 'family-index'; pass cluster_of=/route= a function "
+        raise ArgumentError(
+            f"family_of(task_id): task id {task_id!r} is not of the form 'family-index'; pass cluster_of=/route= a function "
             "mapping your task ids to clusters/keys"
         )
     return family
@@ -460,6 +464,7 @@ class ClusterParallel(_AgreedStatistics):
 # -- TP --------------------------------------------------------------------------------------
 
 
+@checked(keys=ItemsArg(str, unique=True, min_len=1, text="the declared artifact keys"), n_sections=IndexArg(lo=1))
 def assign_key_sections(keys: Sequence[str], n_sections: int) -> list[tuple[str, ...]]:
     """Balanced contiguous partition of a declared key space: sizes differ by at most 1, every
     section owns at least one key, deterministic (declared order). Unlike a hash bucket."""
@@ -467,8 +472,8 @@ def assign_key_sections(keys: Sequence[str], n_sections: int) -> list[tuple[str,
     if isinstance(n_sections, bool) or not isinstance(n_sections, int) or n_sections < 1:
         raise ValueError(f"n_sections: must be a positive int, got {n_sections!r}")
     if n_sections > len(keys):
-        raise ValueError(
-            f"n_sections: {n_sections} sections over {len(keys)} keys would leave a section owning nothing "
+        raise ArgumentError(
+            f"assign_key_sections(n_sections): {n_sections} sections over {len(keys)} keys would leave a section owning nothing "
             f"(a worker that can never commit); use n_sections <= {len(keys)} or declare more keys"
         )
     base, extra = divmod(len(keys), n_sections)
@@ -529,7 +534,7 @@ class TensorParallel(_AgreedStatistics):
             raise ValueError(f"keys: got the string {keys!r}; pass a sequence of artifact keys")
         keys = tuple(keys)
         if len(set(keys)) != len(keys):
-            raise ValueError("keys: the artifact key space must be a sequence of unique keys")
+            raise ConfigError("keys: the artifact key space must be a sequence of unique keys")
         if self.keys is not None and self.keys != keys:  # twice with another key space: the table has its rows
             raise LifecycleValueError("TensorParallel.declare_keys: called twice with another key space (it already "
                                       "declares a different key space); build a new strategy")

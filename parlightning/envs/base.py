@@ -18,7 +18,8 @@ from typing import Any, Callable, Literal, NamedTuple, Optional, Sequence
 import torch
 from torch import Tensor
 
-from parlightning.method_args import Arg, Lifecycle, State, check_real_device
+from parlightning.errors import ConfigError
+from parlightning.method_args import Arg, Lifecycle, State, check_real_device, layout_fault
 
 
 @dataclass(frozen=True)
@@ -34,12 +35,12 @@ class ActionSpec:
 
     def __post_init__(self) -> None:
         if self.kind not in ("discrete", "multi_discrete", "continuous"):
-            raise ValueError(f"ActionSpec.kind: {self.kind!r} is not a kind of action; use 'discrete' (nvec=(n,)), "
+            raise ConfigError(f"ActionSpec.kind: {self.kind!r} is not a kind of action; use 'discrete' (nvec=(n,)), "
                              "'multi_discrete' (nvec=(n1, n2, ...)) or 'continuous' (shape=(d,))")
         for field, example in (("nvec", "nvec=(3,)"), ("shape", "shape=(2,)")):
             value = getattr(self, field)
             if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
-                raise ValueError(f"ActionSpec.{field}: {value!r} ({type(value).__name__}) is not a tuple of ints; "
+                raise ConfigError(f"ActionSpec.{field}: {value!r} ({type(value).__name__}) is not a tuple of ints; "
                                  f"give a tuple, e.g. {example} (one entry per action dimension)")
             if not isinstance(value, tuple):
                 object.__setattr__(self, field, tuple(value))
@@ -48,14 +49,12 @@ class ActionSpec:
             bad = [v for v in getattr(self, field) if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 0]
             huge = [v for v in getattr(self, field) if v not in bad and v >= 2**63]
             if huge:  # torch holds sizes and category counts as int64: beyond it nothing can be built
-                from parlightning.errors import ConfigError
-
                 raise ConfigError(f"ActionSpec.{field}: {huge[0]} does not fit a 64-bit integer (at most {2**63 - 1:,}); "
                                   f"each entry is the {'categories' if field == 'nvec' else 'size'} of one action "
                                   f"dimension, e.g. {example}")
             if bad:
                 what = "categories" if field == "nvec" else "numbers"
-                raise ValueError(f"ActionSpec.{field}: {getattr(self, field)!r} has {bad[0]!r}; each entry is an int >= 1 "
+                raise ConfigError(f"ActionSpec.{field}: {getattr(self, field)!r} has {bad[0]!r}; each entry is an int >= 1 "
                                  f"(the {what} of one action dimension), e.g. {example}")
         self._check_kind()
 
@@ -254,6 +253,10 @@ class ActionArg(Arg):
     def check(self, field: str, value: Any, obj: Any, call: dict) -> None:
         spec = obj.action_spec
         want = (obj.num_envs, *spec.action_shape)
+        if isinstance(value, Tensor) and value.device.type != "meta":  # sparse / nested: metadata only, O(1)
+            why = layout_fault(value, obj)
+            if why is not None:
+                self.fail(field, why, value)
         ok = isinstance(value, Tensor) and value.device.type != "meta" and (tuple(value.shape) == want or (
             self.flat and not spec.is_discrete and value.dim() == 2 and value.shape[0] == obj.num_envs
             and value.shape[1] == math.prod(spec.shape)))

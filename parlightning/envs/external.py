@@ -46,7 +46,7 @@ from __future__ import annotations
 import math
 import numbers
 import sys
-from typing import Any, Callable, Iterable, Mapping, NamedTuple, Optional, Protocol, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Optional, Protocol, Sequence
 
 import numpy as np
 import torch
@@ -57,7 +57,7 @@ from parlightning.config_types import (
 )
 from parlightning.envs.base import (ActionArg, ActionSpec, BatchedEnv, EpisodeParts, StepResult, checked_device,
                                     checked_task_index, world_lifecycle, world_specs)
-from parlightning.method_args import TensorArg, check_state, checked_methods
+from parlightning.method_args import ItemsArg, TensorArg, check_state, checked_methods
 from parlightning.envs.world_processes import WorkerLost, WorkerProcesses
 from parlightning.envs.world_runner import (WorldCallFailed, WorldRunner, _check_plain_types, build_shared, close_all,
                                             warn_close_errors,
@@ -186,7 +186,8 @@ START_METHODS = ("fork", "spawn", "forkserver")
 
 
 @checked_methods(**world_specs(ActionArg(same_device=False),
-                                send={"actors": Iterable[int], "action": TensorArg()}),
+                                send={"actors": ItemsArg(int, hi="num_envs", unique=True, min_len=1,
+                                                         text="actor indices, one call each"), "action": TensorArg()}),
                  lifecycle=world_lifecycle(exact=False, closes=True, requires={"send": "reset", "receive": "reset"}))
 class ExternalBatchedEnv(BatchedEnv):
     """N external worlds as one `BatchedEnv` with auto-reset; see the module docstring.

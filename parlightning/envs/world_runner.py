@@ -21,6 +21,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 from parlightning.config_types import check_args
 from parlightning.envs.contract import shape_problem, task_ids_problem
 from parlightning.errors import ConfigError, WorldCloseWarning, check_call_shape, error_text
+from parlightning.method_args import checked
 from parlightning.runtime.waits import expected_wait
 
 TIMEOUT_HINT = "(raise data.env.init_args.step_timeout if it is just slow)"
@@ -103,6 +104,7 @@ def warn_close_errors(runner: Any) -> None:
                   "and let it not raise when its resource is already gone)", WorldCloseWarning, stacklevel=3)
 
 
+@checked
 def build_shared(specs: Optional[Mapping[str, Any]]) -> dict[str, Any]:
     """Instantiate each `{class_path, init_args}` spec once (e.g. one subagent pool for all worlds)."""
     built: dict[str, Any] = {}

@@ -16,10 +16,11 @@ import torch
 from torch import Tensor
 
 from parlightning.config_types import NonNegativeFinite, PositiveFinite, PositiveInt, check_args
+from parlightning.errors import ArgumentError
 from parlightning.method_args import IndexArg, TensorArg, checked_methods
 
 _POSITION = {"position": IndexArg(text="a non-negative count in the annealing unit")}
-_COUNT = TensorArg("number", device="same")
+_COUNT = TensorArg("number", shape="broadcast", device="same", meta=True)  # any device (meta: shapes only)
 
 __all__ = ["Schedule", "LinearSchedule", "CosineSchedule", "ConstantSchedule", "PARLReward"]
 
@@ -136,7 +137,8 @@ def _float_dtype(*tensors: Tensor) -> torch.dtype:
 
 
 @checked_methods(advance_to=_POSITION, terms={n: _COUNT for n in ("n_subagents", "assigned", "completed", "outcome")},
-                 bonus={n: _COUNT for n in ("n_subagents", "assigned", "completed")})
+                 bonus={n: _COUNT for n in ("n_subagents", "assigned", "completed")},
+                 __call__={n: _COUNT for n in ("n_subagents", "assigned", "completed", "outcome")})
 class PARLReward:
     """Per finished episode r = λ1·r_parallel + λ2·r_finish + r_perf, batched, tensor in / tensor out.
 
@@ -185,9 +187,9 @@ class PARLReward:
     def _validate(n_subagents: Tensor, assigned: Tensor, completed: Tensor) -> None:
         for name, t in (("n_subagents", n_subagents), ("assigned", assigned), ("completed", completed)):
             if not isinstance(t, Tensor):
-                raise ValueError(f"PARLReward: {name} must be a tensor (got {type(t).__name__}); wrap it in torch.as_tensor")
+                raise ArgumentError(f"PARLReward: {name} must be a tensor (got {type(t).__name__}); wrap it in torch.as_tensor")
             if bool((t < 0).any()):  # host sync: only on the validate=True path
-                raise ValueError(
+                raise ArgumentError(
                     f"PARLReward: {name} has negative entries; counts of subagents and subtasks must be >= 0"
                 )
 

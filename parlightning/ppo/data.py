@@ -358,6 +358,11 @@ class RolloutDataModule(pl.LightningDataModule):
             check_sampler_calls("data.sampler", sampler)
         if artifact_key is not None:
             check_artifact_key(artifact_key)
+        if env is not None and (not callable(env) or isinstance(env, BatchedEnv)):  # an instance where a factory goes
+            raise ConfigError(f"data.env: must be a world factory called as env(num_envs, device, seed) (a world class "
+                              f"such as SwarmEnv, or a function returning one), got {type(env).__name__} "
+                              f"{'instance' if isinstance(env, BatchedEnv) else repr(env)[:40]}; pass the class "
+                              f"(env=SwarmEnv) or functools.partial(SwarmEnv, max_width=...) for its arguments")
         self.env_factory = env or _default_env
         self.num_envs, self.num_steps = num_envs, num_steps
         self.update_epochs, self.num_minibatches = update_epochs, num_minibatches

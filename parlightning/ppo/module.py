@@ -9,6 +9,7 @@ accumulation and DDP all behave as in any Lightning module. The rollout comes fr
 from __future__ import annotations
 
 import contextvars
+import inspect
 from collections.abc import Mapping
 import math
 import os
@@ -22,8 +23,8 @@ from parlightning.buffer import UPDATE_EPOCH_END
 from parlightning.callbacks.planner import find_planner
 from parlightning.config_types import NonNegativeFinite, PositiveFinite, PositiveInt, check_args
 from parlightning.envs.base import ActionSpec, action_mask_of
-from parlightning.errors import ConfigError
-from parlightning.method_args import IndexArg, Is, Lifecycle, State, checked_methods
+from parlightning.errors import ArgumentError, ConfigError
+from parlightning.method_args import IndexArg, Is, Lifecycle, State, checked_methods, require
 from parlightning.ppo.loss import ppo_loss
 from parlightning.policies.actor_critic import ACTIVATIONS, ActorCritic, set_action_prior
 from parlightning.policies.recurrent import CELLS, RecurrentActorCritic
@@ -31,6 +32,7 @@ from parlightning.policies.recurrent import CELLS, RecurrentActorCritic
 # the checkpoint's own hyper-parameters while `load_from_checkpoint` runs with overrides (Lightning merges
 # them into the checkpoint's before the module sees it): a weights mismatch names what the overrides changed
 _SAVED_HPARAMS: contextvars.ContextVar = contextvars.ContextVar("parlightning_saved_hparams", default=None)
+_LOAD_ARGS = ("map_location", "hparams_file", "strict", "weights_only")  # Lightning's own arguments, not overrides
 
 # Lightning's hooks and overrides: Lightning calls them with its own objects (not wrapped)
 MODULE_HOOKS = ("setup", "on_load_checkpoint", "on_fit_start", "configure_optimizers", "on_train_epoch_start",
@@ -107,7 +109,10 @@ def delegation_share(buffer: Any) -> Optional[Tensor]:
 
 @checked_methods(skip=MODULE_HOOKS, annealed_lr={"iteration": IndexArg()}, lifecycle=Lifecycle(
     {"trainer": State("called before the module is attached to a Trainer (it reads trainer.max_epochs); call it "
-                      "during trainer.fit(module, datamodule=...)", holds=lambda module: module._trainer is not None)},
+                      "during trainer.fit(module, datamodule=...)", holds=lambda module: module._trainer is not None),
+     "policy": State("called before the policy is built (setup() builds it from the world's spaces, "
+                     "load_from_checkpoint from the checkpoint's); train it with trainer.fit(module, datamodule=...)",
+                     holds=lambda module: module.policy is not None)},
     requires={"annealed_lr": "trainer"}),
                  build_policy={"action_spec": Is(ActionSpec, "the world's ActionSpec")})
 class PPOModule(pl.LightningModule):
@@ -226,7 +231,19 @@ class PPOModule(pl.LightningModule):
     @classmethod
     def load_from_checkpoint(cls, checkpoint_path: Any, *args: Any, **kwargs: Any) -> Any:
         """Lightning's `load_from_checkpoint`, after the file itself is checked: a missing, truncated,
-        damaged or foreign file is one `ConfigError` naming it (not an OSError or unpickling error)."""
+        damaged or foreign file is one `ConfigError` naming it (not an OSError or unpickling error). The
+        hyper-parameter overrides (`lr=...`) are checked first as the constructor checks them (`check_args`):
+        a bad value or a name the module does not take is one ConfigError naming it."""
+        if not isinstance(checkpoint_path, (str, os.PathLike)) and not hasattr(checkpoint_path, "read"):
+            raise ArgumentError(f"PPOModule.load_from_checkpoint(checkpoint_path): must be a checkpoint path (str or "
+                                f"PathLike) or a file object, got {checkpoint_path!r:.60}")
+        overrides = {k: v for k, v in kwargs.items() if k not in _LOAD_ARGS}
+        takes = set(inspect.signature(cls.__init__).parameters) - {"self", "args", "kwargs"}
+        unknown = sorted(set(overrides) - takes)
+        if unknown:
+            raise ArgumentError(f"PPOModule.load_from_checkpoint({unknown[0]}): not a PPOModule hyper-parameter; the "
+                                f"overrides are PPOModule's arguments ({', '.join(sorted(takes))})")
+        check_args("PPOModule.load_from_checkpoint", cls.__init__, overrides)
         saved = None
         if isinstance(checkpoint_path, (str, os.PathLike)) and "://" not in os.fspath(checkpoint_path):
             from parlightning.runtime.checkpoint import load_checkpoint_file
@@ -346,6 +363,8 @@ class PPOModule(pl.LightningModule):
 
     # ------------------------------------------------------------------ PPO step
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+        if self.policy is None:  # a Lightning hook (not wrapped): its lifecycle requirement, declared above
+            require(self, "training_step", "policy")
         hp = self.hparams
         masked = {"mask": batch["masks"]} if "masks" in batch else {}  # the world's action masks, as stored
         if "state0" in batch:  # recurrent: whole per-actor chunks [B, L, ...], re-run from each chunk's first state

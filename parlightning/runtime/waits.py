@@ -30,6 +30,7 @@ runtime all import it without a cycle.
 from __future__ import annotations
 
 import math
+import numbers
 import os
 import sys
 import threading
@@ -68,9 +69,15 @@ def expected_wait(seconds: float, what: str) -> Iterator[Wait]:
     (a short phrase: "the external worlds' step", "worker process 0 to start"). A non-positive
     or infinite bound is an error: an unbounded wait cannot be told from a hang."""
     global _changes
+    from parlightning.errors import ArgumentError  # (the standard library and errors only: no method_args here)
+
+    if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real) or not (seconds > 0 and math.isfinite(seconds)):
+        raise ArgumentError(f"expected_wait(seconds): must be a positive finite number of seconds, got {seconds!r:.40} "
+                            f"({what!r:.60})")
+    if not isinstance(what, str) or not what:
+        raise ArgumentError(f"expected_wait(what): must be a short phrase naming what is waited for (a str), got "
+                            f"{what!r:.40}")
     seconds = float(seconds)
-    if not (seconds > 0 and math.isfinite(seconds)):
-        raise ValueError(f"expected_wait: seconds must be a positive finite number, got {seconds!r} ({what})")
     wait = Wait(what, seconds, time.monotonic())
     key = id(wait)
     with _lock:

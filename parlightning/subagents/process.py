@@ -35,7 +35,7 @@ from parlightning.config_types import PositiveFinite, PositiveInt, check_args
 from parlightning.errors import ConfigError, check_call_shape
 from parlightning.runtime.processes import Child, receive, send, sendable_error, watch_parent
 from parlightning.runtime.waits import expected_wait
-from parlightning.method_args import checked_methods
+from parlightning.method_args import AllOf, Serialisable, checked_methods
 from parlightning.subagents.pool import POOL_SPECS, PoolBase, PoolClosedError, SubagentResult, normalize, sync_function_problem
 
 
@@ -122,7 +122,8 @@ class _Worker:
         self.child.conn.close()
 
 
-@checked_methods(**POOL_SPECS)
+@checked_methods(**{**POOL_SPECS, "spawn": {"instruction": AllOf(
+    POOL_SPECS["spawn"]["instruction"], Serialisable("pickle", text="it is sent to a worker process"))}})
 class ProcessPool(PoolBase):
     """Subagents as calls of `fn(instruction)` in worker processes; see the module docstring.
 

@@ -24,7 +24,7 @@ from parlightning.config_types import (
 )
 from parlightning.envs.base import ActionSpec
 from parlightning.errors import ConfigError
-from parlightning.method_args import Lifecycle, State, checked_methods
+from parlightning.method_args import ItemsArg, Lifecycle, State, checked_methods
 from parlightning.subagents.pool import SubagentPool, SubagentResult
 
 LateWindow = restricted_number_type("PoolLateWindow", float, [(">=", 1.0), ("<", math.inf)],
@@ -60,7 +60,14 @@ EPISODE = Lifecycle({"reset": State("called before reset(task); call world.reset
                     requires={"step": "reset"}, enters={"reset": "reset"})
 
 
-@checked_methods(lifecycle=EPISODE)
+# step(action): one choice per subtask slot, as its action_spec says (0: the main agent does it; k: delegate with
+# instruction k - 1); O(max_width) Python, as the step's own work is
+ACTION = {"step": {"action": ItemsArg(int, length="max_width", hi=lambda w: w.n_skills + 1,
+                                      text="one per subtask slot: 0 does it in the main agent, k delegates it "
+                                           "with instruction k - 1")}}
+
+
+@checked_methods(lifecycle=EPISODE, **ACTION)
 class PoolOrchestrationWorld:
     """One orchestrator episode at a time on a subagent pool; see the module docstring.
 
@@ -241,7 +248,7 @@ class PoolOrchestrationWorld:
         return self._observe(), outcome, terminated, truncated, parts
 
 
-@checked_methods
+@checked_methods(**ACTION)
 class AsyncPoolOrchestrationWorld(PoolOrchestrationWorld):
     """`PoolOrchestrationWorld` with `async def` reset and step: its waits (the model call, the
     subagents, a hang) are awaited, so thousands of worlds share one event loop in one thread
