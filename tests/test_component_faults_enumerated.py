@@ -28,6 +28,7 @@ import pytest
 import torch
 
 from parlightning.callbacks.base import RolloutCallback
+from parlightning.distribution.strategies import DataParallel
 
 ROOT = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve().parent
@@ -35,6 +36,9 @@ ME = Path(__file__).stem
 TINY = ["--config", "cartpole_fast", "--trainer.max_epochs", "1", "--data.num_envs", "4", "--data.num_steps", "8",
         "--data.num_minibatches", "2", "--data.update_epochs", "1", "--trainer.enable_progress_bar", "false",
         "--trainer.enable_model_summary", "false", "--model.anneal_lr", "false", "--model.fused_adam", "false"]
+
+SWARM = ["--config", "swarm", "--trainer.max_epochs", "2", "--data.num_envs", "8", "--data.num_steps", "8",
+         "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]  # a world with tasks
 
 
 # ------------------------------------------------------------------------------------ the components
@@ -157,6 +161,28 @@ class RolloutEndSetsDtype(RolloutCallback):
         torch.set_default_dtype(torch.float16)
 
 
+class PlanSetsDtype(DataParallel):
+    def plan(self, n_workers, round_index, keys):
+        torch.set_default_dtype(torch.float64)
+        return super().plan(n_workers, round_index, keys)
+
+
+class ObserveDisablesGrad(DataParallel):
+    def observe(self, unit, task_id, score):
+        torch.set_grad_enabled(False)
+
+
+class PickSetsDtype:
+    """A two-method sampler (pick / record) whose pick changes the default dtype."""
+
+    def pick(self, keys, round_index):
+        torch.set_default_dtype(torch.float64)
+        return keys[round_index % len(keys)]
+
+    def record(self, task_id, score):
+        return None
+
+
 class PlainFileIO(lightning.pytorch.plugins.io.TorchCheckpointIO):
     """A user's CheckpointIO (e.g. one that writes to remote storage): kept, wrapped in the package's checks."""
 
@@ -221,9 +247,17 @@ CASES = [
     ("checkpoint-holds-meta-tensor", [spec("SaveAddsMetaTensor")], [],
      ["SaveAddsMetaTensor.on_save_checkpoint", "checkpoint['shapes']", "meta"], AFTER),
     ("checkpoint-nests-an-object", [spec("SaveNestsAnObject")], [],
-     ["checkpoint: checkpoint['callbacks']['extra']['path']", "PosixPath"], AFTER),
+     ["SaveNestsAnObject.on_save_checkpoint", "checkpoint['callbacks']['extra']['path']", "PosixPath"], AFTER),
     ("callback-state-holds-datetime", [spec("StateHoldsDatetime")], [],
      ["StateHoldsDatetime.state_dict", "datetime"], AFTER),
+    # samplers' and strategies' calls (the same torch-state boundary, where the package calls them)
+    ("strategy-plan-sets-dtype", [spec("parlightning.callbacks.StrategyPlanner", strategy={"class_path": f"{ME}.PlanSetsDtype"})],
+     ["SWARM"], ["strategy", "PlanSetsDtype", ".plan changed torch's default dtype"], BEFORE),
+    ("strategy-observe-disables-grad",
+     [spec("parlightning.callbacks.StrategyPlanner", strategy={"class_path": f"{ME}.ObserveDisablesGrad"})],
+     ["SWARM"], ["strategy", "ObserveDisablesGrad.observe changed torch's grad mode"], AFTER),
+    ("sampler-pick-sets-dtype", [], ["SWARM", "--data.sampler", f"{ME}.PickSetsDtype"],
+     ["data.sampler: PickSetsDtype.pick changed torch's default dtype"], BEFORE),
     # on_exception that raises too: the original error first, the hook's after it
     ("on-exception-raises-too", [spec("Raises"), spec("OnExceptionRaises")], [],
      ["Raises.on_train_batch_start", "label_map", "also: trainer.callbacks[1]: OnExceptionRaises.on_exception",
@@ -235,7 +269,8 @@ def _fit(tmp_path: Path, callbacks: list, extra: list, capsys) -> tuple[str, str
     from parlightning.cli.fit import main
 
     os.chdir(tmp_path)
-    args = list(TINY)
+    args = list(SWARM if extra[:1] == ["SWARM"] else TINY)
+    extra = [a for a in extra if a != "SWARM"]
     if callbacks:
         (tmp_path / "c.yaml").write_text("trainer:\n  callbacks:\n" + "".join(f"    - {c}\n" for c in callbacks))
         args += ["--config", "c.yaml"]

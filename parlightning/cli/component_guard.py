@@ -36,6 +36,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from parlightning.errors import ReportedError, error_text, named_by_package, tracebacks_wanted
+from parlightning.runtime.torch_state import global_state, state_change
 
 _LOGGER_METHODS = ("log_metrics", "log_hyperparams", "log_graph", "save", "finalize", "after_save_checkpoint")
 _PASS = (KeyboardInterrupt, SystemExit, GeneratorExit)  # ended by the user or the program: never renamed
@@ -49,31 +50,6 @@ class ComponentFault(ReportedError):
     def __init__(self, message: str, setting: bool = False) -> None:
         super().__init__(message)
         self.setting = setting
-
-
-def global_state() -> tuple:
-    """What a hook may not change for the rest of the run: torch's default dtype, default device (the
-    context `torch.set_default_device` installs), grad mode and deterministic-algorithms mode (~1 us)."""
-    return (torch.get_default_dtype(), getattr(getattr(torch, "_GLOBAL_DEVICE_CONTEXT", None), "device_context", None),
-            torch.is_grad_enabled(), torch.are_deterministic_algorithms_enabled())
-
-
-_STATE_NAMES = ("default dtype", "default device", "grad mode", "deterministic-algorithms mode")
-_STATE_CALLS = ("torch.set_default_dtype", "torch.set_default_device", "torch.set_grad_enabled",
-                "torch.use_deterministic_algorithms")
-_STATE_LOCAL = ("compute in a dtype locally (x.double(), or torch.autocast)", "pass device= to the tensors it makes, "
-                "or use `with torch.device(...):` inside the hook", "use `with torch.no_grad():` inside the hook",
-                "leave it to trainer.deterministic")
-
-
-def _shown_state(index: int, value: Any) -> str:
-    if index == 1:
-        return str(getattr(value, "device", "cpu")) if value is not None else "cpu"
-    if index == 2:
-        return "enabled" if value else "disabled"
-    if index == 3:
-        return "on" if value else "off"
-    return str(value).replace("torch.", "")
 
 
 class ComponentGuard:
@@ -143,9 +119,9 @@ class ComponentGuard:
                     raise
                 raise fault from None
             where = f"{field}: {_name(component)}.{hook}"
-            after = global_state()
-            if after != before:
-                _state_changed(where, before, after, lightning)
+            changed = state_change(before)  # restored before the line is printed
+            if changed is not None:
+                raise ComponentFault(f"{where} {changed}", lightning)
             if batch is not None and _shape_of(args[batch_at]) != batch:
                 raise ComponentFault(f"{where} changed the minibatch it was handed "
                                      f"({_batch_change(batch, _shape_of(args[batch_at]))}); the PPO update reads the "
@@ -202,7 +178,7 @@ class ComponentGuard:
             if user is None or user.startswith(f"trainer.callbacks: {_name(component)}."):
                 return user if user is None else field + user[len("trainer.callbacks"):]
             return f"{where}: {user}"  # the user's frame is another object's (a helper the hook called)
-        given = _init_args(entry)
+        given = _init_args(entry, type(component))
         zeros = [k for k, v in given.items() if isinstance(v, (int, float)) and not isinstance(v, bool) and v == 0]
         if isinstance(err, ZeroDivisionError) and zeros:
             hint = f"; {', '.join(f'{k}=0' for k in zeros)} is the zero it divided by"
@@ -223,21 +199,6 @@ class ComponentGuard:
         return f"{message} ({'; '.join(n for n in self.notes if n)[:400]})"
 
 
-def _state_changed(where: str, before: tuple, after: tuple, lightning: bool) -> None:
-    """Restore torch's global state as it was before the hook (the error path, teardown and a Python
-    API caller run on), then name the hook and the setting it changed."""
-    i = next(k for k in range(len(before)) if before[k] != after[k])
-    torch.set_default_dtype(before[0])
-    if before[1] is not after[1]:
-        torch.set_default_device(getattr(before[1], "device", None))
-    torch.set_grad_enabled(before[2])
-    torch.use_deterministic_algorithms(before[3])
-    raise ComponentFault(
-        f"{where} changed torch's {_STATE_NAMES[i]} from {_shown_state(i, before[i])} to {_shown_state(i, after[i])} "
-        f"({_STATE_CALLS[i]}) for the whole process, so the world, the rollout and the update would run with it; "
-        f"{_STATE_LOCAL[i]}, and leave the global setting as it was", lightning)
-
-
 def unsavable_state(state: Any) -> Optional[str]:
     from parlightning.runtime.checkpoint import unsavable
 
@@ -245,8 +206,9 @@ def unsavable_state(state: Any) -> Optional[str]:
 
 
 def _check_checkpoint(where: str, kept: dict, checkpoint: dict, lightning: bool) -> None:
-    """What an `on_save_checkpoint` hook changed in the checkpoint (its new or replaced top-level
-    entries; the whole dict is checked again before any byte is written)."""
+    """The checkpoint after an `on_save_checkpoint` hook: its `state_dict` still there, and nothing in
+    it that a resume could not read back (the whole dict, once per save per hook: what Lightning and
+    the earlier hooks put there was checked after them, so a finding is this hook's)."""
     from parlightning.runtime.checkpoint import unsavable
 
     if "state_dict" in kept and not isinstance(checkpoint.get("state_dict"), dict):
@@ -254,15 +216,12 @@ def _check_checkpoint(where: str, kept: dict, checkpoint: dict, lightning: bool)
         raise ComponentFault(f"{where} {what} checkpoint['state_dict'] (the policy's weights): a checkpoint without them "
                              "cannot resume, evaluate or export; leave it in place (save smaller checkpoints with "
                              "ModelCheckpoint(save_weights_only=True) instead)", lightning)
-    for key, value in checkpoint.items():
-        if key in kept and kept[key] is value:
-            continue
-        why = unsavable(value, f"checkpoint[{key!r:.40}]")
-        if why is not None:
-            raise ComponentFault(f"{where} put into the checkpoint what a resume could not read back: {why}; "
-                                 "checkpoints load with torch.load(weights_only=True): store tensors (on a real "
-                                 "device), numbers, strings and plain containers (e.g. a datetime as .isoformat())",
-                                 lightning)
+    why = unsavable(checkpoint)
+    if why is not None:
+        raise ComponentFault(f"{where} put into the checkpoint what a resume could not read back: {why}; "
+                             "checkpoints load with torch.load(weights_only=True): store tensors (on a real "
+                             "device), numbers, strings and plain containers (e.g. a datetime as .isoformat())",
+                             lightning)
 
 
 def _check_finite_parameters(where: str, module: torch.nn.Module, lightning: bool, quiet: bool = False) -> None:
@@ -368,13 +327,29 @@ def _entry_index(entries: list, component: Any, used: set) -> Optional[int]:
     return None
 
 
-def _init_args(entry: Any) -> dict:
+def _init_args(entry: Any, cls: Any = None) -> dict:
+    """The init_args of a config entry; with `cls`, only those that differ from its signature's defaults
+    (the parser fills in every default)."""
     try:
         args = entry.get("init_args") if hasattr(entry, "get") else None
         items = dict(vars(args)) if args is not None and not isinstance(args, dict) else dict(args or {})
     except Exception:  # noqa: BLE001
         return {}
-    return {k: v for k, v in items.items() if not k.startswith("_") and not (isinstance(v, float) and math.isnan(v))}
+    items = {k: v for k, v in items.items() if not k.startswith("_")}
+    if cls is not None:
+        try:
+            defaults = {k: p.default for k, p in inspect.signature(cls).parameters.items()}
+        except (TypeError, ValueError):
+            defaults = {}
+        items = {k: v for k, v in items.items() if k not in defaults or not _same(defaults[k], v)}
+    return items
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b) or (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b))
+    except Exception:  # noqa: BLE001
+        return False
 
 
 def probe_loggers(trainer: Any, config: Any) -> None:
@@ -446,7 +421,7 @@ def component_of_error(err: BaseException, config: Any) -> Optional[str]:
     index = _entry_index(entries, owner, set())
     many = key in ("callbacks", "plugins") or len(entries) > 1
     field = f"trainer.{key}[{index}]" if index is not None and many else f"trainer.{key}"
-    given = _init_args(entries[index]) if index is not None else {}
+    given = _init_args(entries[index], type(owner)) if index is not None else {}
     args = f"({', '.join(f'{k}={v!r:.40}' for k, v in given.items())})" if given else ""
     text = error_text(err)[:300].rstrip(". ")
     return (f"{field}: {type(owner).__name__}{args} refused its arguments: {text}; fix its init_args in the config")

@@ -289,6 +289,7 @@ class CheckedCheckpointIO(CheckpointIO):
 
 
 _PLAIN = (type(None), bool, int, float, complex, str, bytes, bytearray, torch.dtype, torch.device, torch.Size)
+_PLAIN_SET = frozenset(_PLAIN)
 _CONTAINERS = (dict, list, tuple, set)
 _SAFE_MAPPINGS = (collections.OrderedDict, collections.Counter)  # the safe loader's own
 
@@ -317,6 +318,8 @@ def unsavable(obj: Any, where: str = "checkpoint") -> Optional[str]:
         if kind in _PLAIN:
             continue
         if kind in _CONTAINERS or kind in _SAFE_MAPPINGS:
+            if not isinstance(value, dict) and set(map(type, value)) <= _PLAIN_SET:
+                continue  # a list of numbers (an RNG state): nothing inside to name
             items = value.items() if isinstance(value, dict) else enumerate(value)
             for key, item in items:
                 if isinstance(value, dict) and type(key) not in _PLAIN:
