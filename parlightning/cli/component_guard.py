@@ -58,6 +58,7 @@ class ComponentGuard:
     def __init__(self, config: Any = None) -> None:
         self.config = config
         self.notes: list[str] = []  # on_exception hooks that raised while another error was reported
+        self._params: dict[int, list] = {}  # a module's parameters (listed again at every hook that is not per step)
 
     # ------------------------------------------------------------------ install
     @classmethod
@@ -97,15 +98,17 @@ class ComponentGuard:
         batch_at = 2 if hook in ("on_train_batch_start", "on_train_batch_end") else None
         if hook == "on_train_batch_end":
             batch_at = 3  # (trainer, pl_module, outputs, batch, batch_idx)
+        per_step = hook.startswith(("on_train_batch", "on_before_", "on_after_backward"))
 
         @functools.wraps(fn)
         def hook_call(*args: Any, **kwargs: Any) -> Any:
             before = global_state()
-            batch = _shape_of(args[batch_at]) if batch_at is not None and len(args) > batch_at else None
+            batch = _entries(args[batch_at]) if batch_at is not None and len(args) > batch_at else None
             rollout = args[2] if hook == "on_rollout_end" and len(args) > 2 else None
             buffer = getattr(rollout, "buffer", None)
             module = args[1] if len(args) > 1 and isinstance(args[1], torch.nn.Module) else None
-            versions = _versions(module) if module is not None else None
+            params = guard._parameters(module, refresh=not per_step) if module is not None else None
+            versions = [p._version for p in params] if params else None
             checkpoint = args[2] if hook == "on_save_checkpoint" and len(args) > 2 else None
             kept = dict(checkpoint) if isinstance(checkpoint, dict) else None
             try:
@@ -122,16 +125,17 @@ class ComponentGuard:
             changed = state_change(before)  # restored before the line is printed
             if changed is not None:
                 raise ComponentFault(f"{where} {changed}", lightning)
-            if batch is not None and _shape_of(args[batch_at]) != batch:
+            if batch is not None and not _same_entries(batch, args[batch_at]):
                 raise ComponentFault(f"{where} changed the minibatch it was handed "
-                                     f"({_batch_change(batch, _shape_of(args[batch_at]))}); the PPO update reads the "
+                                     f"({_batch_change(_entry_shapes(batch), _shape_of(args[batch_at]))}); "
+                                     "the PPO update reads the "
                                      "same batch after the callbacks, and its rows must stay aligned: read the batch, "
                                      "or work on a copy (batch['obs'][:1].clone())", lightning)
             if rollout is not None and getattr(rollout, "buffer", None) is not buffer:
                 raise ComponentFault(f"{where} replaced rollout.buffer (with {type(rollout.buffer).__name__}); the "
                                      "update's minibatches are cut from it after the rollout hooks: leave it in place "
                                      "(read from it; the next round reuses its memory)", lightning)
-            if versions is not None and _versions(module) != versions:  # it wrote into the weights: read them once
+            if versions is not None and [p._version for p in params] != versions:  # it wrote into them: read once
                 _check_finite_parameters(where, module, lightning)
             if kept is not None:
                 _check_checkpoint(where, kept, checkpoint, lightning)
@@ -145,6 +149,17 @@ class ComponentGuard:
 
         hook_call.__parl_guarded__ = True  # type: ignore[attr-defined]
         return hook_call
+
+    def _parameters(self, module: torch.nn.Module, refresh: bool) -> list:
+        """The module's parameters, listed once and again at each hook that is not per step (a per-step
+        hook reads the cached list: walking the module tree costs more than the check)."""
+        key = id(module)
+        if refresh or key not in self._params:
+            try:
+                self._params[key] = [p for p in module.parameters() if p._version is not None]
+            except RuntimeError:  # inference tensors have no version counter
+                self._params[key] = []
+        return self._params[key]
 
     # ------------------------------------------------------------------ messages
     def _fault(self, component: Any, field: str, hook: str, err: BaseException, lightning: bool,
@@ -235,11 +250,31 @@ def _check_finite_parameters(where: str, module: torch.nn.Module, lightning: boo
                              "pl_module's weights)", lightning)
 
 
-def _versions(module: torch.nn.Module) -> tuple:
-    try:
-        return tuple(p._version for p in module.parameters())
-    except RuntimeError:  # inference tensors have no version counter
-        return ()
+def _entries(batch: Any) -> Optional[list]:
+    """What a minibatch holds, by reference: (key, value, shape) per entry (no tensor data read)."""
+    if not isinstance(batch, dict):
+        return None
+    return [(k, v, v.shape if isinstance(v, torch.Tensor) else None) for k, v in batch.items()]
+
+
+def _entry_shapes(entries: list) -> tuple:
+    return tuple((k, tuple(shape), v.dtype) if shape is not None else (k, type(v)) for k, v, shape in entries)
+
+
+def _same_entries(before: list, batch: Any) -> bool:
+    """The minibatch still holds what it held (the same keys; each tensor of the same shape and dtype):
+    the same objects is the fast path; a replaced tensor of the same shape and dtype is fine."""
+    if not isinstance(batch, dict) or len(batch) != len(before):
+        return False
+    for (key, value, shape), (k, v) in zip(before, batch.items()):
+        if key != k:
+            return False
+        if v is value and (shape is None or v.shape == shape):
+            continue
+        if not (isinstance(v, torch.Tensor) and isinstance(value, torch.Tensor) and v.shape == shape
+                and v.dtype == value.dtype):
+            return False
+    return True
 
 
 def _shape_of(batch: Any) -> Any:

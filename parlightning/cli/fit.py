@@ -172,7 +172,8 @@ def _main(args: list[str], watch: RankWatch) -> ParlCLI:
     watch.config = flat_config(cli.config, (probe or {}).get("env_signature"))  # DDP: one rank's fault stops all
     watch.heartbeat_timeout, watch.stall_timeout = cli.config.get("heartbeat_timeout"), stall
     cli.trainer.callbacks.append(watch)
-    plugin_note = use_atomic_checkpoints(cli.trainer)  # a CheckpointIO plugin keeps the package's checks
+    plugins = (cli.config.get("trainer") or {}).get("plugins")
+    plugin_note = use_atomic_checkpoints(cli.trainer, named=bool(plugins))  # a CheckpointIO plugin keeps the checks
     if plugin_note is not None and cli.trainer.is_global_zero:
         print(plugin_note, file=sys.stderr)
     guard = ComponentGuard.install(cli.trainer, cli.config)  # callbacks and loggers: a fault names its field

@@ -244,17 +244,16 @@ def verify_checkpoint(checkpoint: dict[str, Any], path: str) -> None:
                           f"tensors, first {moments[0]}: Adam's moments would turn every weight NaN); {fix}")
 
 
-def use_atomic_checkpoints(trainer: Any) -> Optional[str]:
+def use_atomic_checkpoints(trainer: Any, named: bool = False) -> Optional[str]:
     """Keep the package's checkpoint guarantees whatever `trainer.plugins` names: Lightning's plain
     `TorchCheckpointIO` (the default, or named as a plugin) becomes `AtomicCheckpointIO` (the same
     format, written atomically with a checksum); any other CheckpointIO plugin (a user's writer to
     remote storage, Lightning's AsyncCheckpointIO) is kept and wrapped in `CheckedCheckpointIO`, which
     checks each checkpoint before it hands it over and adds the checksum resume verifies. Returns a
-    note for a plugin that was replaced or wrapped (None for the default)."""
+    note for a plugin the config `named` (trainer.plugins) that was replaced or wrapped, else None."""
     io = trainer.strategy.checkpoint_io
     if isinstance(io, (AtomicCheckpointIO, CheckedCheckpointIO)):
         return None
-    named = getattr(trainer.strategy, "_checkpoint_io", None) is not None  # set by trainer.plugins
     if type(io) is TorchCheckpointIO:
         trainer.strategy.checkpoint_io = AtomicCheckpointIO()
         return ("trainer.plugins: Lightning's TorchCheckpointIO is written through parlightning's AtomicCheckpointIO (the "
