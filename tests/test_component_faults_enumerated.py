@@ -182,6 +182,32 @@ class PickSetsDtype:
         return None
 
 
+class SignalsStrings(PickSetsDtype):
+    """signals() (logged every round) returns a string, not a number."""
+
+    def pick(self, keys, round_index):
+        return keys[0]
+
+    def signals(self):
+        return {"mood": "curious"}
+
+
+class PicksOutsideShard(PickSetsDtype):
+    """pick ignores the shard it is given and returns another task of the bank."""
+
+    def pick(self, keys, round_index):
+        return "solo-0" if "solo-0" not in keys else "fanout-0"
+
+
+class FirstTaskOnly(DataParallel):
+    """A valid strategy whose shard is smaller than the bank: one task."""
+
+    def plan(self, n_workers, round_index, keys):
+        from parlightning.distribution.strategies import WorkUnit
+
+        return [WorkUnit(w, (sorted(keys)[0],)) for w in range(n_workers)]
+
+
 class PlainFileIO(lightning.pytorch.plugins.io.TorchCheckpointIO):
     """A user's CheckpointIO (e.g. one that writes to remote storage): kept, wrapped in the package's checks."""
 
@@ -257,6 +283,11 @@ CASES = [
      ["SWARM"], ["strategy", "ObserveDisablesGrad.observe changed torch's grad mode"], AFTER),
     ("sampler-pick-sets-dtype", [], ["SWARM", "--data.sampler", f"{ME}.PickSetsDtype"],
      ["data.sampler: PickSetsDtype.pick changed torch's default dtype"], BEFORE),
+    ("sampler-signals-strings", [], ["SWARM", "--data.sampler", f"{ME}.SignalsStrings"],
+     ["data.sampler: SignalsStrings.signals", "'mood'"], AFTER),
+    ("sampler-pick-outside-shard",
+     [spec("parlightning.callbacks.StrategyPlanner", strategy={"class_path": f"{ME}.FirstTaskOnly"})],
+     ["SWARM", "--data.sampler", f"{ME}.PicksOutsideShard"], ["data.sampler: PicksOutsideShard.pick", "shard"], BEFORE),
     # on_exception that raises too: the original error first, the hook's after it
     ("on-exception-raises-too", [spec("Raises"), spec("OnExceptionRaises")], [],
      ["Raises.on_train_batch_start", "label_map", "also: trainer.callbacks[1]: OnExceptionRaises.on_exception",

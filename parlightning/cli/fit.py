@@ -202,8 +202,9 @@ def _main(args: list[str], watch: RankWatch) -> ParlCLI:
         if message is not None:
             message = guard.with_notes(message)  # on_exception hooks that raised too: after the run's own error
         before_any = cli.datamodule.last_rollout is None  # failed in setup, before any rollout; or a Lightning
-        setting = isinstance(err, ComponentFault) and err.setting and not _wrote_checkpoint(fresh)  # component's
-        if message is not None and (before_any or setting):  # setting failed before the run saved anything
+        setting = (isinstance(err, ComponentFault) and err.setting and  # component's setting failed in the first
+                   getattr(cli.trainer, "current_epoch", 1) == 0 and not _wrote_checkpoint(fresh))  # iteration, unsaved
+        if message is not None and (before_any or setting):
             remove_new_outputs(fresh)  # a failed start leaves nothing behind (logs, config.yaml)
         if watch.active:  # DDP: record this rank's cause, stop every rank, rank 0 prints one line
             watch.stop_job(err, message)
