@@ -208,6 +208,20 @@ class FirstTaskOnly(DataParallel):
         return [WorkUnit(w, (sorted(keys)[0],)) for w in range(n_workers)]
 
 
+class UnreachableIO(lightning.pytorch.plugins.io.TorchCheckpointIO):
+    """A user's CheckpointIO whose storage is unreachable."""
+
+    def save_checkpoint(self, checkpoint, path, storage_options=None):
+        raise ConnectionError("bucket s3://runs is unreachable")
+
+
+class QuotaLogger(lightning.pytorch.loggers.CSVLogger):
+    """A user's logger whose backend refuses the metrics."""
+
+    def log_metrics(self, metrics, step=None):
+        raise RuntimeError("metrics quota exceeded")
+
+
 class PlainFileIO(lightning.pytorch.plugins.io.TorchCheckpointIO):
     """A user's CheckpointIO (e.g. one that writes to remote storage): kept, wrapped in the package's checks."""
 
@@ -288,6 +302,11 @@ CASES = [
     ("sampler-pick-outside-shard",
      [spec("parlightning.callbacks.StrategyPlanner", strategy={"class_path": f"{ME}.FirstTaskOnly"})],
      ["SWARM", "--data.sampler", f"{ME}.PicksOutsideShard"], ["data.sampler: PicksOutsideShard.pick", "shard"], BEFORE),
+    # a user's logger and CheckpointIO plugin raising
+    ("user-logger-raises", [], ["--trainer.logger", f"{ME}.QuotaLogger", "--trainer.logger.save_dir", "runs"],
+     ["trainer.logger: QuotaLogger.log_metrics", "quota"], AFTER),
+    ("user-checkpoint-io-raises", [], ["--trainer.plugins", f"{ME}.UnreachableIO"],
+     ["trainer.plugins: UnreachableIO.save_checkpoint", "unreachable"], AFTER),
     # on_exception that raises too: the original error first, the hook's after it
     ("on-exception-raises-too", [spec("Raises"), spec("OnExceptionRaises")], [],
      ["Raises.on_train_batch_start", "label_map", "also: trainer.callbacks[1]: OnExceptionRaises.on_exception",

@@ -190,8 +190,9 @@ class ComponentGuard:
             from parlightning.cli.user_code import user_code_error
 
             user = user_code_error(err)  # names the user's own frame; None: not raised in their code
-            if user is None or user.startswith(f"trainer.callbacks: {_name(component)}."):
-                return user if user is None else field + user[len("trainer.callbacks"):]
+            base = field.split("[")[0]  # user_code_error names the field without the entry's index
+            if user is None or user.startswith(f"{base}: {_name(component)}."):
+                return user if user is None else field + user[len(base):]
             return f"{where}: {user}"  # the user's frame is another object's (a helper the hook called)
         given = _init_args(entry, type(component))
         zeros = [k for k, v in given.items() if isinstance(v, (int, float)) and not isinstance(v, bool) and v == 0]
@@ -432,8 +433,11 @@ def component_of_error(err: BaseException, config: Any) -> Optional[str]:
     from lightning.fabric.plugins.io.checkpoint_io import CheckpointIO
     from lightning.pytorch import Callback
     from lightning.pytorch.loggers import Logger
+    from lightning.pytorch.plugins import LayerSync, Precision
+    from lightning.fabric.plugins.environments import ClusterEnvironment
 
-    kinds = ((Callback, "callbacks"), (Logger, "logger"), (CheckpointIO, "plugins"))
+    kinds = ((Callback, "callbacks"), (Logger, "logger"), (CheckpointIO, "plugins"), (Precision, "plugins"),
+             (ClusterEnvironment, "plugins"), (LayerSync, "plugins"))
     found, seen = None, set()
     while err is not None and found is None and id(err) not in seen:  # the config parser wraps the class's error
         seen.add(id(err))
