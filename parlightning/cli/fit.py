@@ -37,6 +37,9 @@ from parlightning.cli.packaged import moved_hint, resolve_config_args
 from parlightning.cli.entry import check_working_folder
 from parlightning.cli.stop_signals import Signalled, stop_on_signals
 from parlightning.cli.user_code import user_code_error
+from parlightning.cli.component_guard import (
+    ComponentFault, ComponentGuard, component_of_error, probe_loggers,
+)
 from parlightning.callbacks.base import RolloutCallback
 from parlightning.cli.defaults import default_callbacks
 from parlightning.runtime.preflight import check_arguments, check_config, check_policy_memory, estimate_iteration
@@ -85,6 +88,17 @@ class ParlCLI(LightningCLI):
     def instantiate_trainer(self, **kwargs):
         trainer_config = {**(self.config_init.get("trainer") or {}), **kwargs}
         return super().instantiate_trainer(**kwargs, callbacks=default_callbacks(trainer_config))  # progress bar, last.ckpt
+
+    def instantiate_classes(self) -> None:
+        """A Lightning component of `trainer` (a callback, a logger, a plugin) whose own `__init__` refuses
+        its arguments is named with its field and class (`trainer.callbacks[1]: GradientAccumulationScheduler`)."""
+        try:
+            super().instantiate_classes()
+        except (ValueError, TypeError, ZeroDivisionError, MisconfigurationException) as err:
+            named = None if isinstance(err, ConfigError) else component_of_error(err, self.config)
+            if named is None:
+                raise
+            raise ConfigError(named) from None
 
     def before_instantiate_classes(self) -> None:
         config = self.config
@@ -160,7 +174,11 @@ def _main(args: list[str], watch: RankWatch) -> ParlCLI:
     watch.config = flat_config(cli.config, (probe or {}).get("env_signature"))  # DDP: one rank's fault stops all
     watch.heartbeat_timeout, watch.stall_timeout = cli.config.get("heartbeat_timeout"), stall
     cli.trainer.callbacks.append(watch)
-    use_atomic_checkpoints(cli.trainer)
+    plugins = (cli.config.get("trainer") or {}).get("plugins")
+    plugin_note = use_atomic_checkpoints(cli.trainer, named=bool(plugins))  # a CheckpointIO plugin keeps the checks
+    if plugin_note is not None and cli.trainer.is_global_zero:
+        print(plugin_note, file=sys.stderr)
+    guard = ComponentGuard.install(cli.trainer, cli.config)  # callbacks and loggers: a fault names its field
     claimed = claim_version(cli.trainer)  # an atomic mkdir: runs started together get their own version_N
     fresh = new_output_dirs(cli.trainer) + claimed  # deepest first: the run's folders, then new parents
     loose = os.path.join(cli.trainer.default_root_dir, "config.yaml")  # with no logger, config.yaml goes here
@@ -184,7 +202,12 @@ def _main(args: list[str], watch: RankWatch) -> ParlCLI:
             message = (f"--ckpt_path: the state saved in {ckpt!r} does not fit this run ({text}): a tensor of the "
                        "checkpoint was resized or comes from another config (e.g. data.num_envs); resume with the "
                        "config that wrote it, or start fresh without --ckpt_path")
-        if message is not None and cli.datamodule.last_rollout is None:  # failed in setup, before any rollout
+        if message is not None:
+            message = guard.with_notes(message)  # on_exception hooks that raised too: after the run's own error
+        before_any = cli.datamodule.last_rollout is None  # failed in setup, before any rollout; or a Lightning
+        setting = (isinstance(err, ComponentFault) and err.setting and  # component's setting failed in the first
+                   getattr(cli.trainer, "current_epoch", 1) == 0 and not _wrote_checkpoint(fresh))  # iteration, unsaved
+        if message is not None and (before_any or setting):
             remove_new_outputs(fresh)  # a failed start leaves nothing behind (logs, config.yaml)
         if watch.active:  # DDP: record this rank's cause, stop every rank, rank 0 prints one line
             watch.stop_job(err, message)
@@ -221,6 +244,16 @@ def _main(args: list[str], watch: RankWatch) -> ParlCLI:
 
 KEPT = ("; the last checkpoint (written at the end of the last finished iteration) is intact: resume with "
         "--ckpt_path <log_dir>/checkpoints/last.ckpt")
+
+
+def _wrote_checkpoint(fresh: list[tuple[str, bool]]) -> bool:
+    """A `.ckpt` file in one of the run's own new folders (a finished save)."""
+    for path, own in fresh:
+        if own and os.path.isdir(path):
+            for _, _, files in os.walk(path):
+                if any(f.endswith(".ckpt") for f in files):
+                    return True
+    return False
 
 
 def _reopen_stderr() -> None:
@@ -334,6 +367,7 @@ def preflight(cli: ParlCLI, ckpt: Optional[str]) -> dict:
     trainer = cli.trainer
     check_output_dirs(trainer)
     check_callbacks(trainer.callbacks)
+    probe_loggers(trainer, cli.config)  # a logger argument that breaks its first log, on a scratch copy
     device = trainer.strategy.root_device
     ranks_here = trainer.num_devices if device.type == "cpu" else 1  # CPU ranks share this machine's memory
     if device.type == "cuda" and getattr(trainer.strategy.launcher, "_start_method", None) == "fork":

@@ -50,8 +50,11 @@ def user_code_error(err: BaseException) -> Optional[str]:
     from parlightning.distribution.strategies import ParallelStrategy
     from parlightning.envs.base import BatchedEnv
 
+    from lightning.fabric.plugins.io.checkpoint_io import CheckpointIO
+    from lightning.pytorch.loggers import Logger
+
     kinds = ((lightning.Callback, "trainer.callbacks"), (BatchedEnv, "data.env"), (TaskSampler, "data.sampler"),
-             (ParallelStrategy, STRATEGY))
+             (ParallelStrategy, STRATEGY), (Logger, "trainer.logger"), (CheckpointIO, "trainer.plugins"))
     try:  # the runtime protocols read the object's attributes: one that raises names no field
         field = next((f"{name}: " for kind, name in kinds if owner is not None and isinstance(owner, kind)), "")
     except Exception:  # noqa: BLE001

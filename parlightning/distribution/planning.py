@@ -23,7 +23,8 @@ from torch import Tensor
 
 from parlightning.method_args import vouch_values
 from parlightning.runtime.checkpoint import gather_ranks
-from parlightning.errors import ConfigError, check_call_shape
+from parlightning.errors import ConfigError, ReportedError, check_call_shape
+from parlightning.runtime.torch_state import global_state, state_change
 from parlightning.distribution.strategies import DataParallel, ParallelStrategy, TensorParallel, WorkUnit, checked_plan
 
 FIELD = "trainer.callbacks.StrategyPlanner.strategy"
@@ -237,8 +238,12 @@ class RoundPlanner:
         plan = context.plan
         for rank, episodes in enumerate(gather_ranks(local, self.world_size)):
             unit = plan[rank] if rank < len(plan) else context.unit
+            before = global_state()
             for i, score in episodes.tolist():
                 s.observe(unit, self._bank[int(i)], float(score))
+            changed = state_change(before)  # once per rank's episodes: host-side, ~1 us
+            if changed is not None:
+                raise ReportedError(f"{FIELD}: {type(s).__name__}.observe {changed}")
 
     def _carried(self, rollout: Any, shard: Optional[Tensor]) -> Tensor:
         """Episodes that ended in the round on a task outside the round's own shard: each actor's

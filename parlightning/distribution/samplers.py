@@ -27,6 +27,7 @@ from parlightning.config_types import (
 from parlightning.distribution.counters import AgreedCounters
 from parlightning.errors import ArgumentError, ConfigError, ReportedError, check_call_shape
 from parlightning.method_args import IndexArg, Lifecycle, State, TensorArg, check_state, checked_methods
+from parlightning.runtime.torch_state import global_state, state_change
 
 # the samplers' method arguments (`checked_methods`): metadata only on the per-step pick_batch / record_batch
 SAMPLER_SPECS = {
@@ -765,14 +766,19 @@ class _BatchedAdapter:
 
     def _call(self, method: str, *args: Any) -> Any:
         """The user's pick / record; what it raises is one line naming the sampler (not a traceback)."""
+        before = global_state()
         try:
-            return getattr(self.sampler, method)(*args)
+            out = getattr(self.sampler, method)(*args)
         except ReportedError:
             raise
         except Exception as err:
             text = " ".join(str(err).split())[:300]
             raise ReportedError(f"data.sampler: {type(self.sampler).__name__}.{method} raised {type(err).__name__}"
                                 f"{': ' + text if text else ''}; fix the sampler") from err
+        changed = state_change(before)  # torch's process-wide settings, compared host-side (~1 us)
+        if changed is not None:
+            raise ReportedError(f"data.sampler: {type(self.sampler).__name__}.{method} {changed}")
+        return out
 
     def signals(self) -> dict[str, Tensor]:
         """The wrapped sampler's `signals()` when it has one, else nothing."""

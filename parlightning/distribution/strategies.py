@@ -29,6 +29,7 @@ from parlightning.config_types import NonNegativeFinite, PositiveInt, check_args
 from parlightning.distribution.counters import AgreedCounters
 from parlightning.errors import ArgumentError, ConfigError, LifecycleValueError
 from parlightning.method_args import IndexArg, Is, ItemsArg, Lifecycle, State, TensorArg, checked, checked_methods, require
+from parlightning.runtime.torch_state import global_state, state_change
 
 PLAN_SPECS = {"n_workers": IndexArg(lo=1, text="the number of workers"), "round_index": IndexArg()}
 SECTION = IndexArg("n_sections", text="a section of the key table")
@@ -123,15 +124,18 @@ def checked_plan(strategy: Any, n_workers: int, round_index: int, keys: Sequence
     if len(set(keys)) != len(keys):
         raise ArgumentError("keys: task ids must be unique; deduplicate the task bank")
     validate = getattr(strategy, "validate", None)
+    who = _label(strategy)
+    before = global_state()
     if callable(validate):
         validate(n_workers)
-    who = _label(strategy)
+        _check_state(who, "validate", before)
     try:
         units = strategy.plan(n_workers, round_index, keys)
     except (ValueError, TypeError):  # a plan's own refusal: reported on the config field as it is
         raise
     except Exception as err:  # the user's plan failing otherwise: named (the caller reports it on its config field)
         raise ValueError(f"{who}.plan raised {type(err).__name__}: {' '.join(str(err).split())[:300]}") from err
+    _check_state(who, "plan", before)
     if not isinstance(units, (list, tuple)) or not all(isinstance(u, WorkUnit) for u in units):
         raise TypeError(f"{who}.plan must return a list of WorkUnit, got {type(units).__name__}")
     workers = sorted(u.worker for u in units)
@@ -151,6 +155,14 @@ def checked_plan(strategy: Any, n_workers: int, round_index: int, keys: Sequence
                 f"tasks ({len(keys)}) than workers ({n_workers}) give spare workers a repeated task"
             )
     return sorted(units, key=lambda u: u.worker)
+
+
+def _check_state(who: str, method: str, before: tuple) -> None:
+    """A strategy's call that changed torch's process-wide settings (`runtime.torch_state`): named, as
+    a plan's own refusal is (the caller reports it on its config field)."""
+    changed = state_change(before)
+    if changed is not None:
+        raise ValueError(f"{who}.{method} {changed}")
 
 
 def unit_for(strategy: Any, n_workers: int, round_index: int, keys: Sequence[str], worker: int) -> WorkUnit:

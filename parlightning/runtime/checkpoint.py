@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import collections
 import errno
 import hashlib
 import os
@@ -31,6 +32,7 @@ import numpy as np
 import torch
 from fsspec.implementations.local import LocalFileSystem
 from lightning.fabric.utilities.cloud_io import get_filesystem
+from lightning.fabric.plugins.io.checkpoint_io import CheckpointIO
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from parlightning.errors import ConfigError, ReportedError
@@ -66,6 +68,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         folder = os.path.dirname(os.path.abspath(path))
         os.makedirs(folder, exist_ok=True)
         clean_stale_partials(folder)
+        check_savable(checkpoint)  # before the temp file: a refused checkpoint writes nothing
         checkpoint = {**checkpoint, CHECKSUM_KEY: state_checksum(checkpoint)}
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.{os.getpid()}.", suffix=".partial")
         try:
@@ -241,11 +244,118 @@ def verify_checkpoint(checkpoint: dict[str, Any], path: str) -> None:
                           f"tensors, first {moments[0]}: Adam's moments would turn every weight NaN); {fix}")
 
 
-def use_atomic_checkpoints(trainer: Any) -> None:
-    """Swap the trainer's plain `TorchCheckpointIO` for `AtomicCheckpointIO` (a user's own
-    CheckpointIO plugin is left alone)."""
-    if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
+def use_atomic_checkpoints(trainer: Any, named: bool = False) -> Optional[str]:
+    """Keep the package's checkpoint guarantees whatever `trainer.plugins` names: Lightning's plain
+    `TorchCheckpointIO` (the default, or named as a plugin) becomes `AtomicCheckpointIO` (the same
+    format, written atomically with a checksum); any other CheckpointIO plugin (a user's writer to
+    remote storage, Lightning's AsyncCheckpointIO) is kept and wrapped in `CheckedCheckpointIO`, which
+    checks each checkpoint before it hands it over and adds the checksum resume verifies. Returns a
+    note for a plugin the config `named` (trainer.plugins) that was replaced or wrapped, else None."""
+    io = trainer.strategy.checkpoint_io
+    if isinstance(io, (AtomicCheckpointIO, CheckedCheckpointIO)):
+        return None
+    if type(io) is TorchCheckpointIO:
         trainer.strategy.checkpoint_io = AtomicCheckpointIO()
+        return ("trainer.plugins: Lightning's TorchCheckpointIO is written through parlightning's AtomicCheckpointIO (the "
+                "same torch.save format, written atomically with a checksum that resume verifies)") if named else None
+    trainer.strategy.checkpoint_io = CheckedCheckpointIO(io)
+    return (f"trainer.plugins: {type(io).__name__} writes the checkpoints; parlightning checks each one before it is "
+            "handed over and adds the checksum resume verifies (the write itself is the plugin's: atomic only if it is)")
+
+
+class CheckedCheckpointIO(CheckpointIO):
+    """A user's CheckpointIO plugin, composed: each checkpoint is checked (`check_savable`) and given
+    its checksum before the plugin writes it; each one it reads is verified as `AtomicCheckpointIO`'s."""
+
+    def __init__(self, inner: CheckpointIO) -> None:
+        self.inner = inner
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Optional[Any] = None) -> None:
+        check_savable(checkpoint)
+        self.inner.save_checkpoint({**checkpoint, CHECKSUM_KEY: state_checksum(checkpoint)}, path, storage_options)
+
+    def load_checkpoint(self, path: Any, map_location: Optional[Any] = None, **kwargs: Any) -> dict[str, Any]:
+        checkpoint = self.inner.load_checkpoint(path, map_location, **kwargs) if map_location is not None else \
+            self.inner.load_checkpoint(path, **kwargs)
+        verify_checkpoint(checkpoint, str(path))
+        return checkpoint
+
+    def remove_checkpoint(self, path: Any) -> None:
+        self.inner.remove_checkpoint(path)
+
+    def teardown(self) -> None:
+        self.inner.teardown()
+
+
+_PLAIN = (type(None), bool, int, float, complex, str, bytes, bytearray, torch.dtype, torch.device, torch.Size)
+_PLAIN_SET = frozenset(_PLAIN)
+_CONTAINERS = (dict, list, tuple, set)
+_SAFE_MAPPINGS = (collections.OrderedDict, collections.Counter)  # the safe loader's own
+
+
+def unsavable(obj: Any, where: str = "checkpoint") -> Optional[str]:
+    """Why `obj` (a checkpoint or a part of it, at `where`) cannot round-trip through a checkpoint
+    (`torch.save`, then `torch.load(weights_only=True)` on resume), naming the first offending path
+    (`checkpoint['saved_at'] is a datetime.datetime`); None when it can. Host-side type checks only,
+    no tensor data is read: a tensor on the meta device (no data to write), an object of a class the
+    safe loader refuses (anything but tensors, numbers, strings, bytes and plain containers, plus the
+    classes added with torch.serialization.add_safe_globals)."""
+    stack = [(obj, where)]
+    safe: Optional[tuple] = None
+    while stack:
+        value, at = stack.pop()
+        kind = type(value)
+        if isinstance(value, torch.Tensor):
+            if value.is_meta:
+                return f"{at} is a tensor on the meta device (it has no data to save)"
+            if kind not in (torch.Tensor, torch.nn.Parameter):
+                if safe is None:
+                    safe = _safe_globals()
+                if kind not in safe:
+                    return f"{at} is a {kind.__module__}.{kind.__qualname__} (a tensor subclass the safe loader refuses)"
+            continue
+        if kind in _PLAIN:
+            continue
+        if kind in _CONTAINERS or kind in _SAFE_MAPPINGS:
+            if not isinstance(value, dict) and set(map(type, value)) <= _PLAIN_SET:
+                continue  # a list of numbers (an RNG state): nothing inside to name
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            for key, item in items:
+                if isinstance(value, dict) and type(key) not in _PLAIN:
+                    return f"{at} has a key of type {type(key).__module__}.{type(key).__qualname__} ({key!r:.40})"
+                stack.append((item, f"{at}[{key!r:.40}]" if not isinstance(value, set) else f"{at} (an item)"))
+            continue
+        if safe is None:
+            safe = _safe_globals()
+        if kind in safe:
+            continue
+        return f"{at} is a {kind.__module__}.{kind.__qualname__} ({_shown(value)})"
+    return None
+
+
+def _shown(value: Any) -> str:
+    try:
+        return f"{value!r:.40}"
+    except Exception:  # noqa: BLE001 (a user's object whose repr raises)
+        return "its repr raised"
+
+
+def _safe_globals() -> tuple:
+    try:
+        return tuple(g if isinstance(g, type) else g[0] for g in torch.serialization.get_safe_globals())
+    except Exception:  # noqa: BLE001 (an older torch without the allowlist)
+        return ()
+
+
+def check_savable(checkpoint: Any) -> None:
+    """The last check before a checkpoint is written (by any CheckpointIO of the run): one
+    `ReportedError` naming the key a resume could not read back, before any byte is written (the
+    component that put it there is named earlier, at its hook: `parlightning.cli.component_guard`)."""
+    why = unsavable(checkpoint)
+    if why is not None:
+        raise ReportedError(f"checkpoint: {why}, which a resume (torch.load(weights_only=True)) could not read back; "
+                            "keep only tensors, numbers, strings and plain containers in a checkpoint (nothing was "
+                            "written)")
 
 
 # ---------------------------------------------------------------------------------- reading

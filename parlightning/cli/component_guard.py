@@ -1,0 +1,469 @@
+"""The boundary between `python -m parlightning.fit` and the components it runs but does not own: the
+callbacks of `trainer.callbacks` (a user's, incl. rollout hooks, and Lightning's own, e.g.
+ModelSummary), the loggers of `trainer.logger`. A fault there becomes one line naming the config field,
+the class and the hook, and the fix.
+
+`ComponentGuard.install(trainer, config)` gives each such component an instance-level wrapper around
+each hook its class defines (Lightning and the data module call hooks through `getattr`, so the wrapper
+is what they call). Around each call, it checks, in O(1) host-side metadata (no tensor data read, no
+device sync):
+
+- an exception raised in the hook: named (`user_code_error` for the user's own code; for a Lightning
+  component, its class, hook and the config's init_args it was given: a bad argument is what makes
+  Lightning's own code raise at run time), a `pl_module.log` where Lightning does not allow it named
+  with the callback and hook;
+- torch's global state the run relies on: default dtype, default device, grad mode, deterministic
+  algorithms, compared before and after the hook (a hook may use them inside a `with` block);
+- what the hook is handed: the minibatch's keys, shapes and dtypes (`batch`), the rollout's buffer
+  (`rollout.buffer`), the module's parameters (their in-place version counters: only a changed one
+  reads the values, once, to refuse NaN or inf);
+- what it puts into a checkpoint (`on_save_checkpoint`, `state_dict`): what a resume could not read
+  back (`parlightning.runtime.checkpoint.unsavable`), `checkpoint['state_dict']` removed;
+- `on_exception` that raises while another error ends the run: the original error is reported, the
+  hook's own error is appended to its line (`notes`).
+
+A fault in a Lightning component is marked `setting=True` (its configured arguments are at fault):
+`fit` then takes back what a run that wrote no checkpoint yet created, as for a refused start.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+from typing import Any, Callable, Optional
+
+import torch
+
+from parlightning.errors import ReportedError, error_text, named_by_package, tracebacks_wanted
+from parlightning.runtime.torch_state import global_state, state_change
+
+_LOGGER_METHODS = ("log_metrics", "log_hyperparams", "log_graph", "save", "finalize", "after_save_checkpoint")
+_PASS = (KeyboardInterrupt, SystemExit, GeneratorExit)  # ended by the user or the program: never renamed
+_ROLLOUT_HOOKS = ("on_rollout_start", "on_episodes_end", "on_rollout_end")
+
+
+class ComponentFault(ReportedError):
+    """A component of the config (a callback, a logger) failed at a hook; the message names it.
+    `setting`: the component is Lightning's (its configured arguments are at fault, not code)."""
+
+    def __init__(self, message: str, setting: bool = False) -> None:
+        super().__init__(message)
+        self.setting = setting
+
+
+class ComponentGuard:
+    """The boundary checks around a trainer's components (see the module docstring)."""
+
+    def __init__(self, config: Any = None) -> None:
+        self.config = config
+        self.notes: list[str] = []  # on_exception hooks that raised while another error was reported
+        self._params: dict[int, list] = {}  # a module's parameters (listed again at every hook that is not per step)
+
+    # ------------------------------------------------------------------ install
+    @classmethod
+    def install(cls, trainer: Any, config: Any = None) -> "ComponentGuard":
+        guard = cls(config)
+        entries = _config_entries(config, "callbacks")
+        used: set[int] = set()
+        for cb in trainer.callbacks:
+            if _package_own(cb):
+                continue  # the package's own callbacks: a fault there is a bug, its traceback is kept
+            index = _entry_index(entries, cb, used)
+            field = "trainer.callbacks" if index is None else f"trainer.callbacks[{index}]"
+            guard._wrap(cb, field, _hooks_of(cb), entries[index] if index is not None else None)
+        loggers = list(getattr(trainer, "loggers", []) or [])
+        logger_entries = _config_entries(config, "logger")
+        for i, logger in enumerate(loggers):
+            if _package_own(logger):
+                continue
+            field = "trainer.logger" if len(loggers) == 1 else f"trainer.logger[{i}]"
+            entry = logger_entries[i] if i < len(logger_entries) else None
+            guard._wrap(logger, field, [m for m in _LOGGER_METHODS if callable(getattr(logger, m, None))], entry)
+        return guard
+
+    def _wrap(self, component: Any, field: str, hooks: list[str], entry: Any) -> None:
+        lightning = _lightning_own(component)
+        for hook in hooks:
+            fn = getattr(component, hook, None)
+            if not callable(fn) or getattr(fn, "__parl_guarded__", False):
+                continue
+            try:
+                setattr(component, hook, self._guarded(component, field, hook, fn, lightning, entry))
+            except (AttributeError, TypeError):  # a slotted or frozen class: its hooks run unguarded
+                return
+
+    def _guarded(self, component: Any, field: str, hook: str, fn: Callable, lightning: bool, entry: Any) -> Callable:
+        guard = self
+        batch_at = 2 if hook in ("on_train_batch_start", "on_train_batch_end") else None
+        if hook == "on_train_batch_end":
+            batch_at = 3  # (trainer, pl_module, outputs, batch, batch_idx)
+        per_step = hook.startswith(("on_train_batch", "on_before_", "on_after_backward"))
+
+        @functools.wraps(fn)
+        def hook_call(*args: Any, **kwargs: Any) -> Any:
+            before = global_state()
+            batch = _entries(args[batch_at]) if batch_at is not None and len(args) > batch_at else None
+            rollout = args[2] if hook == "on_rollout_end" and len(args) > 2 else None
+            buffer = getattr(rollout, "buffer", None)
+            module = args[1] if len(args) > 1 and isinstance(args[1], torch.nn.Module) else None
+            params = guard._parameters(module, refresh=not per_step) if module is not None else None
+            versions = [p._version for p in params] if params else None
+            checkpoint = args[2] if hook == "on_save_checkpoint" and len(args) > 2 else None
+            kept = dict(checkpoint) if isinstance(checkpoint, dict) else None
+            try:
+                out = fn(*args, **kwargs)
+            except BaseException as err:  # noqa: BLE001 (named below, or passed on untouched)
+                if hook == "on_exception" and not isinstance(err, _PASS):  # the run's own error is the one to report
+                    guard.notes.append(guard._note(component, field, hook, err))
+                    return None
+                fault = guard._fault(component, field, hook, err, lightning, entry)
+                if fault is err:
+                    raise
+                raise fault from None
+            where = f"{field}: {_name(component)}.{hook}"
+            changed = state_change(before)  # restored before the line is printed
+            if changed is not None:
+                raise ComponentFault(f"{where} {changed}", lightning)
+            if batch is not None and not _same_entries(batch, args[batch_at]):
+                raise ComponentFault(f"{where} changed the minibatch it was handed "
+                                     f"({_batch_change(_entry_shapes(batch), _shape_of(args[batch_at]))}); "
+                                     "the PPO update reads the "
+                                     "same batch after the callbacks, and its rows must stay aligned: read the batch, "
+                                     "or work on a copy (batch['obs'][:1].clone())", lightning)
+            if rollout is not None and getattr(rollout, "buffer", None) is not buffer:
+                raise ComponentFault(f"{where} replaced rollout.buffer (with {type(rollout.buffer).__name__}); the "
+                                     "update's minibatches are cut from it after the rollout hooks: leave it in place "
+                                     "(read from it; the next round reuses its memory)", lightning)
+            if versions is not None and [p._version for p in params] != versions:  # it wrote into them: read once
+                _check_finite_parameters(where, module, lightning)
+            if kept is not None:
+                _check_checkpoint(where, kept, checkpoint, lightning)
+            if hook == "state_dict":
+                why = unsavable_state(out)
+                if why is not None:
+                    raise ComponentFault(f"{where} returned state that a resume could not read back: {why}; a "
+                                         "callback's state holds tensors, numbers, strings and plain containers "
+                                         "(checkpoints load with torch.load(weights_only=True))", lightning)
+            return out
+
+        hook_call.__parl_guarded__ = True  # type: ignore[attr-defined]
+        return hook_call
+
+    def _parameters(self, module: torch.nn.Module, refresh: bool) -> list:
+        """The module's parameters, listed once and again at each hook that is not per step (a per-step
+        hook reads the cached list: walking the module tree costs more than the check)."""
+        key = id(module)
+        if refresh or key not in self._params:
+            try:
+                self._params[key] = [p for p in module.parameters() if p._version is not None]
+            except RuntimeError:  # inference tensors have no version counter
+                self._params[key] = []
+        return self._params[key]
+
+    # ------------------------------------------------------------------ messages
+    def _fault(self, component: Any, field: str, hook: str, err: BaseException, lightning: bool,
+               entry: Any) -> BaseException:
+        """The ComponentFault naming `component` for `err`, or `err` itself when it passes untouched: an
+        interrupt or exit, one of the package's own named errors, an error outside the user's own code
+        raised through a user's hook (a bug: its traceback is kept), PARLIGHTNING_TRACEBACK=1."""
+        if isinstance(err, _PASS) or type(err).__name__ in ("SIGTERMException", "Signalled") or named_by_package(err) \
+                or tracebacks_wanted():
+            return err
+        line = self._line(component, field, hook, err, lightning, entry)
+        return err if line is None else ComponentFault(line, lightning)
+
+    def _line(self, component: Any, field: str, hook: str, err: BaseException, lightning: bool,
+              entry: Any) -> Optional[str]:
+        from lightning.fabric.utilities.exceptions import MisconfigurationException
+
+        where = f"{field}: {_name(component)}.{hook}"
+        text = error_text(err)[:300]
+        if isinstance(err, MisconfigurationException) and "self.log" in text:
+            if hook in _ROLLOUT_HOOKS:
+                fix = ("add the value to rollout.stats in on_rollout_end instead (rollout.stats['user/x'] = "
+                       "torch.tensor(x)): the module logs it at the round's env step")
+            else:
+                fix = "log from a hook Lightning allows it in (e.g. on_train_batch_end or on_train_epoch_end)"
+            return f"{where} called pl_module.log, which Lightning does not allow there ({text}); {fix}"
+        if not lightning:
+            from parlightning.cli.user_code import user_code_error
+
+            user = user_code_error(err)  # names the user's own frame; None: not raised in their code
+            base = field.split("[")[0]  # user_code_error names the field without the entry's index
+            if user is None or user.startswith(f"{base}: {_name(component)}."):
+                return user if user is None else field + user[len(base):]
+            return f"{where}: {user}"  # the user's frame is another object's (a helper the hook called)
+        given = _init_args(entry, type(component))
+        zeros = [k for k, v in given.items() if isinstance(v, (int, float)) and not isinstance(v, bool) and v == 0]
+        if isinstance(err, ZeroDivisionError) and zeros:
+            hint = f"; {', '.join(f'{k}=0' for k in zeros)} is the zero it divided by"
+        else:
+            hint = f"; it was given {', '.join(f'{k}={v!r:.30}' for k, v in given.items())}" if given else ""
+        text = text.rstrip(". ")
+        return (f"{where} raised {type(err).__name__}{': ' + text if text else ''}{hint}; fix that argument in the "
+                "config (Lightning did not refuse it when the class was built)")
+
+    def _note(self, component: Any, field: str, hook: str, err: BaseException) -> str:
+        text = error_text(err)[:160]
+        return f"also: {field}: {_name(component)}.{hook} raised {type(err).__name__}{': ' + text if text else ''}"
+
+    def with_notes(self, message: str) -> str:
+        """The run's one error line with what the `on_exception` hooks raised while it was reported."""
+        if not self.notes:
+            return message
+        return f"{message} ({'; '.join(n for n in self.notes if n)[:400]})"
+
+
+def unsavable_state(state: Any) -> Optional[str]:
+    from parlightning.runtime.checkpoint import unsavable
+
+    return unsavable(state, "state")
+
+
+def _check_checkpoint(where: str, kept: dict, checkpoint: dict, lightning: bool) -> None:
+    """The checkpoint after an `on_save_checkpoint` hook: its `state_dict` still there, and nothing in
+    it that a resume could not read back (the whole dict, once per save per hook: what Lightning and
+    the earlier hooks put there was checked after them, so a finding is this hook's)."""
+    from parlightning.runtime.checkpoint import unsavable
+
+    if "state_dict" in kept and not isinstance(checkpoint.get("state_dict"), dict):
+        what = "removed" if "state_dict" not in checkpoint else f"replaced (with {type(checkpoint['state_dict']).__name__})"
+        raise ComponentFault(f"{where} {what} checkpoint['state_dict'] (the policy's weights): a checkpoint without them "
+                             "cannot resume, evaluate or export; leave it in place (save smaller checkpoints with "
+                             "ModelCheckpoint(save_weights_only=True) instead)", lightning)
+    why = unsavable(checkpoint)
+    if why is not None:
+        raise ComponentFault(f"{where} put into the checkpoint what a resume could not read back: {why}; "
+                             "checkpoints load with torch.load(weights_only=True): store tensors (on a real "
+                             "device), numbers, strings and plain containers (e.g. a datetime as .isoformat())",
+                             lightning)
+
+
+def _check_finite_parameters(where: str, module: torch.nn.Module, lightning: bool, quiet: bool = False) -> None:
+    """The module's parameters after a hook wrote into them: one host read (never per step unless a hook
+    writes them every step)."""
+    bad = [name for name, p in module.named_parameters() if p.is_floating_point() and not bool(torch.isfinite(p).all())]
+    if bad:
+        raise ComponentFault(f"{where} left NaN or inf in the module's parameters ({len(bad)} tensors, first {bad[0]})"
+                             f"{'' if quiet else ' when it wrote into them'}; the update would train on them and "
+                             "every checkpoint would hold them: fix the hook (never write non-finite values into "
+                             "pl_module's weights)", lightning)
+
+
+def _entries(batch: Any) -> Optional[list]:
+    """What a minibatch holds, by reference: (key, value, shape) per entry (no tensor data read)."""
+    if not isinstance(batch, dict):
+        return None
+    return [(k, v, v.shape if isinstance(v, torch.Tensor) else None) for k, v in batch.items()]
+
+
+def _entry_shapes(entries: list) -> tuple:
+    return tuple((k, tuple(shape), v.dtype) if shape is not None else (k, type(v)) for k, v, shape in entries)
+
+
+def _same_entries(before: list, batch: Any) -> bool:
+    """The minibatch still holds what it held (the same keys; each tensor of the same shape and dtype):
+    the same objects is the fast path; a replaced tensor of the same shape and dtype is fine."""
+    if not isinstance(batch, dict) or len(batch) != len(before):
+        return False
+    for (key, value, shape), (k, v) in zip(before, batch.items()):
+        if key != k:
+            return False
+        if v is value and (shape is None or v.shape == shape):
+            continue
+        if not (isinstance(v, torch.Tensor) and isinstance(value, torch.Tensor) and v.shape == shape
+                and v.dtype == value.dtype):
+            return False
+    return True
+
+
+def _shape_of(batch: Any) -> Any:
+    if isinstance(batch, dict):
+        return tuple((k, tuple(v.shape), v.dtype) if isinstance(v, torch.Tensor) else (k, type(v))
+                     for k, v in batch.items())
+    if isinstance(batch, torch.Tensor):
+        return (tuple(batch.shape), batch.dtype)
+    return None
+
+
+def _batch_change(before: tuple, after: Any) -> str:
+    if after is None:
+        return "it is no longer a dict of tensors"
+    old, new = {e[0]: e for e in before}, {e[0]: e for e in after}
+    for key in old:
+        if key not in new:
+            return f"removed {key!r}"
+        if old[key] != new[key]:
+            shape = lambda e: f"{list(e[1])} {str(e[2]).replace('torch.', '')}" if len(e) == 3 else e[1].__name__  # noqa: E731
+            return f"{key!r} went from {shape(old[key])} to {shape(new[key])}"
+    added = [k for k in new if k not in old]
+    return f"added {added[0]!r}" if added else "its entries changed"
+
+
+def _name(component: Any) -> str:
+    return type(component).__qualname__
+
+
+def _package_own(component: Any) -> bool:
+    return type(component).__module__.split(".")[0] == "parlightning"
+
+
+def _lightning_own(component: Any) -> bool:
+    return type(component).__module__.split(".")[0] in ("lightning", "pytorch_lightning")
+
+
+def _hooks_of(cb: Any) -> list[str]:
+    """The hooks of `cb`'s class that differ from the no-op defaults of lightning.Callback (and of
+    RolloutCallback), plus `state_dict`: those are the ones that run its code."""
+    from lightning.pytorch import Callback
+
+    from parlightning.callbacks.base import RolloutCallback
+
+    hooks = []
+    for name in dir(type(cb)):
+        if not (name.startswith("on_") or name in ("setup", "teardown", "state_dict", "load_state_dict")):
+            continue
+        own = inspect.getattr_static(type(cb), name, None)
+        if own is None or own is inspect.getattr_static(Callback, name, None) or \
+                own is inspect.getattr_static(RolloutCallback, name, None):
+            continue
+        hooks.append(name)
+    return hooks
+
+
+def _config_entries(config: Any, key: str) -> list:
+    """The config's `trainer.<key>` entries (a list of class_path specs; one spec as a list of one)."""
+    try:
+        trainer = config.get("trainer") if config is not None else None
+        value = trainer.get(key) if trainer is not None else None
+    except Exception:  # noqa: BLE001
+        return []
+    if value is None or isinstance(value, bool):
+        return []
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def _class_path(entry: Any) -> str:
+    try:
+        path = entry.get("class_path") if hasattr(entry, "get") else getattr(entry, "class_path", None)
+    except Exception:  # noqa: BLE001
+        path = None
+    return str(path or "")
+
+
+def _entry_index(entries: list, component: Any, used: set) -> Optional[int]:
+    """The position in the config's list of the entry that built `component` (by its class's name,
+    in order), or None for one the program added (the progress bar, last.ckpt)."""
+    name = type(component).__name__
+    for i, entry in enumerate(entries):
+        if i not in used and _class_path(entry).rpartition(".")[2] == name:
+            used.add(i)
+            return i
+    return None
+
+
+def _init_args(entry: Any, cls: Any = None) -> dict:
+    """The init_args of a config entry; with `cls`, only those that differ from its signature's defaults
+    (the parser fills in every default)."""
+    try:
+        args = entry.get("init_args") if hasattr(entry, "get") else None
+        items = dict(vars(args)) if args is not None and not isinstance(args, dict) else dict(args or {})
+    except Exception:  # noqa: BLE001
+        return {}
+    items = {k: v for k, v in items.items() if not k.startswith("_")}
+    if cls is not None:
+        try:
+            defaults = {k: p.default for k, p in inspect.signature(cls).parameters.items()}
+        except (TypeError, ValueError):
+            defaults = {}
+        items = {k: v for k, v in items.items() if k not in defaults or not _same(defaults[k], v)}
+    return items
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b) or (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b))
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def probe_loggers(trainer: Any, config: Any) -> None:
+    """Before anything is written: each local-file logger the config names (Lightning's CSVLogger,
+    TensorBoardLogger) is built again with the same arguments in a scratch folder and given the calls
+    the run makes (hyper-parameters, two steps of metrics, save, finalize) through the component guard,
+    so an argument that breaks one of them (CSVLogger(flush_logs_every_n_steps=0) divides by it at the
+    first log) is one ConfigError now, not a fault after the first iteration was written."""
+    import shutil
+    import tempfile
+
+    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+
+    loggers = list(getattr(trainer, "loggers", []) or [])
+    entries = _config_entries(config, "logger")
+    for i, logger in enumerate(loggers):
+        if type(logger) not in (CSVLogger, TensorBoardLogger) or i >= len(entries):
+            continue
+        given = _init_args(entries[i])
+        scratch = tempfile.mkdtemp(prefix="parlightning-logger-probe-")
+        try:
+            try:
+                probe = type(logger)(**{**given, "save_dir": scratch})
+            except Exception:  # noqa: BLE001 (arguments the probe cannot pass again: the run itself will tell)
+                continue
+            guard = ComponentGuard(config)
+            field = "trainer.logger" if len(loggers) == 1 else f"trainer.logger[{i}]"
+            guard._wrap(probe, field, [m for m in _LOGGER_METHODS if callable(getattr(probe, m, None))], entries[i])
+            try:
+                probe.log_hyperparams({"probe": 1})
+                for step in range(2):
+                    probe.log_metrics({"probe": 0.0}, step=step)
+                probe.save()
+                probe.finalize("success")
+            except ComponentFault as fault:
+                raise ReportedError(f"{fault} (found before the run, on a scratch copy of the logger)") from None
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def component_of_error(err: BaseException, config: Any) -> Optional[str]:
+    """One line for an error raised while a Lightning component of `trainer` (a callback, a logger, a
+    plugin) was built from the config: its field (`trainer.callbacks[i]`), class and arguments. None when
+    no such component's `__init__` is on the traceback."""
+    from lightning.fabric.plugins.io.checkpoint_io import CheckpointIO
+    from lightning.pytorch import Callback
+    from lightning.pytorch.loggers import Logger
+    from lightning.pytorch.plugins import LayerSync, Precision
+    from lightning.fabric.plugins.environments import ClusterEnvironment
+
+    kinds = ((Callback, "callbacks"), (Logger, "logger"), (CheckpointIO, "plugins"), (Precision, "plugins"),
+             (ClusterEnvironment, "plugins"), (LayerSync, "plugins"))
+    found, seen = None, set()
+    while err is not None and found is None and id(err) not in seen:  # the config parser wraps the class's error
+        seen.add(id(err))
+        tb = err.__traceback__
+        while tb is not None and found is None:  # the outermost __init__ of such a class: the one the config named
+            frame = tb.tb_frame
+            owner = frame.f_locals.get("self") if frame.f_code.co_name == "__init__" else None
+            key = next((k for kind, k in kinds if isinstance(owner, kind)), None) if owner is not None else None
+            if key is not None:
+                found = (owner, key, err)
+            tb = tb.tb_next
+        if found is None:
+            err = err.__cause__ or err.__context__
+    if found is None:
+        return None
+    owner, key, err = found
+    if not _lightning_own(owner):  # the user's own class: `user_code_error` names its file and line
+        return None
+    entries = _config_entries(config, key)
+    index = _entry_index(entries, owner, set())
+    many = key in ("callbacks", "plugins") or len(entries) > 1
+    field = f"trainer.{key}[{index}]" if index is not None and many else f"trainer.{key}"
+    given = _init_args(entries[index], type(owner)) if index is not None else {}
+    args = f"({', '.join(f'{k}={v!r:.40}' for k, v in given.items())})" if given else ""
+    text = error_text(err)[:300].rstrip(". ")
+    return (f"{field}: {type(owner).__name__}{args} refused its arguments: {text}; fix its init_args in the config")
+
+
+__all__ = ["ComponentFault", "ComponentGuard", "component_of_error", "global_state", "probe_loggers"]
