@@ -2,6 +2,7 @@
 sampler's pick outside the shard it was given, a sampler's signals() that are not numbers, ..."""
 
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -207,3 +208,44 @@ def test_the_processes_a_run_started_end_with_it_and_a_stopped_child_takes_its_p
             break
         time.sleep(0.05)
     assert not proc.is_alive() and not _alive(program)
+
+
+def test_a_sigterm_to_the_process_group_with_a_collector_process_is_named_as_sigterm(tmp_path):
+    """The group's SIGTERM also ends the collector process; the run's one line is the signal (exit 143),
+    not the collector's death."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    (tmp_path / "waiting.py").write_text(
+        "import os, time\nimport lightning.pytorch as pl\nfrom parlightning.envs.swarm import SwarmEnv\n"
+        "class SlowSwarm(SwarmEnv):\n"  # the learner waits on the collector's rounds most of the time
+        "    def step(self, action, next_task=None):\n"
+        "        time.sleep(0.05)\n"
+        "        return super().step(action, next_task)\n"
+        "class Waiting(pl.Callback):\n"
+        "    def on_train_epoch_end(self, trainer, pl_module):\n"
+        "        if not os.path.exists('ready'):\n"
+        "            open('ready.tmp', 'w').close()\n"
+        "            os.rename('ready.tmp', 'ready')\n")
+    cmd = [sys.executable, "-m", "parlightning.fit", "--config", "swarm", "--data.num_envs", "8", "--data.num_steps",
+           "8", "--data.max_policy_lag", "1", "--data.collect_in", "process", "--trainer.max_epochs", "100000",
+           "--data.env", "waiting.SlowSwarm", "--trainer.callbacks+=waiting.Waiting"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(Path(__file__).resolve().parents[1]),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        while not (tmp_path / "ready").exists():  # the first iteration is done: the collector runs
+            assert proc.poll() is None, proc.communicate()[1][-2000:]
+            time.sleep(0.1)
+        os.killpg(proc.pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    errors = [line for line in err.splitlines() if "error:" in line]
+    assert proc.returncode == 143 and len(errors) == 1 and errors[0].startswith("error: SIGTERM"), err[-2000:]
+    assert "Traceback" not in err

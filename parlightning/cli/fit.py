@@ -194,6 +194,9 @@ def _main(args: list[str], watch: RankWatch) -> ParlCLI:
     except BaseException as err:
         started = started_processes(began)  # read before anything stops: a stopped parent's children leave the tree
         _reopen_stderr()  # user code that closed sys.stderr must not swallow the one error line
+        if getattr(getattr(cli.trainer, "_signal_connector", None), "received_sigterm", False) is True and \
+                not isinstance(err, (SIGTERMException, Signalled)):
+            err = SIGTERMException()  # a SIGTERM to the process group also ended a child (the collector process)
         message = _start_error(err)
         if message is None:
             message = user_code_error(err)
