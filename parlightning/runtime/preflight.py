@@ -19,6 +19,7 @@ import os
 import re
 import sys
 import time
+import unicodedata
 import warnings
 from typing import Any, Callable, Optional, Sequence
 
@@ -72,7 +73,19 @@ def _removed(option: str) -> str:
 
 
 class _StrictLoader(yaml.SafeLoader):
-    """A safe YAML loader that refuses a key given twice in one mapping (PyYAML keeps the last)."""
+    """A safe YAML loader that refuses a key given twice in one mapping (PyYAML keeps the last), a
+    key holding an invisible character, and names the line of a value its tag cannot read."""
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep=deep)
+        except ConfigError:
+            raise
+        except (ValueError, TypeError, OverflowError) as err:  # `!!int 3e-4`, `!!float abc`: the tag's reader
+            tag = node.tag.rsplit(":", 1)[-1]
+            raise ConfigError(f"line {node.start_mark.line + 1}: {node.value!r:.40} cannot be read as !!{tag} "
+                              f"({' '.join(str(err).split())[:120]}); drop the tag or write a value of its type "
+                              "(e.g. lr: 3.0e-4)") from None
 
 
 def _strict_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
@@ -85,6 +98,11 @@ def _strict_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = 
         except TypeError:  # `? [a, b]` / `? {a: 1}`: a complex key no setting is named by
             raise ConfigError(f"line {line}: a mapping key is a {type(key).__name__} ({key!r:.60}); every key is a "
                               "name (e.g. model: or lr:); write the key as plain text") from None
+        hidden = next((c for c in key if unicodedata.category(c) in ("Cf", "Cc")), None) if isinstance(key, str) \
+            else None
+        if hidden is not None:  # a byte-order mark from concatenated files, a zero-width space from a web page
+            raise ConfigError(f"line {line}: the key {key!r} holds an invisible character (U+{ord(hidden):04X}, "
+                              f"{unicodedata.name(hidden, 'a control character')}); delete it (retype the key)")
         if key in seen:
             raise ConfigError(f"key {key!r} appears twice (lines {seen[key]} and {line}); keep one and merge the two")
         seen[key] = line
@@ -366,6 +384,43 @@ CLUSTER_VARIABLES = ("NODE_RANK", "GROUP_RANK", "TORCHELASTIC_RUN_ID", "SLURM_NT
                      "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "JSM_NAMESPACE_SIZE")
 
 
+def _strategy_parts(strategy: Any) -> tuple[str, dict]:
+    """A trainer.strategy value as (its name or class name, lowercase; its init_args)."""
+    if isinstance(strategy, str):
+        return strategy.lower(), {}
+    get = getattr(strategy, "get", None)
+    if callable(get) and get("class_path"):
+        args = get("init_args") or {}
+        return str(get("class_path")).rsplit(".", 1)[-1].lower(), dict(args.items()) if hasattr(args, "items") else {}
+    return type(strategy).__name__.lower(), dict(vars(strategy)) if hasattr(strategy, "__dict__") else {}
+
+
+def _check_strategy_devices(trainer: Any) -> None:
+    """A strategy that cannot run on the devices asked for: one device's strategy given several (Lightning
+    trains on one, silently), NCCL without CUDA (a traceback from the first collective)."""
+    strategy = trainer.get("strategy")
+    if strategy is None:
+        return
+    name, args = _strategy_parts(strategy)
+    devices = trainer.get("devices")
+    if isinstance(devices, str) and devices.strip().lstrip("-").isdigit():  # the command line's "2"
+        devices = int(devices)
+    elif isinstance(devices, str) and "," in devices:  # "0,1": a list of device indices
+        devices = [d for d in devices.split(",") if d.strip()]
+    count = _int(devices) if not isinstance(devices, (list, tuple)) else len(devices)
+    if name in ("single_device", "singledevicestrategy") and count is not None and count > 1:
+        raise ConfigError(f"trainer.strategy: single_device runs on one device, but trainer.devices asks for {count}; "
+                          "use trainer.strategy: ddp for several devices, or trainer.devices: 1")
+    backend = args.get("process_group_backend") or args.get("_process_group_backend")
+    if isinstance(backend, str) and backend.lower() == "nccl":
+        import torch.distributed as dist
+
+        accelerator = str(trainer.get("accelerator") or "auto").lower()
+        if accelerator == "cpu" or not torch.cuda.is_available() or not dist.is_nccl_available():
+            raise ConfigError("trainer.strategy.init_args.process_group_backend: nccl needs CUDA GPUs, and this run is "
+                              "on the CPU; use gloo (or drop it: Lightning picks gloo on the CPU, nccl on GPUs)")
+
+
 def _check_trainer_bounds(trainer: Any) -> None:
     """Trainer values that would train nothing, contradict each other, or wait forever."""
     max_epochs, min_epochs = _int(trainer.get("max_epochs")), _int(trainer.get("min_epochs"))
@@ -378,6 +433,11 @@ def _check_trainer_bounds(trainer: Any) -> None:
     if max_steps is not None and max_steps != -1 and max_steps < 1:
         raise ConfigError(f"trainer.max_steps: {max_steps} optimizer steps trains nothing; give a positive number "
                           "or -1 (no limit: trainer.max_epochs decides)")
+    min_steps = _int(trainer.get("min_steps"))
+    if min_steps is not None and max_steps is not None and max_steps != -1 and min_steps > max_steps:
+        raise ConfigError(f"trainer.min_steps: {min_steps} is more than trainer.max_steps={max_steps}; the two "
+                          "contradict each other (Lightning stops at max_steps): lower min_steps or raise max_steps")
+    _check_strategy_devices(trainer)
     limit = trainer.get("limit_train_batches")
     if isinstance(limit, (int, float)) and not isinstance(limit, bool) and limit <= 0:
         raise ConfigError(f"trainer.limit_train_batches: {limit} trains on no minibatch; drop it (PPO trains on every "

@@ -1,5 +1,8 @@
-"""Round 11's leftovers in the collection path (scripts/bad_inputs_round11.py found them): a two-method
-sampler's pick outside the shard it was given, a sampler's signals() that are not numbers, ..."""
+"""Round 11's leftovers and some of round 12's classes (scripts/bad_inputs_round11.py / round12.py found
+them): a two-method sampler's pick outside its shard, a sampler's signals() that are not numbers, a proxy world
+answering None, a world parsing sys.argv, SubagentResult fields, a family listed twice, the processes a failed
+run started, a SIGTERM to a process group with a collector process, invisible characters in YAML keys and tags
+that cannot read their value, trainer settings that contradict each other or the devices."""
 
 import re
 from pathlib import Path
@@ -249,3 +252,44 @@ def test_a_sigterm_to_the_process_group_with_a_collector_process_is_named_as_sig
     errors = [line for line in err.splitlines() if "error:" in line]
     assert proc.returncode == 143 and len(errors) == 1 and errors[0].startswith("error: SIGTERM"), err[-2000:]
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("text, says", [
+    (b"model:\n  lr: 0.001\n\xef\xbb\xbfdata:\n  num_envs: 8\n",
+     r"line 3: the key '\\ufeffdata' holds an invisible character \(U\+FEFF, ZERO WIDTH NO-BREAK SPACE\); delete it"),
+    ("model:\n  lr\u200b: 0.001\n".encode(), r"line 2: the key 'lr\\u200b' holds an invisible character \(U\+200B"),
+    (b"model:\n  lr: !!int 3e-4\n", r"line 2: '3e-4' cannot be read as !!int \(invalid literal for int\(\) with base "
+                                    r"10: '3e-4'\); drop the tag or write a value of its type"),
+    (b"data:\n  num_envs: !!float eight\n", r"line 2: 'eight' cannot be read as !!float"),
+])
+def test_yaml_keys_with_invisible_characters_and_tags_that_cannot_read_their_value_name_the_file_and_line(
+        tmp_path, text, says):
+    from parlightning.errors import ConfigError
+    from parlightning.runtime.preflight import read_yaml_file
+
+    path = tmp_path / "c.yaml"
+    path.write_bytes(text)
+    with pytest.raises(ConfigError, match=rf"^--config {re.escape(str(path))}: {says}"):
+        read_yaml_file(str(path))
+    path.write_bytes(b"\xef\xbb\xbfmodel:\n  lr: !!float 3e-4\n")  # a byte-order mark at the start, a tag that reads
+    assert read_yaml_file(str(path)) == {"model": {"lr": 3e-4}}
+
+
+@pytest.mark.parametrize("trainer, says", [
+    ({"max_steps": 4, "min_steps": 100}, r"trainer.min_steps: 100 is more than trainer.max_steps=4"),
+    ({"strategy": "single_device", "devices": "2"}, r"trainer.strategy: single_device runs on one device, but "
+                                                    r"trainer.devices asks for 2"),
+    ({"strategy": "single_device", "devices": [0, 1]}, r"trainer.devices asks for 2"),
+    ({"accelerator": "cpu", "strategy": {"class_path": "lightning.pytorch.strategies.DDPStrategy",
+                                         "init_args": {"process_group_backend": "nccl"}}},
+     r"trainer.strategy.init_args.process_group_backend: nccl needs CUDA GPUs"),
+])
+def test_trainer_settings_that_contradict_each_other_or_the_devices_are_refused(trainer, says):
+    from parlightning.errors import ConfigError
+    from parlightning.runtime.preflight import _check_trainer_bounds
+
+    with pytest.raises(ConfigError, match="^" + says):
+        _check_trainer_bounds(trainer)
+    _check_trainer_bounds({"max_steps": 100, "min_steps": 4, "strategy": "single_device", "devices": 1})
+    _check_trainer_bounds({"accelerator": "cpu", "strategy": {"class_path": "lightning.pytorch.strategies.DDPStrategy",
+                                                              "init_args": {"process_group_backend": "gloo"}}})
