@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.script_inprocess import run_in_process
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "collapse_study.py"
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -74,19 +76,24 @@ def test_quick_map_runs_every_phase_and_resumes(tmp_path):
 
 
 def test_the_plan_page_has_no_numbers_and_bad_arguments_are_one_error_line(tmp_path):
+    import collapse_study as cs  # the page and the refusals run in this process; one refusal also as the command
+
     doc = tmp_path / "collapse.md"
-    proc = _run("--plan", "--docs", str(doc))
-    assert proc.returncode == 0, proc.stderr
+    code, err = run_in_process(cs.main, SCRIPT, ["--plan", "--docs", str(doc)])
+    assert code == 0, err
     text = doc.read_text()
     assert "**Not yet run at full budget.**" in text and "No numbers are shown here" in text
     assert "0.998" in text and "983,040 env steps" in text  # the design names the budget it will use
+    bad = _run("--priors", "1.5", "--out", str(tmp_path / "never"))
+    assert bad.returncode != 0 and bad.stderr.strip().splitlines()[-1].startswith(
+        "collapse_study.py: error: argument --priors: item 1 ('1.5')"), bad.stderr
     for args, message in ((["--priors", "1.5"], "collapse_study.py: error: argument --priors: item 1 ('1.5')"),
                           (["--plan"], "error: --plan: writes the page only"),
                           (["--seeds", "0"], "collapse_study.py: error: argument --seeds: must be a positive integer"),
                           (["--config", "nope.yaml"], "collapse_study.py: error: argument --config: no file at"),
                           (["--report"], "error: --report: no study in")):
-        bad = _run(*args, "--out", str(tmp_path / "never"))
-        assert bad.returncode != 0 and bad.stderr.strip().splitlines()[-1].startswith(message), bad.stderr
+        code, err = run_in_process(cs.main, SCRIPT, [*args, "--out", str(tmp_path / "never")])
+        assert code != 0 and err.strip().splitlines()[-1].startswith(message), err
     assert not (tmp_path / "never").exists()
 
 
