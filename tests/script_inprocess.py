@@ -16,12 +16,19 @@ from parlightning.cli.script_main import run_main
 
 def run_in_process(main: Callable[..., Any], script: Path, args: list[str]) -> tuple[int, str]:
     """`python script *args` as `run_main(main, args)` with argv[0] = script (argparse's `prog`); a
-    SystemExit carrying a message is printed to stderr as the interpreter would print it."""
-    err = io.StringIO()
+    SystemExit carrying a message is printed to stderr as the interpreter would print it.
+    Returns (exit code, stderr)."""
+    code, _out, err = run_in_process_full(main, script, args)
+    return code, err
+
+
+def run_in_process_full(main: Callable[..., Any], script: Path, args: list[str]) -> tuple[int, str, str]:
+    """As `run_in_process`, returning (exit code, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
     argv = sys.argv
     sys.argv = [str(script), *args]
     try:
-        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
             try:
                 run_main(main, list(args))
             except SystemExit as exit_:
@@ -29,7 +36,7 @@ def run_in_process(main: Callable[..., Any], script: Path, args: list[str]) -> t
     finally:
         sys.argv = argv
     if code is None:
-        return 0, err.getvalue()
+        return 0, out.getvalue(), err.getvalue()
     if isinstance(code, int):
-        return code, err.getvalue()
-    return 1, err.getvalue() + f"{code}\n"
+        return code, out.getvalue(), err.getvalue()
+    return 1, out.getvalue(), err.getvalue() + f"{code}\n"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.script_inprocess import run_in_process
+from tests.script_inprocess import run_in_process, run_in_process_full
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "collapse_study.py"
@@ -20,6 +20,15 @@ import experiment  # noqa: E402
 
 def _run(*args, timeout=600):
     return subprocess.run([sys.executable, str(SCRIPT), *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def _main(*args):
+    """The script's main in this process (the study itself runs as the command above; the reports and the
+    resume that runs nothing need no fresh interpreter): a CompletedProcess-like result."""
+    import collapse_study as cs
+
+    code, out, err = run_in_process_full(cs.main, SCRIPT, list(args))
+    return subprocess.CompletedProcess([str(SCRIPT), *args], code, out, err)
 
 
 def test_quick_map_runs_every_phase_and_resumes(tmp_path):
@@ -56,18 +65,18 @@ def test_quick_map_runs_every_phase_and_resumes(tmp_path):
     gone = next(p for p in (store / "results").rglob("seed0.json") if "prior=bc" in str(p) and "constant" in str(p))
     kept = gone.read_bytes()
     gone.unlink()
-    report = _run(*args, "--report", "--docs", str(tmp_path / "page.md"))
+    report = _main(*args, "--report", "--docs", str(tmp_path / "page.md"))
     assert report.returncode == 0, report.stderr[-2000:]
     assert f"**Partial: {total - 1} of {total} planned runs have finished**" in (tmp_path / "page.md").read_text()
     assert not gone.exists() and json.loads((store / "summary.json").read_text())["progress"]["finished"] == total - 1
     gone.write_bytes(kept)
     mtimes = {p: p.stat().st_mtime_ns for p in (store / "results").rglob("*.json")}
-    again = _run(*args, "--out", str(tmp_path / "elsewhere"))  # another checkout: only the store came along
+    again = _main(*args, "--out", str(tmp_path / "elsewhere"))  # another checkout: only the store came along
     assert again.returncode == 0 and f"{total} jobs, {total} already finished (skipped), 0 to run" in again.stdout
     assert all(p.stat().st_mtime_ns == t for p, t in mtimes.items())
     # --report with a prior the store has not run: the plan grows (as results copied in from another store of the
     # same settings would need), nothing runs, and the page counts the new cell's runs as planned, not finished
-    grown = _run("--quick", "--priors", "none", "--seeds", "1", "--jobs", "2", "--store", str(store), "--report",
+    grown = _main("--quick", "--priors", "none", "--seeds", "1", "--jobs", "2", "--store", str(store), "--report",
                  "--docs", str(tmp_path / "grown.md"))
     assert grown.returncode == 0, grown.stderr[-2000:]
     assert json.loads((store / "summary.json").read_text())["progress"] == {"finished": total, "planned": total + 3}

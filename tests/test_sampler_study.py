@@ -13,7 +13,7 @@ SCRIPT = ROOT / "scripts" / "sampler_study.py"
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import sampler_study  # noqa: E402
-from tests.script_inprocess import run_in_process  # noqa: E402
+from tests.script_inprocess import run_in_process, run_in_process_full  # noqa: E402
 
 
 def _run(*args, timeout=600):
@@ -48,8 +48,8 @@ def test_quick_study_trains_evaluates_every_checkpoint_and_resumes(tmp_path):
         assert (tmp_path / "d" / f"p_{png}").read_bytes()[:4] == b"\x89PNG"
     assert "](p_heldout_curves.png)" in (tmp_path / "d" / "p.md").read_text()
     mtimes = {p: p.stat().st_mtime_ns for p in (out / "results").rglob("*.json")}
-    again = _run(*args)
-    assert again.returncode == 0 and "5 jobs, 5 already finished (skipped), 0 to run" in again.stdout
+    code, again, err = run_in_process_full(sampler_study.main, SCRIPT, args)  # the resume runs nothing: in this process
+    assert code == 0 and "5 jobs, 5 already finished (skipped), 0 to run" in again, err
     assert all(p.stat().st_mtime_ns == t for p, t in mtimes.items())
 
 
