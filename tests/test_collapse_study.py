@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.script_inprocess import run_in_process, run_in_process_full
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "collapse_study.py"
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -18,6 +20,15 @@ import experiment  # noqa: E402
 
 def _run(*args, timeout=600):
     return subprocess.run([sys.executable, str(SCRIPT), *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def _main(*args):
+    """The script's main in this process (the study itself runs as the command above; the reports and the
+    resume that runs nothing need no fresh interpreter): a CompletedProcess-like result."""
+    import collapse_study as cs
+
+    code, out, err = run_in_process_full(cs.main, SCRIPT, list(args))
+    return subprocess.CompletedProcess([str(SCRIPT), *args], code, out, err)
 
 
 def test_quick_map_runs_every_phase_and_resumes(tmp_path):
@@ -54,18 +65,18 @@ def test_quick_map_runs_every_phase_and_resumes(tmp_path):
     gone = next(p for p in (store / "results").rglob("seed0.json") if "prior=bc" in str(p) and "constant" in str(p))
     kept = gone.read_bytes()
     gone.unlink()
-    report = _run(*args, "--report", "--docs", str(tmp_path / "page.md"))
+    report = _main(*args, "--report", "--docs", str(tmp_path / "page.md"))
     assert report.returncode == 0, report.stderr[-2000:]
     assert f"**Partial: {total - 1} of {total} planned runs have finished**" in (tmp_path / "page.md").read_text()
     assert not gone.exists() and json.loads((store / "summary.json").read_text())["progress"]["finished"] == total - 1
     gone.write_bytes(kept)
     mtimes = {p: p.stat().st_mtime_ns for p in (store / "results").rglob("*.json")}
-    again = _run(*args, "--out", str(tmp_path / "elsewhere"))  # another checkout: only the store came along
+    again = _main(*args, "--out", str(tmp_path / "elsewhere"))  # another checkout: only the store came along
     assert again.returncode == 0 and f"{total} jobs, {total} already finished (skipped), 0 to run" in again.stdout
     assert all(p.stat().st_mtime_ns == t for p, t in mtimes.items())
     # --report with a prior the store has not run: the plan grows (as results copied in from another store of the
     # same settings would need), nothing runs, and the page counts the new cell's runs as planned, not finished
-    grown = _run("--quick", "--priors", "none", "--seeds", "1", "--jobs", "2", "--store", str(store), "--report",
+    grown = _main("--quick", "--priors", "none", "--seeds", "1", "--jobs", "2", "--store", str(store), "--report",
                  "--docs", str(tmp_path / "grown.md"))
     assert grown.returncode == 0, grown.stderr[-2000:]
     assert json.loads((store / "summary.json").read_text())["progress"] == {"finished": total, "planned": total + 3}
@@ -74,19 +85,24 @@ def test_quick_map_runs_every_phase_and_resumes(tmp_path):
 
 
 def test_the_plan_page_has_no_numbers_and_bad_arguments_are_one_error_line(tmp_path):
+    import collapse_study as cs  # the page and the refusals run in this process; one refusal also as the command
+
     doc = tmp_path / "collapse.md"
-    proc = _run("--plan", "--docs", str(doc))
-    assert proc.returncode == 0, proc.stderr
+    code, err = run_in_process(cs.main, SCRIPT, ["--plan", "--docs", str(doc)])
+    assert code == 0, err
     text = doc.read_text()
     assert "**Not yet run at full budget.**" in text and "No numbers are shown here" in text
     assert "0.998" in text and "983,040 env steps" in text  # the design names the budget it will use
+    bad = _run("--priors", "1.5", "--out", str(tmp_path / "never"))
+    assert bad.returncode != 0 and bad.stderr.strip().splitlines()[-1].startswith(
+        "collapse_study.py: error: argument --priors: item 1 ('1.5')"), bad.stderr
     for args, message in ((["--priors", "1.5"], "collapse_study.py: error: argument --priors: item 1 ('1.5')"),
                           (["--plan"], "error: --plan: writes the page only"),
                           (["--seeds", "0"], "collapse_study.py: error: argument --seeds: must be a positive integer"),
                           (["--config", "nope.yaml"], "collapse_study.py: error: argument --config: no file at"),
                           (["--report"], "error: --report: no study in")):
-        bad = _run(*args, "--out", str(tmp_path / "never"))
-        assert bad.returncode != 0 and bad.stderr.strip().splitlines()[-1].startswith(message), bad.stderr
+        code, err = run_in_process(cs.main, SCRIPT, [*args, "--out", str(tmp_path / "never")])
+        assert code != 0 and err.strip().splitlines()[-1].startswith(message), err
     assert not (tmp_path / "never").exists()
 
 

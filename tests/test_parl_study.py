@@ -13,8 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.script_inprocess import run_in_process
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "parl_study.py"
+sys.path.insert(0, str(ROOT / "scripts"))
 ARMS = ("perf_only", "parl_annealed", "parl_constant")
 CELLS = ("merge_cost=0.05", "merge_cost=0.5")  # --quick: one axis, two values
 
@@ -123,16 +126,21 @@ def test_quick_study_runs_end_to_end_and_resumes_after_a_kill(tmp_path):
 
 
 def test_bad_arguments_get_one_error_line_before_anything_is_written(tmp_path):
+    import parl_study  # scripts/ (the refusals run in this process; the first also as the command itself)
+
     out = tmp_path / "s"
+    code, text = finish(study("--quick", "--out", str(out), "--seeds", "0"), timeout=60)
+    assert code != 0 and text.strip().splitlines()[-1].startswith(
+        "parl_study.py: error: argument --seeds: must be a positive integer"), text
     for args, message in (
         (["--axis", "merge_cost"], "parl_study.py: error: argument --axis: 'merge_cost': write KEY=v1,v2"),
         (["--arms", "nope"], "parl_study.py: error: argument --arms: item 1 ('nope'): no arm config"),
         (["--seeds", "0"], "parl_study.py: error: argument --seeds: must be a positive integer"),
     ):
-        code, text = finish(study("--quick", "--out", str(out), *args), timeout=60)
+        code, text = run_in_process(parl_study.main, SCRIPT, ["--quick", "--out", str(out), *args])
         assert code != 0 and text.strip().splitlines()[-1].startswith(message), text
         assert not out.exists()
     (out).mkdir()
     (out / "study.json").write_text(json.dumps({"seeds": 3}))
-    code, text = finish(study("--quick", "--out", str(out)), timeout=60)
+    code, text = run_in_process(parl_study.main, SCRIPT, ["--quick", "--out", str(out)])
     assert code != 0 and "holds a study with other settings" in text and "pass a fresh --out" in text

@@ -13,6 +13,7 @@ SCRIPT = ROOT / "scripts" / "sampler_study.py"
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import sampler_study  # noqa: E402
+from tests.script_inprocess import run_in_process, run_in_process_full  # noqa: E402
 
 
 def _run(*args, timeout=600):
@@ -47,20 +48,23 @@ def test_quick_study_trains_evaluates_every_checkpoint_and_resumes(tmp_path):
         assert (tmp_path / "d" / f"p_{png}").read_bytes()[:4] == b"\x89PNG"
     assert "](p_heldout_curves.png)" in (tmp_path / "d" / "p.md").read_text()
     mtimes = {p: p.stat().st_mtime_ns for p in (out / "results").rglob("*.json")}
-    again = _run(*args)
-    assert again.returncode == 0 and "5 jobs, 5 already finished (skipped), 0 to run" in again.stdout
+    code, again, err = run_in_process_full(sampler_study.main, SCRIPT, args)  # the resume runs nothing: in this process
+    assert code == 0 and "5 jobs, 5 already finished (skipped), 0 to run" in again, err
     assert all(p.stat().st_mtime_ns == t for p, t in mtimes.items())
 
 
 def test_bad_arguments_are_one_error_line_before_anything_is_written(tmp_path):
+    bad = _run("--arms", "nope", "--out", str(tmp_path / "never"))  # the command itself; the rest in this process
+    assert bad.returncode != 0 and bad.stderr.strip().splitlines()[-1].startswith(
+        "sampler_study.py: error: argument --arms: item 1 ('nope'): must be one of"), bad.stderr
     for args, message in ((["--arms", "nope"], "sampler_study.py: error: argument --arms: item 1 ('nope'): must be one of"),
                           (["--arms", "sfl"], "error: --arms: every comparison is against round_robin"),
                           (["--seeds", "0"], "sampler_study.py: error: argument --seeds: must be a positive integer"),
                           (["--epochs", "10", "--every", "3"], "error: --every: 3 must divide --epochs 10"),
                           (["--num-envs", "7"], "error: --num-envs: 7 must be even"),
                           (["--config", "nope.yaml"], "sampler_study.py: error: argument --config: no file at 'nope.yaml'")):
-        bad = _run(*args, "--out", str(tmp_path / "never"))
-        assert bad.returncode != 0 and bad.stderr.strip().splitlines()[-1].startswith(message), bad.stderr
+        code, err = run_in_process(sampler_study.main, SCRIPT, [*args, "--out", str(tmp_path / "never")])
+        assert code != 0 and err.strip().splitlines()[-1].startswith(message), err
     assert not (tmp_path / "never").exists()
 
 
