@@ -238,7 +238,7 @@ def output_folder(text: str) -> str:
     if not text:
         raise _refuse("a folder path (created if missing)", "an empty path")
     path = os.path.abspath(os.path.expanduser(text))
-    from parlightning.runtime.checkpoint import dangling_link_error
+    from parlightning.paths import dangling_link_error
 
     dangling = dangling_link_error("", text)  # a link to nothing: makedirs fails on it ("File exists")
     if dangling is not None:

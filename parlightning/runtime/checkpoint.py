@@ -23,7 +23,6 @@ import os
 import random
 import re
 import shutil
-import stat
 import tempfile
 import zipfile
 from typing import Any, Optional
@@ -36,6 +35,7 @@ from lightning.fabric.plugins.io.checkpoint_io import CheckpointIO
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from parlightning.errors import ConfigError, ReportedError
+from parlightning.paths import dangling_link, dangling_link_error, not_a_file  # noqa: F401 (their old home)
 from parlightning.runtime.waits import expected_wait
 
 WRITE_BASE_S = 60.0  # a checkpoint write's declared bound: this much ...
@@ -359,24 +359,6 @@ def check_savable(checkpoint: Any) -> None:
 
 
 # ---------------------------------------------------------------------------------- reading
-def not_a_file(path: Any) -> Optional[str]:
-    """Why `path` cannot be opened as a file (None when it can): missing, a folder, a pipe or device,
-    unreadable; the words follow the path in the caller's one line."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return "does not exist" if not os.path.islink(path) else "is a link to nothing (its target does not exist)"
-    except (OSError, ValueError, TypeError) as err:  # a link loop, a name too long, a NUL byte, not a path at all
-        return f"cannot be opened ({getattr(err, 'strerror', None) or type(err).__name__})"
-    if stat.S_ISDIR(st.st_mode):
-        return "is a folder, not a file"
-    if not stat.S_ISREG(st.st_mode):
-        return "is not a regular file (a pipe, device or socket: reading it could block forever)"
-    if not os.access(path, os.R_OK):
-        return "cannot be read (permission denied)"
-    return None
-
-
 def check_checkpoint_path(path: Any, field: str, fix: str) -> None:
     """A checkpoint path that can be opened as a file, or one ConfigError naming `field` and why
     (`not_a_file`): the check `read_torch_file` starts with, for a flag checked before loading."""
@@ -640,33 +622,6 @@ def check_output_dirs(trainer: Any) -> None:
         if folder is None or "://" in str(folder):
             continue
         _check_writable(field, str(folder))
-
-
-def dangling_link(path: str) -> Optional[str]:
-    """The part of `path` (itself or a folder above it) that is a symbolic link to nothing, or None.
-    An output there would fail (makedirs: "File exists"; open: "No such file"), or, where a tool
-    resolves the link first (Lightning's ModelCheckpoint), be written somewhere the user did not name."""
-    probe = os.path.abspath(os.path.expanduser(str(path)))
-    while not os.path.exists(probe):
-        if os.path.islink(probe):
-            return probe
-        parent = os.path.dirname(probe)
-        if parent == probe:
-            return None
-        probe = parent
-    return None
-
-
-def dangling_link_error(field: str, path: str) -> Optional[ConfigError]:
-    """One ConfigError naming `field` when `path` runs through a dangling link (`dangling_link`), else None."""
-    link = dangling_link(path)
-    if link is None:
-        return None
-    target = os.readlink(link)
-    return ConfigError(f"{field}: {str(path)!r} " + (f"is a link to {target!r}" if os.path.abspath(link) ==
-                       os.path.abspath(os.path.expanduser(str(path))) else f"goes through {link!r}, a link to "
-                       f"{target!r}") + ", which does not exist; remove the link, create its target, or choose "
-                       "another path")
 
 
 def _check_writable(field: str, folder: str) -> None:
