@@ -16,11 +16,12 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from parlightning.envs.base import ActionSpec
+from parlightning.envs.base import ActionSpec, check_action_mask
 from parlightning.envs.normalize import ObsNormalizer, normalizer_from_checkpoint
 from parlightning.errors import ArgumentError, ConfigError
 from parlightning.cli.evaluate import check_device, greedy_action
 from parlightning.method_args import Is, TensorArg, checked, checked_methods
+from parlightning.policies.actor_critic import observation_fault
 
 Observation = Union[Tensor, np.ndarray]
 
@@ -64,6 +65,20 @@ class Policy:
         if getattr(network, "key_table", None) is not None:
             raise ConfigError("--ckpt_path: a keyed (TensorParallel) policy needs each task's key; load_policy "
                               "supports unkeyed policies")
+        if normalizer is not None and not isinstance(normalizer, ObsNormalizer):
+            raise ArgumentError(f"Policy(normalizer): must be an ObsNormalizer (load_policy's, or "
+                                f"normalizer_from_checkpoint's), or None, got {type(normalizer).__name__}")
+        # the sizes the caller declares against the network's own: one line naming the argument
+        fault = None if observation_shape is None else observation_fault(network, observation_shape)
+        if fault is not None:
+            raise ArgumentError(f"Policy(observation_shape): must be {fault}, got {tuple(observation_shape)}")
+        if normalizer is not None:
+            kept = tuple(normalizer.mean.shape)
+            fault = (observation_fault(network, kept) if observation_shape is None
+                     else None if kept == tuple(observation_shape) else f"of observation_shape {tuple(observation_shape)}")
+            if fault is not None:
+                raise ArgumentError(f"Policy(normalizer): its statistics must be {fault}, got statistics of shape "
+                                    f"{kept} (a normalizer of another world)")
         self.network = network.eval()
         self.device = next(network.parameters()).device
         self.normalizer = normalizer.to(self.device) if normalizer is not None else None
@@ -102,6 +117,9 @@ class Policy:
         if self.observation_shape is not None and tuple(x.shape[1:]) != self.observation_shape:
             raise ArgumentError(f"Policy.predict(obs): must be [B, {', '.join(map(str, self.observation_shape))}] (or one observation), "
                              f"got {list(x.shape)}")
+        fault = None if self.observation_shape is not None or x.dim() < 1 else observation_fault(self.network, x.shape[1:])
+        if fault is not None:
+            raise ArgumentError(f"Policy.predict(obs): must be [B, ...] with each observation {fault}, got {list(x.shape)}")
         if x.numel() and not bool(torch.isfinite(x).all()):  # the greedy action of NaN is an arbitrary index
             row = int((~torch.isfinite(x.reshape(len(x), -1))).any(1).nonzero()[0])
             raise ArgumentError(f"Policy.predict(obs): row {row} holds NaN or inf; the policy needs finite observations (the world's raw "
@@ -109,6 +127,11 @@ class Policy:
         m = None if mask is None else torch.as_tensor(mask, dtype=torch.bool, device=self.device)
         if m is not None and single:
             m = m.unsqueeze(0)
+        if m is not None:  # a mask the policy cannot use (the wrong layout, a dimension with no live category): one
+            try:           # line naming it (reads the mask once: predict reads its observations on the host too)
+                check_action_mask(m, self.action_spec, len(x), where="Policy.predict(mask)", device=self.device)
+            except ValueError as err:  # (the world contract's words: an actor is a row here)
+                raise ArgumentError(str(err).replace("actor ", "row ", 1).replace("num_envs", "B")) from None
         with torch.inference_mode():
             x = self.normalize(x)
             masked = {} if m is None else {"mask": m}
@@ -135,10 +158,10 @@ def load_policy(path: Union[str, os.PathLike], device: Union[str, torch.device] 
     from parlightning.ppo.module import PPOModule
 
     path = os.fspath(path)
-    check_device("device", device, types=None)
-    if torch.device(device).type == "meta":  # a meta tensor has a shape and no values: no weights, no actions
+    if isinstance(device, (str, torch.device)) and str(device) == "meta":  # a meta tensor has a shape and no values: no weights, no actions
         raise ConfigError("load_policy: device='meta' holds no data (the weights would not be loaded and predict "
                           "could not compute an action); use cpu or cuda")
+    check_device("device", device, types=None)
     checkpoint = load_checkpoint_file(path)
     hp = dict(checkpoint.get("hyper_parameters") or {})
     if hp.get("policy", "mlp") not in ("mlp", "slots"):

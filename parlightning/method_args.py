@@ -75,7 +75,7 @@ def _got(value: Any) -> str:
         dtype = str(value.dtype).removeprefix('torch.')
         return f"{'an' if dtype[0] in 'aeiou' else 'a'} {dtype}{layout} tensor {list(value.shape)} on {value.device}"
     text = repr(value) if not isinstance(value, (list, tuple, dict)) else f"{type(value).__name__} {value!r}"
-    return f"{text:.80}"
+    return f"{' '.join(text[:400].split()):.80}"  # one line: a container of tensors prints over several
 
 
 def _size(obj: Any, name: Any) -> Any:
@@ -242,7 +242,7 @@ class TensorArg(Arg):
             outside = (value < lo) | (value >= hi) if hi is not None else value < lo
             if bool(outside.any()):
                 bad = value.reshape(-1)[outside.reshape(-1).long().argmax()]
-                raise ArgumentError(f"{field}: every entry must lie in {lo}..{'' if hi is None else hi - 1}"
+                raise ArgumentError(f"{field}: every entry must {f'be >= {lo}' if hi is None else f'lie in {lo}..{hi - 1}'}"
                                     f"{f' ({self.text})' if self.text else ''}, got {bad.item()} in {_got(value)}")
             if self.once:
                 vouch_values(value, lo, hi)

@@ -548,9 +548,21 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+# Flags that contradict each other: (flag, flag, why), refused as argparse refuses a conflict (one line,
+# exit 2) before anything runs, not a run that fails half-way on what one flag left out.
+CONFLICTS = (
+    ("env_only", "skip_env", "--env-only measures SwarmEnv.step alone and --skip-env skips that measurement: drop one"),
+    ("env_only", "profile", "--profile profiles the training loops, which --env-only does not run: drop one"),
+    ("compile", "skip_env", "--compile applies to the SwarmEnv.step measurement, which --skip-env skips: drop one"),
+)
+
+
 def parse(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p = build_parser()
     a = p.parse_args(argv)
+    for first, second, why in CONFLICTS:
+        if getattr(a, first) and getattr(a, second):
+            p.error(f"argument --{second.replace('_', '-')}: not allowed with argument --{first.replace('_', '-')} ({why})")
     if a.device not in ("cpu",):  # before any run starts: one line, not a failed run per N
         import torch
 

@@ -41,6 +41,9 @@ LABELS = {"fast": "parlightning, configs/cartpole_fast.yaml", "gym": "parlightni
           "sb3": "Stable-Baselines3 PPO, rl-zoo tuned"}
 BUDGET = {"fast": None, "gym": None, "sb3": 100_000}  # env steps; None: the config's trainer.max_epochs; sb3: rl-zoo's
 TARGET, WINDOW = 475.0, 100
+# What each path imports that the package does not require: checked before the first run starts (one
+# line naming the install or the --paths to drop), not a sub-run's ImportError traceback half-way.
+NEEDS = {"gym": (("gymnasium", "gymnasium"),), "sb3": (("stable_baselines3", "stable-baselines3"), ("gymnasium", "gymnasium"))}
 
 
 class Solved:
@@ -242,8 +245,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def missing_imports(paths: list[str]) -> Optional[str]:
+    """The first path whose imports are absent here, as argparse's error text; None when all import."""
+    import importlib.util
+
+    for path in paths:
+        for module, package in NEEDS.get(path, ()):
+            if importlib.util.find_spec(module) is None:
+                rest = [p for p in paths if p != path]
+                return (f"argument --paths: the {path} path needs {module}, which is not installed here: "
+                        f"pip install {package}, or drop {path} from --paths"
+                        + (f" (e.g. --paths {' '.join(rest)})" if rest else ""))
+    return None
+
+
 def main(argv: Optional[list[str]] = None) -> int:
-    a = build_parser().parse_args(argv)
+    parser = build_parser()
+    a = parser.parse_args(argv)
     if a.startup:
         print(startup())
         return 0
@@ -257,6 +275,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 0
     if a.quick:  # checks the machinery, not the result: too few steps to solve
         a.seeds, a.paths, a.budget = a.seeds[:1], ["fast"], a.budget or 8192
+    missing = missing_imports(a.paths)
+    if missing is not None:
+        parser.error(missing)
     results: dict[str, dict[int, dict[str, Any]]] = {p: {} for p in a.paths}
     for seed in a.seeds:
         for path in a.paths:

@@ -27,7 +27,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from parlightning.envs.base import action_mask_of
+from parlightning.envs.base import action_mask_of, scripted_action
 from parlightning.errors import ConfigError, out_of_memory
 from parlightning.cli.arg_types import (actor_count, bounded_float, config_file, existing_file, output_file, positive_float, positive_int,
                                          random_seed, stall_seconds, step_count)
@@ -67,7 +67,7 @@ def teacher_for(name: str, env: Any) -> Any:
     if names and name not in names:
         raise ConfigError(f"--teacher: unknown {name!r}; choose one of {list(names)} or pass a checkpoint (.ckpt)")
     gen = torch.Generator(device=env.device).manual_seed(0)
-    return lambda obs, mask: scripted(name, obs, gen)
+    return lambda obs, mask: scripted_action(env, name, obs, gen)  # its return checked as step's action
 
 
 def collect(env: Any, teacher: Any, rounds: int, seed: int) -> tuple[Tensor, Optional[Tensor], Tensor]:

@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from parlightning.envs import contract
-from parlightning.envs.base import action_mask_of, checked_device, solved_threshold_of
+from parlightning.envs.base import action_mask_of, checked_device, scripted_action, solved_threshold_of
 from parlightning.errors import ConfigError, out_of_memory
 from parlightning.cli.arg_types import (bank_seed, config_file, device_name, episode_count, existing_file, output_file,
                                          random_seed, stall_seconds)
@@ -491,7 +491,7 @@ def evaluate_one(a: argparse.Namespace, cls: type, init_args: dict, quiet: bool 
 
     def act(obs: Tensor, mask: Optional[Tensor] = None) -> Tensor:
         if policy is None:
-            return env.scripted_action(a.policy, obs, gen)
+            return scripted_action(env, a.policy, obs, gen)  # its return checked as step's action
         with torch.inference_mode():
             return policy_action(policy, normalize(obs), mask, a.greedy, gen)
 
@@ -524,7 +524,7 @@ def evaluate_one(a: argparse.Namespace, cls: type, init_args: dict, quiet: bool 
     if callable(getattr(env, "scripted_action", None)):
         def scripted(which: str) -> Episodes:
             senv = build_env(cls, init_args, n, a.seed, split, a.device)
-            return run_episodes(senv, lambda o: senv.scripted_action(which, o), a.seed)
+            return run_episodes(senv, lambda o: scripted_action(senv, which, o), a.seed)
 
         serial = ep if a.policy == "serial" else scripted("serial")
         best = getattr(__import__(cls.__module__, fromlist=["CEILING"]), "CEILING", None)

@@ -26,12 +26,14 @@ from parlightning.config_types import (
 )
 from parlightning.distribution.counters import AgreedCounters
 from parlightning.errors import ArgumentError, ConfigError, ReportedError, check_call_shape
-from parlightning.method_args import IndexArg, Lifecycle, State, TensorArg, check_state, checked_methods
+from parlightning.method_args import IndexArg, ItemsArg, Lifecycle, State, TensorArg, check_state, checked_methods
 from parlightning.runtime.torch_state import global_state, state_change
 
 # the samplers' method arguments (`checked_methods`): metadata only on the per-step pick_batch / record_batch
 SAMPLER_SPECS = {
     "pick": {"round_index": IndexArg()},
+    "bind": {"task_ids": ItemsArg(str, min_len=1, text="the task bank's ids, e.g. env.task_ids: a sampler needs one "
+                                  "task to pick")},
     "pick_batch": {"shard": TensorArg("int", ("K",), device="same", values=(0, lambda s: _bank_size(s)), once=True,
                                       text="the round's bank indices: read once per shard tensor, not per step"),
                    "round_index": IndexArg(),

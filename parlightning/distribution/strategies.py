@@ -31,7 +31,8 @@ from parlightning.errors import ArgumentError, ConfigError, LifecycleValueError
 from parlightning.method_args import IndexArg, Is, ItemsArg, Lifecycle, State, TensorArg, checked, checked_methods, require
 from parlightning.runtime.torch_state import global_state, state_change
 
-PLAN_SPECS = {"n_workers": IndexArg(lo=1, text="the number of workers"), "round_index": IndexArg()}
+PLAN_SPECS = {"n_workers": IndexArg(lo=1, text="the number of workers"), "round_index": IndexArg(),
+              "keys": ItemsArg(str, min_len=1, text="the round's task ids or artifact keys: a plan needs one to give out")}
 SECTION = IndexArg("n_sections", text="a section of the key table")
 
 __all__ = [

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from parlightning.errors import ConfigError
-from parlightning.method_args import Arg, Lifecycle, State, check_real_device, layout_fault
+from parlightning.method_args import Arg, Lifecycle, State, TensorArg, check_real_device, layout_fault
 
 
 @dataclass(frozen=True)
@@ -188,6 +188,12 @@ def checked_device(field: str, device: Any) -> torch.device:
         dev = torch.device(device)
     except (RuntimeError, ValueError, TypeError):
         raise ConfigError(f"{field}: {device!r:.60} is not a torch device; use cpu, cuda or cuda:N") from None
+    if dev.type == "meta":
+        raise ConfigError(f"{field}: 'meta' tensors have shapes and no values, and a world computes on values; use cpu "
+                          "or cuda")
+    backend = getattr(torch, dev.type, None) if dev.type not in ("cpu", "cuda") else torch.cuda
+    if dev.type != "cpu" and not (callable(getattr(backend, "is_available", None)) and backend.is_available()):
+        raise ConfigError(f"{field}: {device!r} asked for, but this torch has no usable {dev.type} device; use cpu")
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError(f"{field}: {device!r} asked for, but this torch has no usable CUDA device; use cpu")
     if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
@@ -272,6 +278,20 @@ class ActionArg(Arg):
             self.fail(field, f"{kind} of shape [num_envs, *action_shape] = {list(want)}{where}", value)
 
 
+_SCRIPTED = ActionArg(same_device=False)
+
+
+def scripted_action(env: Any, name: str, obs: Tensor, generator: Any = None) -> Tensor:
+    """`env.scripted_action(name, obs, generator)` (a world's scripted policy: evaluate's --policy, bc's
+    --teacher), its return checked as the world's `step(action)` is (`ActionArg`: [num_envs,
+    *action_shape], integer for discrete actions, float for continuous): a wrong one is one
+    ArgumentError naming `World.scripted_action` and the shape and dtype it must return, before the
+    world's own step computes with it. Metadata only (O(1))."""
+    action = env.scripted_action(name, obs) if generator is None else env.scripted_action(name, obs, generator)
+    _SCRIPTED.check(f"{type(env).__name__}.scripted_action({name!r})'s return", action, env, {})
+    return action
+
+
 class TaskIndexArg(Arg):
     """A world's `reset(task_index)`: None, or one task bank index per actor (`checked_task_index`: a
     host read, so reset only, never per step). A world without a task bank ignores it."""
@@ -294,6 +314,25 @@ class NextTaskArg(Arg):
         if value is not None and not callable(value) and not isinstance(value, (Tensor, list, tuple)):
             self.fail(field, f"a callable done -> [N] bank indices or [num_envs] = [{obj.num_envs}] task bank indices "
                       "(a long tensor)", value)
+
+
+_PICK = TensorArg("int", text="the bank indices of the tasks the finished actors start next; "
+                  "e.g. torch.zeros(num_envs, dtype=torch.long)")
+
+
+def checked_pick(world: str, picked: Any, num_envs: int) -> Tensor:
+    """What a `step(next_task=callable)` returned: an integer tensor of [num_envs] (or one) bank indices,
+    else one ArgumentError naming `world.step(next_task)` and what the callable must return (a float
+    tensor would be truncated to indices silently). Metadata only (dtype, shape): O(1), no host read, on
+    the step path."""
+    from parlightning.errors import ArgumentError
+
+    field = f"{world}.step(next_task)'s return"
+    _PICK.check(field, picked, None, {})
+    if tuple(picked.shape) not in ((num_envs,), (1,), ()):
+        raise ArgumentError(f"{field}: must have shape [num_envs] = [{num_envs}] (one task bank index per actor) or one "
+                            f"index for all, got {list(picked.shape)}")
+    return picked
 
 
 RESET = State("called before reset(); call env.reset() first")

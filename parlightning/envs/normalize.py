@@ -34,10 +34,10 @@ from typing import Any, Callable, Optional
 import torch
 from torch import Tensor, nn
 
-from parlightning.config_types import ClosedUnitInterval, PositiveFinite, PositiveInt, Seed, check_args
+from parlightning.config_types import ClosedUnitInterval, PositiveFinite, PositiveInt, Seed, check_args, check_value
 from parlightning.envs.base import BatchedEnv, StepResult, world_lifecycle, world_specs
 from parlightning.method_args import Passed, TensorArg, check_state, checked_methods, mark
-from parlightning.errors import ConfigError
+from parlightning.errors import ArgumentError, ConfigError
 
 EnvFactory = Callable[[int, str, int], BatchedEnv]
 
@@ -197,16 +197,31 @@ class NormalizeEnv(BatchedEnv):
         mark(self, "reset", bool(self.checkpoint_exact))  # an exact world's episodes are restored, else reset() again
 
 
+_MEAN = TensorArg("number", finite=True, shape="same", text="the per-feature running mean")
+_VAR = TensorArg("number", finite=True, shape="same", values=(0, None),
+                 text="the per-feature running variance: >= 0, the mean's shape")
+
+
 class ObsNormalizer(nn.Module):
     """The frozen observation transform of a trained run (float32 buffers; exported with the policy)."""
 
     def __init__(self, mean: Tensor, var: Tensor, epsilon: float = 1e-8, clip: float = 10.0) -> None:
         super().__init__()
+        call: dict = {}  # the statistics: read once here (off the step path)
+        _MEAN.check("ObsNormalizer(mean)", mean, None, call)
+        _VAR.check("ObsNormalizer(var)", var, None, call)
+        check_value("ObsNormalizer(epsilon)", PositiveFinite, epsilon)
+        check_value("ObsNormalizer(clip)", PositiveFinite, clip)
         self.register_buffer("mean", mean.detach().to(torch.float32).clone())
         self.register_buffer("var", var.detach().to(torch.float32).clone())
         self.epsilon, self.clip = float(epsilon), float(clip)
 
     def forward(self, obs: Tensor) -> Tensor:
+        d = self.mean.dim()  # the observation's shape against the statistics': metadata only (O(1), no host read)
+        if not isinstance(obs, Tensor) or obs.dim() < d or tuple(obs.shape[obs.dim() - d:]) != tuple(self.mean.shape):
+            raise ArgumentError(f"ObsNormalizer(obs): must be a tensor [..., {', '.join(map(str, self.mean.shape))}] (the "
+                                f"observation shape its statistics were kept for: the same world), got "
+                                f"{list(obs.shape) if isinstance(obs, Tensor) else type(obs).__name__}")
         return normalize_obs(obs, self.mean, self.var, self.epsilon, self.clip)
 
 

@@ -52,7 +52,7 @@ from parlightning.config_types import (
     ClosedUnitInterval, PositiveInt, Seed, check_allocation, check_args, check_value, restricted_number_type,
 )
 from parlightning.envs.base import (
-    ActionSpec, BatchedEnv, EpisodeParts, StepResult, checked_device, checked_seed, checked_task_index, world_lifecycle,
+    ActionSpec, BatchedEnv, EpisodeParts, StepResult, checked_device, checked_pick, checked_seed, checked_task_index, world_lifecycle,
     world_specs,
 )
 from parlightning.envs.swarm_tasks import FAMILIES, HARD, LOCAL, N_KINDS, PLAIN, SPLITS, Costs, TaskBank, oracle_split_index
@@ -559,7 +559,7 @@ class SwarmEnv(BatchedEnv):
         if next_task is None:
             next_task = task
         elif callable(next_task):
-            next_task = next_task(done)  # the data module's sampler picks for the actors that reset
+            next_task = checked_pick("SwarmEnv", next_task(done), N)  # the sampler picks for the actors that reset
         new_task = torch.where(done, next_task.to(self.device, torch.long), task)
         torch.index_select(buf[:N + K], 0, torch.where(done, new_task + N, self._arange), out=obs)
 

@@ -42,7 +42,7 @@ from typing import Any, Callable, Optional
 import torch
 from torch import Tensor
 
-from parlightning.envs.base import EpisodeParts, StepResult
+from parlightning.envs.base import EpisodeParts, StepResult, checked_pick
 from parlightning.errors import ConfigError
 from parlightning.runtime.waits import expected_wait
 
@@ -275,7 +275,7 @@ class CompiledStep:
         if next_task is None:
             next_task = task
         elif callable(next_task):
-            next_task = next_task(done)  # the data module's sampler picks for the actors that reset
+            next_task = checked_pick("SwarmEnv", next_task(done), N)  # the sampler picks for the actors that reset
         next_task = next_task.to(env.device, torch.long).expand(N).contiguous()
         new_task = torch.empty(N, dtype=torch.long)
         stage = torch.empty(2, N, dtype=torch.long)

@@ -13,7 +13,10 @@ from typing import Optional, Sequence
 import torch
 from torch import Tensor, nn
 
+from parlightning.config_types import OpenUnitInterval
 from parlightning.envs.base import ActionSpec, mask_layout
+from parlightning.errors import ArgumentError
+from parlightning.method_args import IndexArg, checked
 
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "gelu": nn.GELU, "silu": nn.SiLU}
 
@@ -194,6 +197,7 @@ class ActorCritic(nn.Module):
     ) -> None:
         super().__init__()
         obs_dim = int(math.prod(observation_shape))
+        self.obs_dim = obs_dim  # the flattened observation the network takes (`observation_fault`)
         hidden = [int(h) for h in hidden_sizes]
         if any(h <= 0 for h in hidden):
             raise ValueError(f"hidden_sizes: every layer needs a positive width, got {list(hidden_sizes)}")
@@ -255,18 +259,49 @@ class ActorCritic(nn.Module):
         return self._forward(self.actor, obs.flatten(1), key)
 
 
+def observation_fault(network: nn.Module, shape: Sequence[int]) -> Optional[str]:
+    """What one observation of `network` must be when `shape` (one observation's, no batch dim) is not
+    it, or None (it fits, or the network does not say: a user's own module). Metadata only: the
+    package's policies keep their input sizes (`obs_dim`; the slots policy's `width` and `features`)."""
+    shape = tuple(int(d) for d in shape)
+    width, features = getattr(network, "width", None), getattr(network, "features", None)
+    if isinstance(width, int) and isinstance(features, int):  # the slots policy: [slots + 1, features]
+        if shape != (width + 1, features):
+            return f"[slots + 1, features] = [{width + 1}, {features}] (the shape the network was built for)"
+        return None
+    obs_dim = getattr(network, "obs_dim", None)
+    if isinstance(obs_dim, int) and math.prod(shape) != obs_dim:
+        return f"an observation of {obs_dim} numbers (the network's input width: the product of its dims)"
+    return None
+
+
+@checked(probability=OpenUnitInterval, n=IndexArg(lo=2, text="the number of categories: a prior weights one of several"))
 def prior_bias(probability: float, n: int) -> float:
     """The logit bias that gives one of `n` categories `probability` when the others' logits are 0."""
     return math.log(probability * (n - 1) / (1.0 - probability))
 
 
+@checked(action=IndexArg(text="a category of every action dimension"),
+         probability=OpenUnitInterval)
 def set_action_prior(policy: nn.Module, action: int, probability: float) -> None:
     """Make `action` start with `probability` in every action dimension (e.g. SwarmEnv's 0, "do it
     yourself", at 0.998): the actor's output bias, an ordinary trainable parameter, gets
     `prior_bias` on that category and 0 on the others. The actor's last layer is initialised with
     std 0.01, so the initial probability is `probability` up to that noise. The policy names its
     output layer with `prior_layer()` (a Linear) and its layout with `prior_nvec()`."""
+    if not callable(getattr(policy, "prior_layer", None)) or not callable(getattr(policy, "prior_nvec", None)):
+        raise ArgumentError(f"set_action_prior(policy): must be a policy with prior_layer() and prior_nvec() (ActorCritic, "
+                            f"SlotsActorCritic, RecurrentActorCritic), got {type(policy).__name__}")
     layer, nvec = policy.prior_layer(), policy.prior_nvec()
+    if not nvec:
+        raise ArgumentError(f"set_action_prior(policy): must be a policy of discrete actions (a prior weights a category), "
+                            f"got {type(policy).__name__} with {getattr(getattr(policy, 'action_spec', None), 'kind', 'continuous')} actions")
+    if action >= min(nvec):
+        raise ArgumentError(f"set_action_prior(action): must be a category of every action dimension, an integer in "
+                            f"0..{min(nvec) - 1} (dimension sizes {list(nvec)[:8]}), got {action}")
+    if min(nvec) < 2:
+        raise ArgumentError(f"set_action_prior(policy): must have at least 2 categories in every action dimension (a "
+                            f"prior weights one of several), got sizes {list(nvec)[:8]}")
     with torch.no_grad():
         offset = 0
         for n in nvec:

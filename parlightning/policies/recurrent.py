@@ -47,6 +47,7 @@ class RecurrentActorCritic(nn.Module):
         if any(h <= 0 for h in hidden):
             raise ValueError(f"hidden_sizes: every layer needs a positive width, got {list(hidden_sizes)}")
         obs_dim = int(math.prod(observation_shape))
+        self.obs_dim = obs_dim  # the flattened observation the network takes (`observation_fault`)
         self.action_spec, self.cell, self.rnn_hidden = action_spec, cell, rnn_hidden
         self.state_layers = 2 if cell == "lstm" else 1
         self.encoder = (

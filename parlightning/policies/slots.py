@@ -17,6 +17,7 @@ from torch import Tensor, nn
 
 from parlightning.envs.base import ActionSpec
 from parlightning.errors import ConfigError
+from parlightning.method_args import IndexArg, checked
 from parlightning.policies.actor_critic import ACTIVATIONS, CategoricalHead, mlp
 
 
@@ -51,6 +52,7 @@ class SlotsActorCritic(nn.Module):
         self.action_spec = action_spec
         self.head = CategoricalHead(nvec)
 
+    @checked(owner="SlotsActorCritic", width=IndexArg(lo=1, text="the number of subtask slots of the world: a policy acts on one at least"))
     def at_width(self, width: int) -> "SlotsActorCritic":
         """The same weights for a world with `width` slots (a new head; no parameter changes)."""
         spec = ActionSpec("multi_discrete", nvec=(self.choices,) * width)

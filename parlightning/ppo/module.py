@@ -24,7 +24,7 @@ from parlightning.callbacks.planner import find_planner
 from parlightning.config_types import NonNegativeFinite, PositiveFinite, PositiveInt, check_args
 from parlightning.envs.base import ActionSpec, action_mask_of
 from parlightning.errors import ArgumentError, ConfigError
-from parlightning.method_args import IndexArg, Is, Lifecycle, State, checked_methods, require
+from parlightning.method_args import IndexArg, Is, Lifecycle, MappingArg, State, checked_methods, require
 from parlightning.ppo.loss import ppo_loss
 from parlightning.policies.actor_critic import ACTIVATIONS, ActorCritic, set_action_prior
 from parlightning.policies.recurrent import CELLS, RecurrentActorCritic
@@ -69,7 +69,10 @@ def apply_prior(policy: Any, prior: Union[float, dict]) -> None:
     if not callable(layer):
         raise ConfigError(f"model.prior: {type(policy).__name__} has no prior_layer(); drop model.prior")
     nvec = policy.prior_nvec()
-    if not nvec or action >= min(nvec):
+    if not nvec:
+        raise ConfigError(f"model.prior: sets the initial probability of a discrete action; {type(policy).__name__} "
+                          "has no categories (continuous actions); drop model.prior")
+    if action >= min(nvec):
         raise ConfigError(f"model.prior.action: {action} is not an action of every dimension (sizes {list(nvec)}); "
                           f"pick one below {min(nvec) if nvec else 0}")
     set_action_prior(policy, int(action), float(p))
@@ -105,6 +108,18 @@ def delegation_share(buffer: Any) -> Optional[Tensor]:
         return None
     live = masks.sum()
     return ((buffer.actions != 0) & masks).sum().float() / live.clamp(min=1).float()
+
+
+def _is_tensor(value: Any) -> bool:
+    return isinstance(value, Tensor)
+
+
+# The minibatch `training_step` reads (the data module's; a hand-made batch must have the same keys): a
+# key presence and type check per key, O(1) on the step path (no host read).
+TRAINING_BATCH = MappingArg({key: (_is_tensor, "a tensor") for key in ("obs", "actions", "logprobs", "values",
+                                                                           "advantages", "returns")},
+                            example="the data module's minibatch {'obs', 'actions', 'logprobs', 'values', "
+                                    "'advantages', 'returns'} (RolloutDataModule's train_dataloader)")
 
 
 @checked_methods(skip=MODULE_HOOKS, annealed_lr={"iteration": IndexArg()}, lifecycle=Lifecycle(
@@ -201,6 +216,9 @@ class PPOModule(pl.LightningModule):
         """Make the actor-critic for the env's spaces (subclasses return their own network); with a
         TensorParallel planner it has a per-key table, one row per declared key."""
         hp = self.hparams
+        if hp.get("prior") is not None and not getattr(action_spec, "is_discrete", True):
+            raise ConfigError(f"model.prior: sets the initial probability of a discrete action; this world's actions are "
+                              f"{action_spec.kind} (no categories to weight); drop model.prior")
         planner = find_planner(self._trainer)
         n_keys = planner.n_keys(self._trainer) if planner is not None else 0
         if hp.policy == "slots":  # one network shared across subtask slots (parlightning/policies/slots.py)
@@ -325,6 +343,8 @@ class PPOModule(pl.LightningModule):
             planner.mask_gradients(self.trainer, self.policy)
 
     def configure_optimizers(self) -> Any:
+        if self.policy is None:  # a Lightning hook (not wrapped): its lifecycle requirement, declared above
+            require(self, "configure_optimizers", "policy")
         fused = {"fused": True} if self.hparams.get("fused_adam", False) else {}
         try:
             optimizer = torch.optim.Adam(self.parameters(), lr=self.hparams.lr, eps=self.hparams.adam_eps, **fused)
@@ -365,6 +385,7 @@ class PPOModule(pl.LightningModule):
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         if self.policy is None:  # a Lightning hook (not wrapped): its lifecycle requirement, declared above
             require(self, "training_step", "policy")
+        TRAINING_BATCH.check("PPOModule.training_step(batch)", batch, self, {})
         hp = self.hparams
         masked = {"mask": batch["masks"]} if "masks" in batch else {}  # the world's action masks, as stored
         if "state0" in batch:  # recurrent: whole per-actor chunks [B, L, ...], re-run from each chunk's first state
