@@ -276,3 +276,15 @@ def test_time_to_solve_names_an_absent_dependency_before_any_run(monkeypatch, ca
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "argument --paths: the sb3 path needs stable_baselines3" in err and "pip install stable-baselines3" in err
     assert "--paths fast" in err
+
+
+def test_export_policy_refuses_an_observation_shape_its_network_does_not_take(tmp_path):
+    from parlightning.cli.export import export_policy
+    from parlightning.envs.base import ActionSpec
+    from parlightning.errors import ArgumentError
+    from parlightning.ppo.module import PPOModule
+
+    policy = PPOModule().build_policy((13, 6), ActionSpec("multi_discrete", nvec=(7,) * 6))
+    with pytest.raises(ArgumentError, match=r"^export_policy\(observation_shape\): must be .*, got \(4,\)"):
+        export_policy(policy, (4,), tmp_path / "p.pt2")
+    assert not list(tmp_path.iterdir())  # nothing written

@@ -29,11 +29,11 @@ from torch import Tensor, nn
 from parlightning.runtime.checkpoint import load_checkpoint_file
 from parlightning.envs.base import ActionSpec
 from parlightning.envs.normalize import ObsNormalizer, normalizer_from_checkpoint
-from parlightning.errors import ConfigError
+from parlightning.errors import ArgumentError, ConfigError
 from parlightning.cli.arg_types import existing_file, output_file
 from parlightning.cli.outputs import check_output_file, raise_write_error
 from parlightning.cli.stop_signals import UNWRITTEN, Signalled, stop_on_signals, stopped
-from parlightning.policies.actor_critic import ActorCritic, CategoricalHead
+from parlightning.policies.actor_critic import ActorCritic, CategoricalHead, observation_fault
 from parlightning.method_args import IndexArg, Is, OneOf, checked
 
 PATH = Is((str, os.PathLike), "a path (str or PathLike)")
@@ -122,6 +122,9 @@ def export_policy(policy: ActorCritic, observation_shape: Sequence[int], out: st
         except ImportError:
             raise ConfigError("--format onnx: needs the onnx extra (onnx, onnxscript): "
                               "pip install 'parlightning[onnx]', or export --format pt2") from None
+    fault = observation_fault(policy, observation_shape)  # a traced program for another input would fail deep in it
+    if fault is not None:
+        raise ArgumentError(f"export_policy(observation_shape): must be {fault}, got {tuple(observation_shape)}")
     model = GreedyPolicy(policy, normalizer).eval()
     if mask_width is None:
         mask_width = getattr(policy, "mask_width", None)
