@@ -288,3 +288,23 @@ def test_export_policy_refuses_an_observation_shape_its_network_does_not_take(tm
     with pytest.raises(ArgumentError, match=r"^export_policy\(observation_shape\): must be .*, got \(4,\)"):
         export_policy(policy, (4,), tmp_path / "p.pt2")
     assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_a_local_chat_server_on_a_taken_port_is_one_error_at_once():
+    import socket
+
+    from parlightning.errors import ConfigError
+    from parlightning.subagents.chat_server import LocalChatServer
+
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    try:
+        with pytest.raises(ConfigError, match=rf"^LocalChatServer\(port\): cannot listen on 127.0.0.1:{port} \(.*\); "
+                                              "pass port=0 for a free port"):
+            LocalChatServer(port=port).start()  # told when the bind fails (no thread traceback, no 10 s wait)
+    finally:
+        holder.close()
+    with LocalChatServer() as server:  # port 0: a free one
+        assert server.port > 0

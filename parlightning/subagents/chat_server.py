@@ -34,6 +34,8 @@ import threading
 import time
 from typing import Any, Optional
 
+from parlightning.errors import ConfigError
+
 _DIRECTIVE = re.compile(r"@(status|flaky|ratelimit)=(\d+)(?::(\d+(?:\.\d+)?))?|@(hang|drop|garbage|hold)\b")
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 429: "Too Many Requests", 500: "Internal Server Error",
             502: "Bad Gateway", 503: "Service Unavailable", 504: "Gateway Timeout"}
@@ -210,10 +212,17 @@ class LocalChatServer:
         """Serve from a daemon thread with its own event loop; returns once the port is open."""
         self._loop = asyncio.new_event_loop()
         ready = threading.Event()
+        failed: list[OSError] = []
 
         def run() -> None:
             asyncio.set_event_loop(self._loop)
-            self._loop.run_until_complete(self.serve())
+            try:
+                self._loop.run_until_complete(self.serve())
+            except OSError as err:  # the port is taken, or not ours to bind: told by start(), not a thread traceback
+                failed.append(err)
+                ready.set()
+                self._loop.close()
+                return
             ready.set()
             self._loop.run_forever()
 
@@ -221,6 +230,12 @@ class LocalChatServer:
         self._thread.start()
         if not ready.wait(10.0):
             raise RuntimeError("LocalChatServer: the server thread did not open its socket within 10 s")
+        if failed:
+            self._thread.join()
+            self._loop, self._thread = None, None
+            why = failed[0].strerror or type(failed[0]).__name__
+            raise ConfigError(f"LocalChatServer(port): cannot listen on 127.0.0.1:{self._requested_port} ({why}); "
+                              "pass port=0 for a free port, or stop what holds this one")
         return self
 
     def stop(self) -> None:
