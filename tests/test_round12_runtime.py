@@ -3,15 +3,22 @@
 - every tool output on a full disk: a write that fails without naming a file (`f.write`, `close`
   on ENOSPC/EFBIG) ends in one line naming the flag, the path and the free space, nothing left;
   torch's zip writer no longer aborts the process (export writes through Python).
+- a number from a subagent that no step counter can hold (a function's steps, an HTTP reply's
+  completion_tokens beyond int64), or a reply's content that is not text: refused, naming the field.
+- a user pool's method returning the wrong type (dicts from poll / wait): one error naming the
+  pool's class, the method and SubagentResult, before the step counts are built on it.
 """
 
 from __future__ import annotations
 
 import errno
+import http.server
+import json
 import os
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 
@@ -60,3 +67,94 @@ def test_export_on_a_file_size_limit_ends_in_one_line_not_an_abort(tmp_path):
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
     assert len(lines) == 1 and "--out" in lines[0] and "p.pt2" in lines[0] and "Traceback" not in proc.stderr
     assert os.listdir(tmp_path) == []
+
+
+def test_a_step_count_no_counter_can_hold_is_refused_naming_the_field():
+    from parlightning.subagents.pool import MAX_STEPS, SubagentResult, chat_reply, normalize
+
+    with pytest.raises(TypeError, match="steps"):
+        normalize({"success": True, "steps": 10**30}, 0.0)
+    with pytest.raises(TypeError, match="SubagentResult.steps"):
+        SubagentResult(True, 2**63, 0.0)
+    assert normalize({"success": True, "steps": MAX_STEPS}, 0.0).steps == MAX_STEPS
+
+    def reply(content, tokens):
+        return {"choices": [{"message": {"content": content}}], "usage": {"completion_tokens": tokens}}
+
+    with pytest.raises(ValueError, match="usage.completion_tokens"):
+        chat_reply(reply("DONE", 10**30))
+    with pytest.raises(ValueError, match=r"message.content is int 42"):
+        chat_reply(reply(42, 3))
+    assert chat_reply(reply(None, 3)) == ("", 3) and chat_reply({"choices": [{"message": {"content": "x"}}]}) == ("x", 1)
+
+
+def test_http_pools_fail_a_call_whose_reply_no_counter_or_text_can_hold():
+    from parlightning.subagents import HTTPPool
+
+    for content, tokens, field in (("DONE: ok", 10**30, "completion_tokens"), (42, 3, "content")):
+        body = json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": content}}],
+                           "usage": {"completion_tokens": tokens}}).encode()
+
+        class Reply(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Reply)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            pool = HTTPPool(base_url=f"http://127.0.0.1:{server.server_address[1]}/v1", probe=False,
+                            max_endpoint_failures=None)
+            [result] = pool.wait([pool.spawn({"prompt": "p"})], timeout=60)
+            pool.close()
+        finally:
+            server.shutdown()
+            server.server_close()
+        assert not result.success and result.steps == 0 and field in result.error
+
+
+class DictPool:
+    """A user's pool whose poll / wait give plain dicts."""
+
+    def __init__(self):
+        self.n, self.done = 0, {}
+
+    def spawn(self, instruction):
+        self.n += 1
+        self.done[self.n] = {"success": True, "steps": 1, "seconds": 0.0}
+        return self.n
+
+    def poll(self, handle):
+        return self.done.pop(handle, None)
+
+    def wait(self, handles, timeout=None):
+        return [self.done.pop(h) for h in handles]
+
+    def cancel(self, handle):
+        self.done.pop(handle, None)
+
+    def close(self):
+        pass
+
+
+@pytest.mark.parametrize("world", ["PoolOrchestrationWorld", "AsyncPoolOrchestrationWorld"])
+def test_a_user_pool_returning_dicts_is_named_with_its_method(world):
+    import asyncio
+
+    from parlightning.subagents import world as worlds
+
+    w = getattr(worlds, world)(pool=DictPool(), families=["fanout"], tasks_per_family=1)
+    task = w.tasks[0]
+    call = (lambda f, *a: asyncio.run(f(*a))) if world.startswith("Async") else (lambda f, *a: f(*a))
+    call(w.reset, task)
+    action = [1] * w.action_spec.nvec.__len__()
+    method = "poll" if world.startswith("Async") else "wait"
+    with pytest.raises(TypeError, match=rf"DictPool\.{method} returned dict .*not a SubagentResult"):
+        call(w.step, action)
