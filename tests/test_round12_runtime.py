@@ -15,10 +15,12 @@ import errno
 import http.server
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import pytest
 
@@ -158,3 +160,166 @@ def test_a_user_pool_returning_dicts_is_named_with_its_method(world):
     method = "poll" if world.startswith("Async") else "wait"
     with pytest.raises(TypeError, match=rf"DictPool\.{method} returned dict .*not a SubagentResult"):
         call(w.step, action)
+
+
+class TasksNotLoaded:
+    """An external world whose `tasks` property raises (its bank is loaded later)."""
+
+    observation_shape = (2,)
+
+    def __init__(self, seed=0, actor=0):
+        from parlightning.envs.base import ActionSpec
+
+        self.action_spec = ActionSpec("discrete", nvec=(2,))
+
+    @property
+    def tasks(self):
+        raise RuntimeError("the task bank is not loaded yet")
+
+    def reset(self, task):
+        return [0.0, 0.0]
+
+    def step(self, action):
+        return [0.0, 0.0], 0.0, True, False, None
+
+
+@pytest.mark.parametrize("workers", [None, 1])
+def test_a_world_property_that_raises_is_named_with_the_attribute(workers):
+    from parlightning.envs.external import ExternalBatchedEnv
+    from parlightning.errors import ConfigError
+
+    kwargs = {} if workers is None else {"workers": workers}
+    with pytest.raises(ConfigError, match=r"TasksNotLoaded\.tasks raised RuntimeError: the task bank is not loaded"):
+        ExternalBatchedEnv(2, world=TasksNotLoaded, **kwargs)
+
+
+# ---------------------------------------------------------------------------------- signals at start-up
+WORLD = '''
+import os
+import time
+import torch
+from parlightning.envs.base import ActionSpec, BatchedEnv, StepResult
+
+
+def _mark():
+    with open(os.environ["R12_MARKER"], "a") as f:
+        f.write(f"{os.getpid()}\\n")
+
+
+class SlowToBuild(BatchedEnv):
+    """Marks its pid, then takes a minute to construct (a simulator that loads)."""
+
+    observation_shape = (4,)
+    action_spec = ActionSpec("discrete", nvec=(3,))
+
+    def __init__(self, num_envs: int, device: str = "cpu", seed: int = 0) -> None:
+        self.num_envs = int(num_envs)
+        _mark()
+        time.sleep(120)
+
+    def reset(self, *, seed=None, task_index=None):
+        return torch.zeros(self.num_envs, 4)
+
+    def step(self, action, next_task=None):
+        z = torch.zeros(self.num_envs, dtype=torch.bool)
+        return StepResult(torch.zeros(self.num_envs, 4), torch.zeros(self.num_envs), z, z, torch.zeros(self.num_envs, 4), None)
+'''
+
+CONFIG = """\
+seed_everything: 0
+torch_threads: 1
+trainer: {max_epochs: 1, accelerator: cpu, devices: 1, enable_progress_bar: false, enable_model_summary: false}
+model: {hidden_sizes: [16], activation: relu, lr: 0.001}
+data:
+  env: {class_path: r12slow.SlowToBuild}
+  num_envs: 8
+  num_steps: 8
+  update_epochs: 1
+  num_minibatches: 2
+  reward: null
+"""
+
+
+def _wait_for(path, timeout=240.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if os.path.exists(path) and open(path).read().strip():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_while_the_world_constructs_ends_fit_with_one_line(tmp_path, signum):
+    (tmp_path / "r12slow.py").write_text(WORLD)
+    (tmp_path / "c.yaml").write_text(CONFIG)
+    marker = tmp_path / "marker"
+    env = {**_env(), "R12_MARKER": str(marker)}
+    env["PYTHONPATH"] = str(tmp_path) + os.pathsep + env["PYTHONPATH"]
+    proc = subprocess.Popen([sys.executable, "-m", "parlightning.fit", "--config", "c.yaml"], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert _wait_for(str(marker)), "the world never started constructing"
+        proc.send_signal(signum)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    name = signal.Signals(signum).name
+    lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert proc.returncode == 128 + signum, err[-2000:]
+    assert len(lines) == 1 and lines[0].startswith(f"error: {name}:") and "Traceback" not in err, err[-2000:]
+    assert not (tmp_path / "lightning_logs").exists()  # nothing was kept
+
+
+SLEEPER = """
+import time
+
+
+def sleeper(conn, owner_pid):
+    time.sleep(300)
+"""
+
+
+def _state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "gone"
+
+
+def test_a_stall_that_ends_the_process_kills_its_stopped_child(tmp_path):
+    # the stall watch ends a one-process run with os._exit: a child stopped by SIGSTOP never notices its
+    # parent gone (it was left alive); the run's processes are killed (SIGKILL acts on stopped processes)
+    (tmp_path / "r12sleeper.py").write_text(SLEEPER)
+    script = textwrap.dedent("""
+        import os, signal, sys, time
+        from parlightning.runtime.processes import Child
+        from parlightning.runtime.rank_watch import RankWatch
+        watch = RankWatch()
+        import r12sleeper
+        child = Child(r12sleeper.sleeper, (), name="sleeper", what="a sleeper")
+        os.kill(child.pid, signal.SIGSTOP)
+        print(child.pid, flush=True)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with open(f"/proc/{child.pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "T":
+                    break
+            time.sleep(0.01)
+        watch._exit({"cause": "hung: (a test)", "code": 1}, os._exit)
+    """)
+    env = _env()
+    env["PYTHONPATH"] = str(tmp_path) + os.pathsep + env["PYTHONPATH"]
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 1 and "error: the run stopped: hung: (a test)" in proc.stderr, proc.stderr[-2000:]
+    pid = int(proc.stdout.split()[0])
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and _state(pid) not in ("gone", "Z"):
+        time.sleep(0.05)
+    state = _state(pid)
+    if state not in ("gone", "Z"):
+        os.kill(pid, signal.SIGKILL)
+    assert state in ("gone", "Z"), f"the stopped child was left alive (state {state})"
