@@ -18,6 +18,7 @@ Supported: the MLP policy (`model.policy: mlp`) without a per-key table; recurre
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import sys
 from pathlib import Path
@@ -31,7 +32,7 @@ from parlightning.envs.base import ActionSpec
 from parlightning.envs.normalize import ObsNormalizer, normalizer_from_checkpoint
 from parlightning.errors import ArgumentError, ConfigError
 from parlightning.cli.arg_types import existing_file, output_file
-from parlightning.cli.outputs import check_output_file, raise_write_error
+from parlightning.cli.outputs import check_output_file, raise_write_error, written_whole
 from parlightning.cli.stop_signals import UNWRITTEN, Signalled, stop_on_signals, stopped
 from parlightning.policies.actor_critic import ActorCritic, CategoricalHead, observation_fault
 from parlightning.method_args import IndexArg, Is, OneOf, checked
@@ -137,20 +138,19 @@ def export_policy(policy: ActorCritic, observation_shape: Sequence[int], out: st
         dynamic["mask"] = {0: batch}
         names.append("mask")
     out = Path(out)
-    tmp = out.with_name(f".partial-{out.name}")  # same suffix: torch.export.save wants .pt2
-    try:
-        with torch.no_grad():
-            if fmt == "pt2":
-                program = torch.export.export(model, example, dynamic_shapes=dynamic)
-                torch.export.save(program, tmp)
-            else:
-                onnx_program = torch.onnx.export(model, example, dynamo=True, dynamic_shapes=dynamic,
-                                                 input_names=names, output_names=["action"], verbose=False)
-                onnx_program.save(str(tmp))
-        os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    with written_whole(str(out)) as tmp, torch.no_grad():  # same suffix: torch.export.save wants .pt2
+        if fmt == "pt2":
+            program = torch.export.export(model, example, dynamic_shapes=dynamic)
+            # into memory first, then written by Python: torch's zip writer aborts the process
+            # (SIGABRT, no line) when the disk fills under it; a Python write raises ENOSPC
+            buffer = io.BytesIO()
+            torch.export.save(program, buffer)
+            with open(tmp, "wb") as f:
+                f.write(buffer.getbuffer())
+        else:
+            onnx_program = torch.onnx.export(model, example, dynamo=True, dynamic_shapes=dynamic,
+                                             input_names=names, output_names=["action"], verbose=False)
+            onnx_program.save(tmp)
     return out
 
 

@@ -141,8 +141,19 @@ def main(args: Optional[list[str]] = None) -> ParlCLI:
     args = resolve_config_args(sys.argv[1:] if args is None else args)  # `--config swarm`: the packaged file
     watch = RankWatch()  # started once the arguments are parsed, before any class of the config is built
     _STARTING["watch"] = watch
+    began = clock_ticks()
     try:
-        return _main(args, watch)
+        # a signal at any moment of start-up (the config's classes, the preflight's probe world, the worlds'
+        # worker processes starting) ends the program with one line; SIGTERM until Lightning's own handler
+        # takes over inside fit (it then ends the fit as a preemption), SIGHUP / SIGUSR1 / SIGUSR2 throughout
+        with stop_on_signals(after=NOT_STARTED):
+            return _main(args, watch, began)
+    except Signalled as err:  # outside the fit's own handling (between the preflight and the fit)
+        stop_helpers()
+        end_processes(started_processes(began))
+        _reopen_stderr()
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(err.code) from None
     finally:
         _STARTING.pop("watch", None)
         watch.stop_watching_alone()  # the one-process stall watch covers the whole run, teardown included
@@ -151,8 +162,11 @@ def main(args: Optional[list[str]] = None) -> ParlCLI:
 _STARTING: dict[str, RankWatch] = {}  # the watch `main` made, for `ParlCLI.before_instantiate_classes` to start
 
 
-def _main(args: list[str], watch: RankWatch) -> ParlCLI:
-    began = clock_ticks()  # the processes started from here on are the run's (ended with it when it fails)
+NOT_STARTED = " before the run's first rollout; nothing was kept"
+
+
+def _main(args: list[str], watch: RankWatch, began: Optional[int]) -> ParlCLI:
+    """`began`: the processes started from then on are the run's (ended with it when it fails)."""
     try:
         cli = build_cli(args)
         ckpt = cli.config.get("ckpt_path")
@@ -161,6 +175,8 @@ def _main(args: list[str], watch: RankWatch) -> ParlCLI:
     except KeyboardInterrupt:  # Ctrl-C before anything was written
         print("error: interrupted (KeyboardInterrupt) before the run started; nothing was written", file=sys.stderr)
         raise SystemExit(128 + signal.SIGINT) from None
+    except Signalled:  # a signal during start-up: main's one line and the signal's exit code
+        raise
     except Exception as err:  # ReportedError: e.g. a user's world failing the probe step
         message = _start_error(err)
         if message is None:  # a bug: its traceback is kept

@@ -86,7 +86,7 @@ def write_error(err: BaseException, outputs: Iterable[Tuple[str, Optional[str]]]
         room = f"; {free / 2**20:.0f} MiB free there"
     except OSError:
         room = ""
-    full = isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT)
+    full = isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
     return (f"{flag}: writing {path!r} failed ({why}{room}); {'free some space' if full else 'check the disk'} or "
             "write it elsewhere")
 
@@ -105,12 +105,19 @@ def written_whole(path: str) -> Iterator[str]:
     """Write an output whole or not at all: the block writes the path it is given (a hidden
     `.partial-<name>` beside `path`, same suffix, so writers that read the suffix pick the same
     format); it replaces `path` when the block ends, and is removed when the block fails (an error,
-    a signal, Ctrl-C), so a file that was there is kept as it was."""
+    a signal, Ctrl-C), so a file that was there is kept as it was. A failed write whose error names
+    no file (`f.write`, `close` on a full disk: ENOSPC, EDQUOT, EFBIG, EIO) is given the partial
+    file's name, so `write_error` names the output, its flag and the free space in one line."""
     folder, name = os.path.split(path)
     tmp = os.path.join(folder, f".partial-{name}")
     try:
-        yield tmp
-        os.replace(tmp, path)
+        try:
+            yield tmp
+            os.replace(tmp, path)
+        except OSError as err:
+            if err.filename is None:
+                err.filename = tmp
+            raise
     finally:
         if os.path.lexists(tmp):
             os.unlink(tmp)

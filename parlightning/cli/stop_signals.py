@@ -28,24 +28,32 @@ class Signalled(ReportedError):
 @contextmanager
 def stop_on_signals(signals: Sequence[int] = KILLING, after: str = "") -> Iterator[None]:
     """Within the block, each of `signals` still at its default action raises `Signalled(signum, after)`
-    (`after`: what the line adds, e.g. what was kept); outside the main thread nothing is installed."""
+    (`after`: what the line adds, e.g. what was kept); outside the main thread nothing is installed.
+    Nested blocks replace an outer block's handler for their signals (their `after` is the one that
+    holds there) and put it back after. A handler someone else installed over this one and that calls
+    it as the previous handler (Lightning's SIGTERM handler, composed with the one it found) is left
+    to act alone: this one then does nothing."""
     def stop(signum: int, _frame: object) -> None:
+        if signal.getsignal(signum) is not stop:  # called by the handler that replaced this one (it handles it)
+            return
         raise Signalled(signum, after)
 
-    installed = []
+    stop._parl_stop = True  # type: ignore[attr-defined]
+    installed = {}
     for signum in signals:
         try:
-            if signal.getsignal(signum) == signal.SIG_DFL:
+            previous = signal.getsignal(signum)
+            if previous == signal.SIG_DFL or getattr(previous, "_parl_stop", False):
                 signal.signal(signum, stop)
-                installed.append(signum)
+                installed[signum] = previous
         except ValueError:  # not the main thread (a program called from a thread): keep the default
             pass
     try:
         yield
     finally:
-        for signum in installed:
+        for signum, previous in installed.items():
             if signal.getsignal(signum) is stop:
-                signal.signal(signum, signal.SIG_DFL)
+                signal.signal(signum, previous)
 
 
 UNWRITTEN = "; an output is written whole or not at all: none was left half-written"

@@ -340,25 +340,39 @@ class WorldRunner:
         return world
 
     def facts(self) -> dict[str, Any]:
-        """What the env reads from the first world: shapes, spec, task bank, optional facts."""
+        """What the env reads from the first world: shapes, spec, task bank, optional facts. A fact
+        that raises when read (a property whose bank is not loaded) is one ConfigError naming the
+        world's class and the attribute, not its constructor."""
         first = self.first
+        missing = object()
+
+        def read(attr: str) -> Any:
+            try:
+                return getattr(first, attr, missing)
+            except Exception as err:  # noqa: BLE001 (the world's own property: named, whatever it raised)
+                raise ConfigError(f"data.env.world: reading {self.world_name}.{attr} raised {type(err).__name__}: "
+                                  f"{' '.join(str(err).split())[:200]}; fix the world's `{attr}` (it must be readable "
+                                  "once the world is constructed)") from None
+
         for attr in ("observation_shape", "action_spec"):
-            if not hasattr(first, attr):
+            if read(attr) is missing:
                 raise ConfigError(f"data.env.world: {self.world_name} has no `{attr}`; an external world declares it")
-        shape = first.observation_shape
+        shape = read("observation_shape")
         problem = shape_problem(shape)
         if problem is not None:
             raise ConfigError(f"data.env.world: {self.world_name}.observation_shape {problem}")
+        tasks = read("tasks")
         out = {"world_name": self.world_name, "observation_shape": tuple(int(d) for d in shape),
-               "action_spec": first.action_spec, "tasks": getattr(first, "tasks", None), "extras": {}}
+               "action_spec": read("action_spec"), "tasks": None if tasks is missing else tasks, "extras": {}}
         if out["tasks"] is not None:
             problem = task_ids_problem(out["tasks"])  # the tensor worlds' task_ids rule: a list of distinct strings
             if problem is not None:
                 raise ConfigError(f"data.env.world: {self.world_name}.tasks {problem}")
             out["tasks"] = list(out["tasks"])
         for attr in ("solved_threshold", "max_subagents"):  # optional facts the data module checks
-            if hasattr(first, attr):
-                out["extras"][attr] = getattr(first, attr)
+            value = read(attr)
+            if value is not missing:
+                out["extras"][attr] = value
         return out
 
     def run_all(self, method: str, args: Mapping[int, tuple]) -> dict[int, Any]:

@@ -681,6 +681,8 @@ def check_world_facts(name: str, env: Any) -> None:
 def _env_field(factory: Callable[..., Any], message: str) -> str:
     message = " ".join(line.strip() for line in message.splitlines() if line.strip())
     head = message.split(":", 1)[0].strip()
+    if head == "data.env" or head.startswith(("data.env.", "data.env ")):  # already names its field (no "data.env: data.env.world")
+        return message
     if isinstance(factory, functools.partial):  # jsonargparse's class_path + init_args: the class is an argument
         factory = next((a for a in reversed(factory.args) if isinstance(a, type)), factory.func)
     try:

@@ -137,7 +137,10 @@ def stop(processes: Sequence[Any], connections: Sequence[Connection], grace: flo
         if not proc.is_alive():
             continue
         left = started_processes(0, root=proc.pid)  # what a stuck child started (a world's program): ended with it
-        proc.terminate()
+        if _stopped(proc.pid):  # SIGSTOP'd: SIGTERM would wait for a SIGCONT that never comes; SIGKILL acts now
+            proc.kill()
+        else:
+            proc.terminate()
         proc.join(timeout=1.0)
         if proc.is_alive():
             proc.kill()
@@ -186,7 +189,10 @@ class Child:
         self.wait_slot = ctx.RawArray("d", 2)
         self.process = ctx.Process(target=_child_main, name=name, daemon=daemon,
                                    args=(target, self.wait_slot, theirs, os.getpid(), *args))
-        self.process.start()
+        # under forkserver the first start launches the server, which imports its preloads (torch): seconds on a
+        # loaded machine, not a hang (the stall watch allowed 5 s here and ended a healthy run)
+        with waits.expected_wait(START_S, f"{what} to start (the fork server)"):
+            self.process.start()
         theirs.close()
         waits.register_child(self)  # a parent waiting for it allows for the child's own declared waits
         self.reported: Optional[BaseException] = None  # what the child said before it went, if anything
@@ -317,6 +323,18 @@ def stop_helpers() -> None:
                 stop()
             except Exception:  # noqa: BLE001  (a private API of CPython's: best effort)
                 pass
+
+
+START_S = 300.0  # the longest a child's start (and the fork server's, with its preloads) may take
+
+
+def _stopped(pid: Any) -> bool:
+    """The process is stopped (SIGSTOP, job control) or held by a debugger: state T or t in /proc."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+    except (OSError, IndexError, ValueError):
+        return False
 
 
 def _proc_stat(pid: Any) -> Optional[tuple[int, int]]:

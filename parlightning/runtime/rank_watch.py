@@ -77,6 +77,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from parlightning.callbacks.base import RolloutCallback
 from parlightning.errors import ConfigError
 from parlightning.runtime import waits
+from parlightning.runtime.processes import clock_ticks, end_processes, started_processes
 
 KEY = "stopped"
 CONFIG_KEY = "config/{}"
@@ -191,6 +192,7 @@ class RankWatch(RolloutCallback):
         self.cleanup: Optional[Any] = None  # a one-process run: what to remove before it ends (set by the CLI)
         self._from_start = False  # started by `watch_from_start` (the CLI): watches the whole run
         self._alone: list[threading.Thread] = []
+        self.began: Optional[int] = clock_ticks()  # the processes started from then on are the run's
 
     @property
     def active(self) -> bool:
@@ -496,6 +498,8 @@ class RankWatch(RolloutCallback):
                 launcher.kill(signal.SIGKILL)  # the ranks this process launched
             except Exception:  # noqa: BLE001
                 pass
+        if leave is os._exit:  # nothing after this ends the run's processes: a stopped child (SIGSTOP) would
+            end_processes(started_processes(self.began))  # never notice its parent gone; SIGKILL ends it anyway
         if speak and leave is _raise_exit and code == 1:
             raise SystemExit(line)  # printed by Python; `parlightning.fit(...)` turns it into a ConfigError
         if speak:

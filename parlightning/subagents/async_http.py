@@ -43,7 +43,7 @@ from parlightning.errors import ConfigError
 from parlightning.subagents.http import check_request_text, prompt_of
 from parlightning.method_args import Lifecycle, State, checked_methods
 from parlightning.subagents.pool import (
-    MAX_REPLY_BYTES, POOL_LIFECYCLE, POOL_SPECS, PoolBase, PoolClosedError, SubagentResult, checked_timeout,
+    MAX_REPLY_BYTES, POOL_LIFECYCLE, POOL_SPECS, PoolBase, PoolClosedError, SubagentResult, chat_reply, checked_timeout,
 )
 
 RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})  # the statuses OpenAI's own client retries (5xx all)
@@ -277,10 +277,9 @@ class AsyncHTTPPool(PoolBase):
                 if error:  # a reply that is not JSON: the server answered, another try would not help
                     break
                 try:
-                    text = reply["choices"][0]["message"]["content"] or ""
-                    steps = int((reply.get("usage") or {}).get("completion_tokens", 1))
-                except (KeyError, IndexError, TypeError, ValueError) as err:
-                    error = f"reply has no choices[0].message.content ({type(err).__name__}: {err})"
+                    text, steps = chat_reply(reply)  # content a string, completion_tokens a count
+                except ValueError as err:
+                    error = f"{self.url}: {err}"
                     break
                 self.stats["succeeded"] += 1
                 success = self.success_marker is None or self.success_marker in text

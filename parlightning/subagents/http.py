@@ -17,7 +17,8 @@ from typing import Any, Optional
 
 from parlightning.config_types import PositiveFinite, PositiveInt, check_args
 from parlightning.method_args import checked_methods
-from parlightning.subagents.pool import MAX_REPLY_BYTES, POOL_SPECS, PoolBase, PoolClosedError, SubagentResult
+from parlightning.subagents.pool import (MAX_REPLY_BYTES, POOL_SPECS, PoolBase, PoolClosedError, SubagentResult,
+                                         chat_reply)
 
 
 def prompt_of(instruction: Any) -> str:
@@ -141,8 +142,7 @@ class HTTPPool(PoolBase):
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
                 reply = json.loads(self._read_whole(response, start))
-            text = reply["choices"][0]["message"]["content"] or ""
-            steps = int((reply.get("usage") or {}).get("completion_tokens", 1))
+            text, steps = chat_reply(reply)  # content a string, completion_tokens a count: else ValueError
         except (urllib.error.URLError, http.client.HTTPException, TimeoutError, OSError, ValueError, KeyError,
                 IndexError, TypeError) as err:  # HTTPException: a port that speaks another protocol, a cut reply
             with self._lock:

@@ -25,6 +25,10 @@ from parlightning.errors import ConfigError, LifecycleError
 from parlightning.method_args import Arg, Lifecycle, MappingArg, Passed, State, checked_methods
 
 
+MAX_STEPS = 2**31 - 1  # one subagent's steps: more than any subagent takes; a larger count (10**30 tokens) is a bug
+# in the function or the endpoint, and would overflow the int64 step counters and tensors built on it
+
+
 @dataclass(frozen=True)
 class SubagentResult:
     """What one subagent did: `success`, the `steps` it used (its share of critical steps), wall
@@ -43,8 +47,9 @@ class SubagentResult:
         s = self.success
         if not (isinstance(s, bool) or type(s).__name__ == "bool_" or (isinstance(s, numbers.Integral) and s in (0, 1))):
             raise TypeError(f"SubagentResult.success: must be a bool, got {type(s).__name__} {s!r:.40}")
-        if isinstance(self.steps, bool) or not isinstance(self.steps, numbers.Integral) or self.steps < 0:
-            raise TypeError(f"SubagentResult.steps: must be an int >= 0 (the subagent's steps), got "
+        if (isinstance(self.steps, bool) or not isinstance(self.steps, numbers.Integral) or self.steps < 0
+                or self.steps > MAX_STEPS):
+            raise TypeError(f"SubagentResult.steps: must be an int >= 0 and <= {MAX_STEPS} (the subagent's steps), got "
                             f"{type(self.steps).__name__} {self.steps!r:.40}")
         t = self.seconds
         if isinstance(t, bool) or not isinstance(t, numbers.Real) or not math.isfinite(t) or t < 0:
@@ -127,11 +132,54 @@ def sync_function_problem(fn: Any) -> Optional[str]:
     return None
 
 
-def _steps(value: Any) -> int:
-    """A subagent's step count: a finite number >= 0 (NaN, inf, strings and negatives are refused)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise TypeError(f"returned steps={value!r}; steps must be a finite number >= 0")
+def _steps(value: Any, what: str = "returned steps") -> int:
+    """A subagent's step count: a finite number from 0 to MAX_STEPS (NaN, inf, strings, negatives
+    and counts no step counter can hold are refused)."""
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0
+            or value > MAX_STEPS):
+        raise TypeError(f"{what}={value!r:.40}; steps must be a finite number >= 0 and <= {MAX_STEPS}")
     return int(value)
+
+
+def chat_reply(reply: Any) -> tuple[str, int]:
+    """An OpenAI-style chat completion's text (`choices[0].message.content`: a string, or null for
+    none) and steps (`usage.completion_tokens`, 1 when absent: a count from 0 to MAX_STEPS).
+    Anything else is a ValueError naming the field (the HTTP pools fail that call with it)."""
+    try:
+        text = reply["choices"][0]["message"]["content"]
+    except (KeyError, IndexError, TypeError) as err:
+        raise ValueError(f"the reply has no choices[0].message.content ({type(err).__name__}: {err})") from None
+    if text is None:
+        text = ""
+    if not isinstance(text, str):
+        raise ValueError(f"the reply's choices[0].message.content is {type(text).__name__} {text!r:.40}, not text")
+    usage = reply.get("usage") or {}
+    if not isinstance(usage, Mapping):
+        raise ValueError(f"the reply's usage is {type(usage).__name__} {usage!r:.40}, not a mapping")
+    try:
+        return text, _steps(usage.get("completion_tokens", 1), "usage.completion_tokens")
+    except TypeError as err:
+        raise ValueError(f"the reply's {err}") from None
+
+
+def checked_results(pool: Any, method: str, values: Any, count: int) -> list[SubagentResult]:
+    """What a pool's `wait` (a list, one per handle) or `poll` (`count` 1: one result) gave, checked:
+    SubagentResults, as many as handles; anything else (a user's pool returning dicts) is a TypeError
+    naming the pool's class and method, before the step counts are built on it."""
+    where = f"{type(pool).__name__}.{method}"
+    fix = ("a pool's poll returns None (still running) or a parlightning.subagents.SubagentResult(success, steps, "
+           "seconds, output); wait returns a list of them, one per handle, in order")
+    items = [values] if method == "poll" else values
+    if method != "poll":
+        if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
+            raise TypeError(f"{where} returned {type(values).__name__} {values!r:.60}, not a list of SubagentResult; {fix}")
+        items = list(values)
+        if len(items) != count:
+            raise TypeError(f"{where} returned {len(items)} results for {count} handles; {fix}")
+    bad = next((v for v in items if not isinstance(v, SubagentResult)), None)
+    if bad is not None:
+        raise TypeError(f"{where} returned {type(bad).__name__} {bad!r:.60}, not a SubagentResult; {fix}")
+    return items
 
 
 class PoolClosedError(LifecycleError):

@@ -25,7 +25,7 @@ from parlightning.config_types import (
 from parlightning.envs.base import ActionSpec
 from parlightning.errors import ConfigError
 from parlightning.method_args import ItemsArg, Lifecycle, State, checked_methods
-from parlightning.subagents.pool import SubagentPool, SubagentResult
+from parlightning.subagents.pool import SubagentPool, SubagentResult, checked_results
 
 LateWindow = restricted_number_type("PoolLateWindow", float, [(">=", 1.0), ("<", math.inf)],
                                     docstring="a multiple of the budget, >= 1")
@@ -190,7 +190,8 @@ class PoolOrchestrationWorld:
                 pass
         if self.main_seconds:
             time.sleep(self.main_seconds)  # the main agent works while its subagents run
-        results = self.pool.wait(handles, timeout=self.subagent_timeout) if handles else []
+        results = checked_results(self.pool, "wait", self.pool.wait(handles, timeout=self.subagent_timeout),
+                                  len(handles)) if handles else []
         if call_until is not None:
             left = call_until - time.perf_counter()
             if left > 0:
@@ -273,7 +274,7 @@ class AsyncPoolOrchestrationWorld(PoolOrchestrationWorld):
                 if h not in results:
                     r = self.pool.poll(h)
                     if r is not None:
-                        results[h] = r
+                        results[h] = checked_results(self.pool, "poll", r, 1)[0]
             if len(results) < len(handles):
                 if deadline is not None and time.perf_counter() > deadline:
                     for h in handles:
