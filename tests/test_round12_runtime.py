@@ -323,3 +323,12 @@ def test_a_stall_that_ends_the_process_kills_its_stopped_child(tmp_path):
     if state not in ("gone", "Z"):
         os.kill(pid, signal.SIGKILL)
     assert state in ("gone", "Z"), f"the stopped child was left alive (state {state})"
+
+
+def test_an_output_file_spelt_as_a_folder_is_refused_whether_or_not_it_exists(tmp_path):
+    from parlightning.cli.outputs import check_output_file
+    from parlightning.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^--out: '.*policies/' ends in '/', which names a folder; give a file path"):
+        check_output_file("--out", str(tmp_path / "policies") + "/")
+    check_output_file("--out", str(tmp_path / "policy.pt2"))

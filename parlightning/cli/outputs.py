@@ -42,6 +42,9 @@ def check_output_file(flag: str, path: Optional[str], inputs: Iterable[Tuple[str
                               "file: pick another path")
     if os.path.isdir(text):
         raise ConfigError(f"{flag}: {text!r} is a folder; give a file path (e.g. {os.path.join(text, 'out')})")
+    if text.endswith(("/", os.sep)):  # a folder by its spelling, existing or not (pathlib would drop the slash)
+        raise ConfigError(f"{flag}: {text!r} ends in '/', which names a folder; give a file path (e.g. "
+                          f"{os.path.join(text, 'out')})")
     dangling = dangling_link_error(flag, text)  # open() would fail late with "No such file or directory"
     if dangling is not None:
         raise dangling
