@@ -43,7 +43,7 @@ from parlightning.cli.component_guard import (
 from parlightning.callbacks.base import RolloutCallback
 from parlightning.cli.defaults import default_callbacks
 from parlightning.runtime.preflight import check_arguments, check_config, check_policy_memory, estimate_iteration
-from parlightning.runtime.processes import clock_ticks, end_processes, started_processes, stop_helpers
+from parlightning.runtime.processes import end_processes, started_processes, stop_helpers
 from parlightning.runtime.rank_watch import BEAT_S, HEARTBEAT_TIMEOUT_S, STALL_TIMEOUT_S, RankWatch, flat_config
 from parlightning.runtime.waits import GRACE_S
 
@@ -141,7 +141,7 @@ def main(args: Optional[list[str]] = None) -> ParlCLI:
     args = resolve_config_args(sys.argv[1:] if args is None else args)  # `--config swarm`: the packaged file
     watch = RankWatch()  # started once the arguments are parsed, before any class of the config is built
     _STARTING["watch"] = watch
-    began = clock_ticks()
+    began = watch.began  # the processes started from here on are the run's
     try:
         # a signal at any moment of start-up (the config's classes, the preflight's probe world, the worlds'
         # worker processes starting) ends the program with one line; SIGTERM until Lightning's own handler
@@ -149,8 +149,7 @@ def main(args: Optional[list[str]] = None) -> ParlCLI:
         with stop_on_signals(after=NOT_STARTED):
             return _main(args, watch, began)
     except Signalled as err:  # outside the fit's own handling (between the preflight and the fit)
-        stop_helpers()
-        end_processes(started_processes(began))
+        _end_started(began)
         _reopen_stderr()
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(err.code) from None
@@ -163,6 +162,14 @@ _STARTING: dict[str, RankWatch] = {}  # the watch `main` made, for `ParlCLI.befo
 
 
 NOT_STARTED = " before the run's first rollout; nothing was kept"
+
+
+def _end_started(began: Optional[int]) -> None:
+    """End what the run started since `began` and the fork server / resource tracker; the tree is read
+    first (a stopped parent's children move to init and out of it)."""
+    started = started_processes(began)
+    stop_helpers()
+    end_processes(started)
 
 
 def _main(args: list[str], watch: RankWatch, began: Optional[int]) -> ParlCLI:
@@ -181,7 +188,7 @@ def _main(args: list[str], watch: RankWatch, began: Optional[int]) -> ParlCLI:
         message = _start_error(err)
         if message is None:  # a bug: its traceback is kept
             raise
-        end_processes(started_processes(began))  # a probe world's stuck step may have left a program running
+        _end_started(began)  # a probe world's stuck step may have left a program running
         raise SystemExit(f"error: {message}") from None
     stall = cli.config.get("stall_timeout")
     estimate = (probe or {}).get("iteration_estimate")
