@@ -2,6 +2,7 @@
 stuck ends the whole run with its error within a bounded time, and no rank is left running."""
 
 import os
+import re
 import signal
 import socket
 import time
@@ -153,8 +154,11 @@ def test_a_non_finite_loss_under_ddp_is_one_line_from_rank_0(tmp_path):
         "--trainer.callbacks.init_args.iteration=1", "--trainer.callbacks.init_args.batch_idx=0"])
     assert done.returncode == 1, done.stderr[-3000:]
     lines = _error_lines(done.stderr)
-    # the hook that wrote NaN into the weights is named at its boundary (component_guard), before the loss sees it
-    assert len(lines) == 1 and "rank 0" in lines[0] and "every rank stopped" in lines[0], done.stderr[-3000:]
+    # the hook that wrote NaN into the weights is named at its boundary (component_guard), before the loss sees it;
+    # it runs on every rank, so the line names whichever rank reported first (the store keeps the first record)
+    assert len(lines) == 1 and re.match(r"error: rank [01] \(pid \d+\) stopped the 2-rank run: ", lines[0]), \
+        done.stderr[-3000:]
+    assert lines[0].endswith("every rank stopped"), lines[0]
     assert "PoisonWeights.on_train_batch_start left NaN or inf in the module's parameters" in lines[0], lines[0]
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
     assert not leftovers
@@ -236,3 +240,54 @@ def test_ranks_launched_with_different_configs_are_refused_before_the_first_roll
         assert key in lines[0], lines[0]
     assert len(_error_lines(errs[1])) <= 1 and "Traceback" not in errs[0] + errs[1], errs[1][-3000:]  # own stderr
     assert not list(tmp_path.rglob("*.ckpt")) and not list(tmp_path.rglob("events.out*"))
+
+
+# ------------------------------------------------------------------ Lightning's child observer on rank 0
+_OBSERVER_SCRIPT = r'''
+import json, os, signal, subprocess, sys
+from lightning.fabric.strategies.launchers.subprocess_script import _ChildProcessObserver
+from parlightning.cli.fit import _end_cleanly_when_a_rank_fails
+from parlightning.runtime.rank_watch import KEY, RankWatch
+
+how, store, record = sys.argv[1:4]
+watch = RankWatch()
+if store == "store":  # the ranks' watch is running (a TCPStore of the job), as after setup
+    from torch.distributed import TCPStore
+    watch.store, watch.rank, watch.world_size = TCPStore("127.0.0.1", 0, 1, True), 0, 2
+    if record == "record":  # rank 1 reported its own cause before it ended
+        watch.store.set(KEY, json.dumps({"rank": 1, "pid": 4242, "host": "h", "cause": "received SIGTERM", "code": 143}))
+child = subprocess.Popen([sys.executable, "-c", "import sys, time; time.sleep(60) if sys.argv[1] == 'kill' else sys.exit(1)", how])
+_end_cleanly_when_a_rank_fails(lambda: print("cleaned up", file=sys.stderr), watch)
+if how == "kill":
+    os.kill(child.pid, signal.SIGKILL)
+child.wait()
+print(f"child {child.pid}", file=sys.stderr)
+_ChildProcessObserver(os.getpid(), [child], sleep_period=0)._run()
+print("the observer returned", file=sys.stderr)
+'''
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SIGKILL")
+@pytest.mark.parametrize("how, store, record, code, cause", [
+    ("kill", "none", "none", 1, "was killed by SIGKILL (the OOM killer or a scheduler sends this) without a word"),
+    ("kill", "store", "none", 1, "was killed by SIGKILL (the OOM killer or a scheduler sends this) without a word"),
+    ("kill", "store", "record", 143, "received SIGTERM"),
+    ("exit", "none", "none", 1, None),  # failed in its own start-up: it printed its own line
+])
+def test_the_child_observer_ends_the_job_with_the_line_naming_the_rank(tmp_path, how, store, record, code, cause):
+    """Lightning's observer polls the launched ranks every few seconds, so it can see a rank's end
+    before rank 0's main thread meets it in a collective (a real DDP run decides which by timing):
+    whichever sees it, the job ends with the same one line and status. Driven here without timing."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS.parent), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-c", _OBSERVER_SCRIPT, how, store, record], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == code, done.stderr[-3000:]
+    assert "cleaned up" in done.stderr and "the observer returned" not in done.stderr, done.stderr[-3000:]
+    lines = _error_lines(done.stderr)
+    if cause is None:
+        assert lines == [], done.stderr[-3000:]
+        return
+    pid = 4242 if record == "record" else int(done.stderr.split("child ")[1].split()[0])
+    assert lines == [f"error: rank 1 (pid {pid}) stopped the 2-rank run: {cause}; every rank stopped"
+                     + ("; the last checkpoint (the end of the last finished iteration) is intact: resume with "
+                        "--ckpt_path <log_dir>/checkpoints/last.ckpt" if code > 128 else "")], done.stderr[-3000:]

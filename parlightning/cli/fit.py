@@ -207,7 +207,8 @@ def _main(args: list[str], watch: RankWatch, began: Optional[int]) -> ParlCLI:
     loose = os.path.join(cli.trainer.default_root_dir, "config.yaml")  # with no logger, config.yaml goes here
     if not cli.trainer.loggers and not os.path.exists(loose):
         fresh = [(loose, True)] + fresh  # a refused start removes it too
-    _end_cleanly_when_a_rank_fails(lambda: remove_new_outputs(fresh) if cli.datamodule.last_rollout is None else None)
+    _end_cleanly_when_a_rank_fails(lambda: remove_new_outputs(fresh) if cli.datamodule.last_rollout is None else None,
+                                   watch)
     watch.cleanup = lambda: remove_new_outputs(fresh) if cli.datamodule.last_rollout is None else None
     try:
         # SIGHUP, SIGUSR1 / SIGUSR2 end the fit with one line (Lightning handles SIGTERM and SIGINT); fit() from the
@@ -298,12 +299,15 @@ def _interrupted(err: BaseException, trainer: Any) -> bool:
         err.__context__, KeyboardInterrupt)
 
 
-def _end_cleanly_when_a_rank_fails(cleanup: Callable[[], None]) -> None:
+def _end_cleanly_when_a_rank_fails(cleanup: Callable[[], None], watch: RankWatch) -> None:
     """DDP with Lightning's script launcher: a launched rank that exits non-zero before its rank
     watch runs (e.g. its own preflight probe failed: it printed the one `error:` line) makes
     Lightning's child observer on rank 0 kill every rank and then SIGKILL itself, so the job ends
     by signal 9 with rank 0's new log folder left behind. Here rank 0 instead kills the other
-    ranks, removes what this run created before any rollout (`cleanup`), and exits 1."""
+    ranks, removes what this run created before any rollout (`cleanup`), and exits 1. The observer
+    also sees a rank that ends later (killed by SIGKILL, or failing after reporting its cause): it
+    polls every few seconds, so it may see the end before rank 0's main thread meets it in a
+    collective; it then ends the job through `watch`, with the same one line naming the rank."""
     try:
         from lightning.fabric.strategies.launchers import subprocess_script
     except ImportError:  # another Lightning layout: its own behaviour stands
@@ -313,6 +317,7 @@ def _end_cleanly_when_a_rank_fails(cleanup: Callable[[], None]) -> None:
         return
 
     def terminate_all(self: Any) -> None:
+        ended = [(rank, proc) for rank, proc in enumerate(self._child_processes, start=1) if proc.returncode]
         for proc in self._child_processes:
             try:
                 proc.send_signal(self._termination_signal)
@@ -320,9 +325,14 @@ def _end_cleanly_when_a_rank_fails(cleanup: Callable[[], None]) -> None:
                 pass
         try:
             cleanup()
-        finally:
-            sys.stderr.flush()
-            os._exit(1)
+        except Exception:  # noqa: BLE001 (the run ends either way; its line matters more)
+            pass
+        if ended:
+            rank, proc = ended[0]
+            watch.launched_rank_ended(rank, proc.pid, proc.returncode, len(self._child_processes) + 1)
+            return  # another thread of this process is ending the run with its line
+        sys.stderr.flush()
+        os._exit(1)
 
     observer._terminate_all = terminate_all
 

@@ -471,6 +471,24 @@ class RankWatch(RolloutCallback):
         return {"rank": None, "pid": None, "cause": f"a peer rank vanished ({type(err).__name__}: {text})",
                 "code": 1, "host": socket.gethostname()}
 
+    def launched_rank_ended(self, rank: int, pid: int, code: int, world_size: int) -> None:
+        """Lightning's child observer on rank 0 found launched rank `rank` (pid `pid`) ended with
+        status `code`: end the job with the same one line the main thread would print, whichever of
+        the two sees it first. The rank's own record (it reported its cause before exiting) wins over
+        its exit status. Before this watch runs (a rank that failed in its own start-up), a rank that
+        exited with a status printed its own line; one killed by a signal is named here. Returns only
+        when another thread of this process is already ending it."""
+        record = self._read() if self.active else None
+        if record is None and not self.active and code > 0:
+            sys.stderr.flush()  # it printed its own `error:` line (its preflight): rank 0 says nothing more
+            os._exit(1)
+        if record is None:
+            record = {"rank": rank, "pid": pid, "cause": f"{_describe_status(code)} without a word", "code": 1,
+                      "host": socket.gethostname()}
+        if not self.active:
+            self.rank, self.world_size = 0, world_size
+        self._exit(record, os._exit)
+
     def _exit(self, record: dict, leave: Any) -> None:
         if not self._exit_lock.acquire(blocking=leave is not os._exit):
             return  # another thread of this rank is already ending it
