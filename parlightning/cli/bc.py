@@ -18,6 +18,7 @@ from it with `model.init_from`. Only the actor is cloned: the critic stays at it
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import sys
@@ -184,13 +185,10 @@ def clone(configs: list[str], teacher: str, out: str, rounds: int = 32, num_envs
                                               "shape": [int(d) for d in spec.shape], "low": spec.low, "high": spec.high},
                               "action_mask_width": None if mask is None else int(mask.shape[-1])},
             "bc": dict(report)}
-    tmp = Path(out).with_name(f".partial-{Path(out).name}")
-    try:
-        torch.save(ckpt, tmp)
-        os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    buffer = io.BytesIO()  # into memory first, then written by Python: on a full disk torch's zip writer
+    torch.save(ckpt, buffer)  # raises an "enforce fail" with no path; a Python write raises ENOSPC (one line)
+    with written_whole(str(out)) as tmp, open(tmp, "wb") as f:
+        f.write(buffer.getbuffer())
     return report
 
 

@@ -36,6 +36,7 @@ import torch
 from torch import Tensor
 
 from parlightning.collection.context import RoundResult
+from parlightning.config_types import PositiveFinite, check_value
 from parlightning.errors import ConfigError
 
 
@@ -84,6 +85,7 @@ class LagBudget:
     def __init__(self, k: int, weight_clip: float = 1.0) -> None:
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise ConfigError(f"data.max_policy_lag: a lag budget needs an integer >= 1, got {k!r}")
+        check_value(f"{type(self).__name__}(weight_clip)", PositiveFinite, weight_clip)
         self.lag, self.weight_clip = k, weight_clip
 
     def horizon(self, version: int) -> int:
@@ -128,6 +130,7 @@ class Trajectories:
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise ConfigError(f"data.max_policy_lag: per-actor collection (data.collect: trajectories) bounds "
                               f"staleness per sample and needs an integer >= 1 (e.g. 2), got {k!r}")
+        check_value(f"{type(self).__name__}(weight_clip)", PositiveFinite, weight_clip)
         self.lag, self.weight_clip = k, weight_clip
 
     def horizon(self, version: int) -> int:

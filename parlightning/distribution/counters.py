@@ -23,6 +23,8 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 from torch import Tensor
 
+from parlightning.errors import ArgumentError
+
 __all__ = ["AgreedCounters"]
 
 
@@ -30,6 +32,12 @@ class AgreedCounters:
     """`agreed` + `pending` (see the module docstring); `total()` is what this rank knows."""
 
     def __init__(self, agreed: Tensor, pending: Optional[Tensor] = None) -> None:
+        for name, value in (("agreed", agreed), ("pending", pending)):
+            if value is not None and (not isinstance(value, Tensor) or value.is_complex() or value.dtype == torch.bool
+                                      or value.layout != torch.strided or value.is_meta):
+                raise ArgumentError(f"AgreedCounters({name}): must be a dense real tensor of counts (e.g. "
+                                    f"torch.zeros(n, dtype=torch.long)), got {type(value).__name__}"
+                                    f"{'' if not isinstance(value, Tensor) else f' ({value.dtype}, {value.layout})'}")
         self.agreed = agreed
         self.pending = torch.zeros_like(agreed) if pending is None else pending
         if self.pending.shape != agreed.shape:

@@ -1,0 +1,54 @@
+"""Faults the earlier rounds noticed and left: the behaviour-cloning checkpoint on a full disk, and
+the collection schedules' and agreed counters' constructor arguments."""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from parlightning.collection.schedules import LagBudget, Trajectories
+from parlightning.distribution.counters import AgreedCounters
+from parlightning.errors import ConfigError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _file_size_limit() -> None:  # stands in for a full disk: writes past 8 KiB fail with EFBIG
+    resource.setrlimit(resource.RLIMIT_FSIZE, (8192, 8192))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_FSIZE")
+def test_bc_on_a_full_disk_is_one_line_naming_out_and_leaves_nothing(tmp_path):
+    out = tmp_path / "bc.ckpt"
+    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    done = subprocess.run([sys.executable, "-m", "parlightning.bc", "--config", os.path.join(ROOT, "configs", "swarm.yaml"),
+                           "--out", str(out), "--rounds", "2", "--num_envs", "8", "--epochs", "1"],
+                          preexec_fn=_file_size_limit, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines() == [
+        f"error: --out: writing {str(out)!r} failed (File too large; "
+        + done.stderr.split("File too large; ")[1].split(" MiB")[0] + " MiB free there); free some space or write it "
+        "elsewhere"], done.stderr[-2000:]  # the OS's reason, not torch's "enforce fail at inline_container.cc"
+    assert os.listdir(tmp_path) == []  # no partial file
+
+
+@pytest.mark.parametrize("schedule", [LagBudget, Trajectories])
+@pytest.mark.parametrize("clip", [float("nan"), float("inf"), 0.0, -1.0])
+def test_a_weight_clip_that_is_not_a_positive_number_is_refused(schedule, clip):
+    with pytest.raises(ConfigError, match=rf"^{schedule.__name__}\(weight_clip\): must be positive"):
+        schedule(2, clip)
+    assert schedule(2, 0.5).weight_clip == 0.5
+
+
+@pytest.mark.parametrize("agreed, pending, named", [
+    ([1, 2], None, "agreed"), (torch.zeros(2, dtype=torch.bool), None, "agreed"),
+    (torch.zeros(2), "x", "pending"), (torch.zeros(2, dtype=torch.complex64), None, "agreed")])
+def test_agreed_counters_of_something_other_than_a_real_tensor_are_refused(agreed, pending, named):
+    with pytest.raises(ConfigError, match=rf"^AgreedCounters\({named}\): must be a dense real tensor"):
+        AgreedCounters(agreed, pending)
+    assert AgreedCounters(torch.tensor([1, 2])).total().tolist() == [1, 2]
