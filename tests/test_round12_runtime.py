@@ -256,8 +256,11 @@ def test_a_signal_while_the_world_constructs_ends_fit_with_one_line(tmp_path, si
     marker = tmp_path / "marker"
     env = {**_env(), "R12_MARKER": str(marker)}
     env["PYTHONPATH"] = str(tmp_path) + os.pathsep + env["PYTHONPATH"]
+    # as from a terminal: a suite started under nohup passes SIGHUP down ignored, and the program keeps an
+    # ignored SIGHUP ignored (a nohup'd run means it); the world then sleeps on into the stall watch
     proc = subprocess.Popen([sys.executable, "-m", "parlightning.fit", "--config", "c.yaml"], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
     try:
         assert _wait_for(str(marker)), "the world never started constructing"
         proc.send_signal(signum)
@@ -271,6 +274,22 @@ def test_a_signal_while_the_world_constructs_ends_fit_with_one_line(tmp_path, si
     assert proc.returncode == 128 + signum, err[-2000:]
     assert len(lines) == 1 and lines[0].startswith(f"error: {name}:") and "Traceback" not in err, err[-2000:]
     assert not (tmp_path / "lightning_logs").exists()  # nothing was kept
+
+
+def test_a_world_constructor_stuck_past_the_stall_timeout_is_one_line(tmp_path):
+    """The stall watch's thread prints while the preflight holds sys.stderr redirected (it keeps what a
+    world's constructor prints): the line went into that buffer and the process ended 1 without a word."""
+    (tmp_path / "r12slow.py").write_text(WORLD)
+    (tmp_path / "c.yaml").write_text(CONFIG)
+    env = {**_env(), "R12_MARKER": str(tmp_path / "marker")}
+    env["PYTHONPATH"] = str(tmp_path) + os.pathsep + env["PYTHONPATH"]
+    done = subprocess.run([sys.executable, "-m", "parlightning.fit", "--config", "c.yaml", "--stall_timeout", "3"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    lines = [ln for ln in done.stderr.splitlines() if ln.startswith("error:")]
+    assert done.returncode == 1 and len(lines) == 1, done.stderr[-2000:]
+    assert lines[0].startswith("error: the run stopped: hung: its main thread made no progress for ")
+    assert "SlowToBuild.__init__" in lines[0] and "--stall_timeout" in lines[0], lines[0]
+    assert not (tmp_path / "lightning_logs").exists()
 
 
 SLEEPER = """

@@ -58,6 +58,7 @@ Either way every rank ends within the timeout plus a few seconds, with one line.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -421,8 +422,8 @@ class RankWatch(RolloutCallback):
         if frozen_pid:
             _kill(frozen_pid)  # it launched this rank and cannot end by itself
         if self.rank == 1 or not self._shares_terminal:
-            print(line, file=sys.stderr)
-        sys.stderr.flush()
+            _say(line)
+        _flush()
         os._exit(1)
 
     # ------------------------------------------------------------------ stopping
@@ -521,9 +522,8 @@ class RankWatch(RolloutCallback):
         if speak and leave is _raise_exit and code == 1:
             raise SystemExit(line)  # printed by Python; `parlightning.fit(...)` turns it into a ConfigError
         if speak:
-            print(line, file=sys.stderr)
-        sys.stderr.flush()
-        sys.stdout.flush()
+            _say(line)
+        _flush()
         leave(code)
 
 
@@ -551,6 +551,31 @@ class _LocalStore:
             if key not in self._data or self._data[key] == expected.encode():
                 self._data[key] = value.encode()
             return self._data[key]
+
+
+def _stderr() -> Any:
+    """Where this thread's line goes: `sys.stderr`, except on a watcher thread while the main thread
+    holds it redirected (the preflight keeps what a world's constructor prints in a buffer while it
+    runs): the process's own stderr then, or a line printed before `os._exit` would vanish with the
+    buffer."""
+    stream = sys.stderr
+    real = sys.__stderr__
+    if threading.current_thread() is not threading.main_thread() and real is not None and stream is not real and \
+            isinstance(stream, io.StringIO) and not getattr(real, "closed", False):
+        return real
+    return stream
+
+
+def _say(line: str) -> None:
+    print(line, file=_stderr())
+
+
+def _flush() -> None:
+    for stream in (_stderr(), sys.stderr, sys.stdout):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):  # closed by user code: nothing left to flush
+            pass
 
 
 def _raise_exit(code: int) -> None:
