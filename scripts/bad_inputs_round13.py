@@ -1472,8 +1472,8 @@ DROPPED: dict[str, str] = {
                                           "(success 0): a reasonable reading, not a hang",
     "export-onnx-without-onnx-installed": "onnx is installed on this machine after all: the export succeeded (valid)",
     "world-step-clamps-the-action-in-place": "the step loop stores the sampled actions before the step (checked: the "
-                                             "buffer holds actions the world clamped): a world mapping its own actions is "
-                                             "its own semantics",
+                                             "buffer holds the sampled actions, not the clamped ones): a world mapping its "
+                                             "own actions is its own semantics",
     "strategy-plan-reverses-its-keys-in-place": "plan is handed the keys as a tuple: there is nothing to mutate",
     "api-read-scalars-garbage-events": "an unreadable event file reads as no scalars ({}), as TensorBoard's own reader "
                                        "skips bad records; plot then says the run logs no scalars",
