@@ -258,13 +258,27 @@ class Job:
                 text = log.read_text(errors="replace") if log.is_file() else ""
                 own = last_error_line(text)
                 why = own.removeprefix("error:").strip() if own else "\n" + "\n".join(text.splitlines()[-12:])
-                raise RuntimeError(f"{self.spec['id']}: {self.phase} failed (exit {self.proc.returncode}; log {log}): {why}")
+                raise PhaseFailed(f"{self.spec['id']}: {self.phase} failed (exit {self.proc.returncode}; log {log}): {why}",
+                                  self.proc.returncode)
             if self._next():
                 return None
         record = self.finisher(self)
         record["wall_s"] = round(time.perf_counter() - self.start, 1)
+        if self.spec.get("restarts"):
+            record["restarts"] = self.spec["restarts"]  # crashed by a signal, run again from scratch
         write_json_atomic(self.result, record)
         return "done"
+
+
+class PhaseFailed(RuntimeError):
+    """A job's phase exited non-zero; `returncode` < 0: killed by that signal."""
+
+    def __init__(self, message: str, returncode: int) -> None:
+        super().__init__(message)
+        self.returncode = returncode
+
+
+RESTARTS = 1  # a run killed by a signal (a crash: SIGSEGV, SIGBUS; the OOM killer) is run again this often
 
 
 def result_path(store: Path, run_id: str) -> Path:
@@ -275,7 +289,10 @@ def result_path(store: Path, run_id: str) -> Path:
 def run_jobs(specs: Sequence[dict], out: Path, parallel: int, make: Callable[[dict], Job],
              store: Optional[Path] = None) -> None:
     """Run every spec whose result is missing from STORE (default OUT), `parallel` at a time; a failure
-    lets the others finish and then ends the study with one error line."""
+    lets the others finish and then ends the study with one error line. A run killed by a signal (a
+    crash of the interpreter or a library, the OOM killer) is run again from scratch, once (its seed
+    fixes it: the same work, not a new draw), and its result records `restarts`; a second crash, or a
+    run that exits with an error of its own, ends the study."""
     queue = [s for s in specs if not result_path(store or out, s["id"]).is_file()]
     done = len(specs) - len(queue)
     print(f"{len(specs)} jobs, {done} already finished (skipped), {len(queue)} to run, {parallel} at a time", flush=True)
@@ -290,6 +307,13 @@ def run_jobs(specs: Sequence[dict], out: Path, parallel: int, make: Callable[[di
                 state = job.poll()
             except Exception as err:  # a failed job: let the others finish, then stop
                 running.remove(job)
+                crashed = isinstance(err, PhaseFailed) and err.returncode < 0
+                if crashed and job.spec.get("restarts", 0) < RESTARTS and failure is None:
+                    job.spec["restarts"] = job.spec.get("restarts", 0) + 1
+                    print(f"  {job.spec['id']}: {job.phase} killed by {_signal_name(-err.returncode)}; running it "
+                          f"again from scratch (restart {job.spec['restarts']} of {RESTARTS})", flush=True)
+                    queue.insert(0, job.spec)
+                    continue
                 failure = failure or str(err)
                 continue
             if state == "done":
@@ -633,3 +657,12 @@ if __name__ == "__main__":
     from parlightning.cli.script_main import run_main
 
     run_main(main)
+
+
+def _signal_name(signum: int) -> str:
+    import signal
+
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"

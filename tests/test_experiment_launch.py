@@ -88,3 +88,52 @@ def test_a_run_exits_when_its_study_is_killed(tmp_path, launch):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def _job(tmp_path, script, launch="exec"):
+    def phase(job):
+        return "fit", [sys.executable, str(script), str(job.work)]
+
+    def finish(job):
+        return {"id": job.spec["id"], "ran": (job.work / "ran").read_text()}
+
+    return lambda spec: experiment.Job(spec, tmp_path / "out", [phase], finish, launch)
+
+
+def test_a_run_killed_by_a_signal_is_run_again_once_and_says_so(tmp_path, capsys):
+    """A crash (SIGSEGV here) of one run in a long study costs that run, not the study: it is run again
+    from scratch once, and its result records the restart; a second crash ends the study with one line."""
+    script = tmp_path / "crashy.py"
+    script.write_text(textwrap.dedent(f"""
+        import os, signal, sys
+        from pathlib import Path
+        count = Path({str(tmp_path)!r}) / ("count-" + Path(sys.argv[1]).name)
+        n = int(count.read_text()) if count.exists() else 0
+        count.write_text(str(n + 1))
+        if n < int(Path(sys.argv[1]).name[-1]):  # run "a1" crashes once, "a2" twice
+            os.kill(os.getpid(), signal.SIGSEGV)
+        (Path(sys.argv[1]) / "ran").write_text(str(n + 1))
+    """))
+    make = _job(tmp_path, script)
+    experiment.run_jobs([{"id": "a0"}, {"id": "a1"}], tmp_path / "out", 1, make)
+    results = {p.stem: __import__("json").loads(p.read_text()) for p in (tmp_path / "out" / "results").glob("*.json")}
+    assert results["a0"]["ran"] == "1" and "restarts" not in results["a0"]
+    assert results["a1"]["ran"] == "2" and results["a1"]["restarts"] == 1
+    assert "a1: fit killed by SIGSEGV; running it again from scratch (restart 1 of 1)" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match=r"^error: a2: fit failed \(exit -11; "):
+        experiment.run_jobs([{"id": "a2"}], tmp_path / "out", 1, make)
+    assert (tmp_path / "count-a2").read_text() == "2"  # one restart, then the study stops
+
+
+def test_a_run_that_fails_with_its_own_error_is_not_run_again(tmp_path):
+    script = tmp_path / "fails.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys
+        from pathlib import Path
+        count = Path({str(tmp_path)!r}) / "count"
+        count.write_text(str(int(count.read_text()) + 1 if count.exists() else 1))
+        sys.exit("error: data.num_envs: bad")
+    """))
+    with pytest.raises(SystemExit, match=r"^error: b: fit failed \(exit 1; .*\): data.num_envs: bad"):
+        experiment.run_jobs([{"id": "b"}], tmp_path / "out", 1, _job(tmp_path, script))
+    assert (tmp_path / "count").read_text() == "1"
