@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import lightning
+import lightning.pytorch.callbacks
 import pytest
 
 from parlightning.distribution.samplers import DifficultyWeighted
@@ -111,3 +113,82 @@ def test_a_subclass_calling_the_base_by_name_is_accepted():
     assert base_init_error("data.env", SwarmCallsBase) is None
     assert base_init_error("data.env", SwarmEnv) is None
     assert base_init_error("data.reward.lambda1", type("S", (Schedule,), {"value": lambda self, p: 0.1})) is None
+
+
+# ------------------------------------------------------------------------------ 2. LambdaCallback's hooks
+def takes_trainer_only(trainer):
+    return None
+
+
+def setup_without_stage(trainer, pl_module):
+    return None
+
+
+async def async_start(trainer, pl_module):
+    return None
+
+
+def start_raises(trainer, pl_module):
+    raise KeyError("label_map")
+
+
+LAMBDA = ("trainer:\n  callbacks+:\n    - class_path: lightning.pytorch.callbacks.LambdaCallback\n"
+          "      init_args: {{{hook}: {fn}}}\n")
+LAMBDAS = [
+    ("builtin-no-args", "on_train_start", "os.getcwd", ["on_train_start does not take (trainer, pl_module)",
+                                                        "posix.getcwd"]),
+    ("one-arg", "on_fit_end", f"{ME}.takes_trainer_only", ["on_fit_end does not take (trainer, pl_module)",
+                                                           "takes_trainer_only"]),
+    ("setup-without-stage", "setup", f"{ME}.setup_without_stage", ["setup does not take (trainer, pl_module, stage=...)"]),
+    ("async", "on_train_start", f"{ME}.async_start", ["async def", "async_start"]),
+]
+
+
+@pytest.mark.parametrize("name,hook,fn,parts", LAMBDAS, ids=[c[0] for c in LAMBDAS])
+def test_a_lambda_callback_hook_of_the_wrong_shape_is_one_line(tmp_path, capsys, monkeypatch, name, hook, fn, parts):
+    monkeypatch.chdir(tmp_path)
+    code, err = _fit(tmp_path, [], capsys, LAMBDA.format(hook=hook, fn=fn))
+    _one_line(code, err, "trainer.callbacks[", "LambdaCallback(", *parts)
+    _nothing_left(tmp_path)
+
+
+def test_a_lambda_callback_hook_that_raises_is_named_by_the_guard(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, err = _fit(tmp_path, [], capsys, LAMBDA.format(hook="on_train_start", fn=f"{ME}.start_raises"))
+    _one_line(code, err, "trainer.callbacks[", "LambdaCallback.on_train_start raised KeyError", "label_map")
+    _nothing_left(tmp_path)
+
+
+# ------------------------------------------------------------------------------ 3. Lightning's tuner callbacks
+class MyLRFinder(lightning.pytorch.callbacks.LearningRateFinder):
+    pass
+
+
+class WritesTunerFileThenRaises(lightning.Callback):
+    """stands for a tuner failing inside its own search: its temporary checkpoint is on disk."""
+
+    def on_fit_start(self, trainer, pl_module):
+        Path(trainer.default_root_dir, ".lr_find_0000.ckpt").write_bytes(b"x")
+        Path(trainer.default_root_dir, ".scale_batch_size_0000.ckpt").write_bytes(b"x")
+        raise KeyError("label_map")
+
+
+TUNERS = [("lr-finder", "lightning.pytorch.callbacks.LearningRateFinder", "LearningRateFinder", "model.lr"),
+          ("batch-size-finder", "lightning.pytorch.callbacks.BatchSizeFinder", "BatchSizeFinder", "data.num_envs"),
+          ("lr-finder-subclass", f"{ME}.MyLRFinder", "MyLRFinder", "model.lr")]
+
+
+@pytest.mark.parametrize("name,path,cls,setting", TUNERS, ids=[c[0] for c in TUNERS])
+def test_a_tuner_callback_is_refused_up_front(tmp_path, capsys, monkeypatch, name, path, cls, setting):
+    monkeypatch.chdir(tmp_path)
+    code, err = _fit(tmp_path, ["--trainer.callbacks+", path], capsys)
+    _one_line(code, err, "trainer.callbacks[4]: ", f"{cls} cannot tune a PPO run", setting)
+    _nothing_left(tmp_path)  # no .lr_find_*.ckpt, no run folder
+
+
+def test_a_failed_fit_leaves_no_tuner_checkpoint(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, err = _fit(tmp_path, ["--trainer.callbacks+", f"{ME}.WritesTunerFileThenRaises"], capsys)
+    _one_line(code, err, "WritesTunerFileThenRaises.on_fit_start", "label_map")
+    _nothing_left(tmp_path)
+

@@ -301,6 +301,20 @@ def _batch_change(before: tuple, after: Any) -> str:
     return f"added {added[0]!r}" if added else "its entries changed"
 
 
+_ABSENT = object()
+
+
+def _policy_change(module: Any) -> str:
+    new = getattr(module, "policy", _ABSENT)
+    if new is _ABSENT:
+        return "deleted pl_module.policy"
+    if new is None:
+        return "replaced pl_module.policy with None"
+    if not isinstance(new, torch.nn.Module):
+        return f"replaced pl_module.policy with a {type(new).__name__} (not a torch.nn.Module)"
+    return f"replaced pl_module.policy with another {type(new).__name__} object"
+
+
 def _name(component: Any) -> str:
     return type(component).__qualname__
 
@@ -329,6 +343,14 @@ def _hooks_of(cb: Any) -> list[str]:
                 own is inspect.getattr_static(RolloutCallback, name, None):
             continue
         hooks.append(name)
+    try:  # hooks set on the instance (LambdaCallback(on_train_start=fn) stores fn as an attribute)
+        own = vars(cb)
+    except TypeError:
+        own = {}
+    for name, fn in own.items():
+        if name not in hooks and callable(fn) and callable(getattr(Callback, name, None)) and \
+                (name.startswith("on_") or name in ("setup", "teardown")):
+            hooks.append(name)
     return hooks
 
 

@@ -13,6 +13,7 @@ import os
 import re
 import signal
 import sys
+import time
 import types
 from argparse import ArgumentError
 from typing import Any, Callable, Optional, Sequence, Union
@@ -215,6 +216,7 @@ def _main(args: list[str], watch: RankWatch, began: Optional[int]) -> ParlCLI:
     _end_cleanly_when_a_rank_fails(lambda: remove_new_outputs(fresh) if cli.datamodule.last_rollout is None else None,
                                    watch)
     watch.cleanup = lambda: remove_new_outputs(fresh) if cli.datamodule.last_rollout is None else None
+    fit_began = time.time()
     try:
         # SIGHUP, SIGUSR1 / SIGUSR2 end the fit with one line (Lightning handles SIGTERM and SIGINT); fit() from the
         # Python API leaves the caller's handlers as they were
@@ -222,6 +224,7 @@ def _main(args: list[str], watch: RankWatch, began: Optional[int]) -> ParlCLI:
             cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=ckpt)
     except BaseException as err:
         started = started_processes(began)  # read before anything stops: a stopped parent's children leave the tree
+        _remove_tuner_leftovers(cli.trainer, fit_began)  # a tuner's temporary checkpoint a failed fit left
         _reopen_stderr()  # user code that closed sys.stderr must not swallow the one error line
         if getattr(getattr(cli.trainer, "_signal_connector", None), "received_sigterm", False) is True and \
                 not isinstance(err, (SIGTERMException, Signalled)):
@@ -276,6 +279,22 @@ def _main(args: list[str], watch: RankWatch, began: Optional[int]) -> ParlCLI:
 
 KEPT = ("; the last checkpoint (written at the end of the last finished iteration) is intact: resume with "
         "--ckpt_path <log_dir>/checkpoints/last.ckpt")
+
+
+def _remove_tuner_leftovers(trainer: Any, since: float) -> None:
+    """Lightning's tuners (`.lr_find_<uuid>.ckpt`, `.scale_batch_size_<uuid>.ckpt`) save the run's state
+    to a temporary checkpoint in `default_root_dir` and restore it when they finish: a fit that failed
+    inside one leaves it behind. Those this fit wrote (modified since `since`) are removed."""
+    import glob
+
+    root = getattr(trainer, "default_root_dir", None) or os.getcwd()
+    for pattern in (".lr_find_*.ckpt", ".scale_batch_size_*.ckpt"):
+        for path in glob.glob(os.path.join(glob.escape(str(root)), pattern)):
+            try:
+                if os.path.getmtime(path) >= since - 1:
+                    os.remove(path)
+            except OSError:
+                pass
 
 
 def _wrote_checkpoint(fresh: list[tuple[str, bool]]) -> bool:
@@ -407,7 +426,7 @@ def preflight(cli: ParlCLI, ckpt: Optional[str]) -> dict:
     rollout's memory (on a small probe of the env), and the checkpoint to resume from."""
     trainer = cli.trainer
     check_output_dirs(trainer)
-    check_callbacks(trainer.callbacks)
+    check_callbacks(trainer.callbacks, cli.config)
     probe_loggers(trainer, cli.config)  # a logger argument that breaks its first log, on a scratch copy
     device = trainer.strategy.root_device
     ranks_here = trainer.num_devices if device.type == "cpu" else 1  # CPU ranks share this machine's memory
@@ -435,13 +454,18 @@ def preflight(cli: ParlCLI, ckpt: Optional[str]) -> dict:
 ROLLOUT_HOOKS = ("on_rollout_start", "on_episodes_end", "on_rollout_end")
 
 
-def check_callbacks(callbacks: Sequence[Any]) -> None:
+def check_callbacks(callbacks: Sequence[Any], config: Any = None) -> None:
     """A callback that defines rollout hooks but is not a `RolloutCallback` would never have them
     called (the data module calls them on RolloutCallbacks only): one line naming it and the fix."""
+    from parlightning.cli.component_guard import _config_entries, _entry_index
     from parlightning.distribution.planning import FIELD as STRATEGY
     from parlightning.runtime.preflight import check_state, check_sync_methods
 
+    entries, used = _config_entries(config, "callbacks"), set()
     for cb in callbacks:
+        index = _entry_index(entries, cb, used)
+        _check_instance_hooks(cb, "trainer.callbacks" if index is None else f"trainer.callbacks[{index}]")
+        _check_tuner(cb, "trainer.callbacks" if index is None else f"trainer.callbacks[{index}]")
         check_sync_methods("trainer.callbacks", cb)  # Lightning and the data module never await a hook
         strategy = getattr(cb, "strategy", None)
         if strategy is not None:  # a StrategyPlanner's strategy: plan / observe are called as plain methods
@@ -505,6 +529,55 @@ def _check_hook_signatures(cb: Any) -> None:
         keywords = ("stage",) if hook in ("setup", "teardown") else ()  # Lightning passes stage by keyword
         check_call_shape("trainer.callbacks", owner, hook, getattr(cb, hook),
                          tuple(p for p in params if p not in keywords), keywords, caller="Lightning")
+
+
+def _check_instance_hooks(cb: Any, field: str) -> None:
+    """Hooks set on the instance rather than defined by the class (LambdaCallback(on_train_start=fn)
+    stores `fn` as the instance's attribute; Lightning calls it as fn(trainer, pl_module, ...)): each
+    must take the arguments Lightning passes, or it fails at its first call, after the run started."""
+    import inspect
+
+    from lightning.pytorch import Callback
+
+    try:
+        own = dict(vars(cb))
+    except TypeError:
+        return
+    for hook, fn in own.items():
+        base = getattr(Callback, hook, None)
+        if not callable(fn) or not callable(base) or not (hook.startswith("on_") or hook in ("setup", "teardown")):
+            continue
+        params = tuple(p for p in inspect.signature(base).parameters if p != "self")
+        name = getattr(fn, "__qualname__", None) or type(fn).__name__
+        module = getattr(fn, "__module__", None)
+        shown = f"{module}.{name}" if module and module != "builtins" else name
+        if inspect.iscoroutinefunction(fn):
+            raise ConfigError(f"{field}: {type(cb).__name__}({hook}={shown}) is an async def, which Lightning never "
+                              "awaits (it would silently do nothing): pass a plain function")
+        keywords = ("stage",) if hook in ("setup", "teardown") else ()  # Lightning passes stage by keyword
+        positional = tuple(p for p in params if p not in keywords)
+        check_call_shape(field, f"{type(cb).__name__}({hook}={shown})", hook, fn, positional, keywords,
+                         caller="Lightning", define=f"a function def {hook}({', '.join(params)}) and pass that")
+
+
+_TUNERS = {"LearningRateFinder": "lr_find", "BatchSizeFinder": "scale_batch_size"}
+
+
+def _check_tuner(cb: Any, field: str) -> None:
+    """Lightning's tuner callbacks (LearningRateFinder, BatchSizeFinder) fit a supervised loop: they
+    scale a dataloader's batch size or sweep the learning rate over a supervised loss, then restore a
+    temporary checkpoint. A PPO run has neither a dataloader to scale nor a supervised loss: refused
+    before anything is written (they would fail at on_fit_start and leave `.lr_find_*.ckpt` behind)."""
+    from lightning.pytorch.callbacks import BatchSizeFinder, LearningRateFinder
+
+    if isinstance(cb, (LearningRateFinder, BatchSizeFinder)):
+        what = "learning rate" if isinstance(cb, LearningRateFinder) else "batch size"
+        setting = ("model.lr (with model.anneal_lr)" if isinstance(cb, LearningRateFinder)
+                   else "data.num_envs, data.num_steps and data.num_minibatches")
+        raise ConfigError(f"{field}: {type(cb).__name__} cannot tune a PPO run: Lightning's tuner searches the "
+                          f"{what} over a supervised loss and a dataloader, and PPO's minibatches are cut from "
+                          f"fresh rollouts with a loss that changes with the policy; remove it and set {setting} "
+                          "in the config")
 
 
 def _check_checkpoint_filename(cb: Any) -> None:
