@@ -16,7 +16,9 @@ from pathlib import Path
 import lightning
 import lightning.pytorch.callbacks
 import pytest
+import torch
 
+from parlightning.callbacks.base import RolloutCallback
 from parlightning.distribution.samplers import DifficultyWeighted
 from parlightning.distribution.strategies import ClusterParallel
 from parlightning.envs.swarm import SwarmEnv
@@ -192,3 +194,41 @@ def test_a_failed_fit_leaves_no_tuner_checkpoint(tmp_path, capsys, monkeypatch):
     _one_line(code, err, "WritesTunerFileThenRaises.on_fit_start", "label_map")
     _nothing_left(tmp_path)
 
+
+# ------------------------------------------------------------------------------ 5. a hook replacing the policy
+class ReplacesPolicy(RolloutCallback):
+    """replaces (or deletes) pl_module.policy in `hook` with `what`."""
+
+    def __init__(self, what: str = "none", hook: str = "on_rollout_end"):
+        self.what, self.hook = what, hook
+
+    def _act(self, pl_module):
+        if self.what == "delete":
+            del pl_module.policy
+        else:
+            pl_module.policy = {"none": None, "module": torch.nn.Linear(2, 2)}[self.what]
+
+    def on_rollout_end(self, trainer, pl_module, rollout):
+        if self.hook == "on_rollout_end":
+            self._act(pl_module)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if self.hook == "on_train_batch_start":
+            self._act(pl_module)
+
+
+POLICY = [("none", "on_rollout_end", "replaced pl_module.policy with None"),
+          ("delete", "on_rollout_end", "deleted pl_module.policy"),
+          ("module", "on_train_batch_start", "replaced pl_module.policy with another Linear object")]
+
+
+@pytest.mark.parametrize("what,hook,says", POLICY, ids=[c[0] for c in POLICY])
+def test_a_hook_replacing_the_policy_is_named(tmp_path, capsys, monkeypatch, what, hook, says):
+    monkeypatch.chdir(tmp_path)
+    yaml = (f"trainer:\n  callbacks+:\n    - class_path: {ME}.ReplacesPolicy\n"
+            f"      init_args: {{what: {what}, hook: {hook}}}\n")
+    code, err = _fit(tmp_path, [], capsys, yaml)
+    _one_line(code, err, f"trainer.callbacks[4]: ReplacesPolicy.{hook} {says}", "leave pl_module.policy in place")
+    if hook == "on_rollout_end":  # before the first rollout was handed over: the run folder goes too
+        _nothing_left(tmp_path)
+    assert not [p for p in tmp_path.rglob("*") if p.suffix in (".ckpt", ".partial")]  # stopped before any save

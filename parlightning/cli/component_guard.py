@@ -111,6 +111,7 @@ class ComponentGuard:
             versions = [p._version for p in params] if params else None
             checkpoint = args[2] if hook == "on_save_checkpoint" and len(args) > 2 else None
             kept = dict(checkpoint) if isinstance(checkpoint, dict) else None
+            policy = getattr(module, "policy", _ABSENT) if module is not None else _ABSENT
             try:
                 out = fn(*args, **kwargs)
             except BaseException as err:  # noqa: BLE001 (named below, or passed on untouched)
@@ -131,6 +132,11 @@ class ComponentGuard:
                                      "the PPO update reads the "
                                      "same batch after the callbacks, and its rows must stay aligned: read the batch, "
                                      "or work on a copy (batch['obs'][:1].clone())", lightning)
+            if policy is not _ABSENT and policy is not None and getattr(module, "policy", _ABSENT) is not policy:
+                raise ComponentFault(f"{where} {_policy_change(module)}; the optimizer, the rollout and every "
+                                     "checkpoint hold the policy the module built for the world's spaces: leave "
+                                     "pl_module.policy in place (change its weights in place, e.g. "
+                                     "pl_module.policy.load_state_dict(...))", lightning)
             if rollout is not None and getattr(rollout, "buffer", None) is not buffer:
                 raise ComponentFault(f"{where} replaced rollout.buffer (with {type(rollout.buffer).__name__}); the "
                                      "update's minibatches are cut from it after the rollout hooks: leave it in place "
