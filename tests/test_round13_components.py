@@ -232,3 +232,90 @@ def test_a_hook_replacing_the_policy_is_named(tmp_path, capsys, monkeypatch, wha
     if hook == "on_rollout_end":  # before the first rollout was handed over: the run folder goes too
         _nothing_left(tmp_path)
     assert not [p for p in tmp_path.rglob("*") if p.suffix in (".ckpt", ".partial")]  # stopped before any save
+
+
+# ------------------------------------------------------------------------------ 4. values a user's reward returns
+class ScheduleReturns(Schedule):
+    """a λ schedule whose value is `what`."""
+
+    def __init__(self, what: str = "nan"):
+        self.what = what
+
+    def value(self, position):
+        return {"nan": float("nan"), "inf": float("inf"), "string": "0.1", "none": None,
+                "two-values": torch.tensor([0.1, 0.2]), "bool": True}[self.what]
+
+
+class ScheduleReturnsTensor(Schedule):
+    """correct: a one-element tensor reads as its number."""
+
+    def value(self, position):
+        return torch.tensor(0.05)
+
+
+class BonusReturns(PARLReward):
+    """a reward whose bonus() returns `what` instead of the float tensor."""
+
+    def __init__(self, max_subagents: int, what: str = "int64"):
+        super().__init__(max_subagents)
+        self.what = what
+
+    def bonus(self, n_subagents, assigned, completed, *, validate=True):
+        good = super().bonus(n_subagents, assigned, completed, validate=validate)
+        return {"int64": good.long(), "bool": good > 0, "nan": good * float("nan"), "inf": good + float("inf"),
+                "float": 0.1, "shape": good[None], "scalar": good.sum(), "meta": good.to("meta")}[self.what]
+
+
+class TermsReturns(PARLReward):
+    """a reward whose terms() returns integer tensors, or two of them."""
+
+    def __init__(self, max_subagents: int, what: str = "int64"):
+        super().__init__(max_subagents)
+        self.what = what
+
+    def terms(self, n_subagents, assigned, completed, outcome, *, validate=True):
+        terms = super().terms(n_subagents, assigned, completed, outcome, validate=validate)
+        return tuple(t.long() for t in terms) if self.what == "int64" else terms[:2]
+
+
+SCHEDULES = [("nan", "returned nan"), ("inf", "returned inf"), ("string", "returned '0.1'"),
+             ("none", "returned a NoneType"), ("two-values", "returned a Tensor"), ("bool", "returned True")]
+
+
+@pytest.mark.parametrize("what,says", SCHEDULES, ids=[c[0] for c in SCHEDULES])
+def test_a_schedule_value_that_is_not_a_finite_number_is_named(tmp_path, capsys, monkeypatch, what, says):
+    monkeypatch.chdir(tmp_path)
+    yaml = REWARD.format(cls="parlightning.parl.reward.PARLReward",
+                         more=f"      lambda1:\n        class_path: {ME}.ScheduleReturns\n        init_args: {{what: {what}}}\n")
+    code, err = _fit(tmp_path, [], capsys, yaml)
+    _one_line(code, err, "data.reward.lambda1: ScheduleReturns.value(position=0) ", says, "finite real number")
+    _nothing_left(tmp_path)
+
+
+BONUSES = [("int64", "returned an int64 tensor", "truncates"), ("bool", "returned a bool tensor", "floating"),
+           ("nan", "returned NaN or inf", "finite"), ("inf", "returned NaN or inf", "finite"),
+           ("float", "returned a float;", "floating tensor"), ("shape", "returned shape [1, ", "floating tensor"),
+           ("scalar", "returned shape []", "floating tensor"), ("meta", "returned a tensor on meta", "on cpu")]
+
+
+@pytest.mark.parametrize("what,says,fix", BONUSES, ids=[c[0] for c in BONUSES])
+def test_a_reward_bonus_of_the_wrong_kind_is_named(tmp_path, capsys, monkeypatch, what, says, fix):
+    monkeypatch.chdir(tmp_path)
+    yaml = REWARD.format(cls=f"{ME}.BonusReturns", more=f"      what: {what}\n")
+    code, err = _fit(tmp_path, [], capsys, yaml)
+    _one_line(code, err, "data.reward: BonusReturns.bonus ", says, fix)
+    _nothing_left(tmp_path)
+
+
+@pytest.mark.parametrize("what,says", [("int64", "terms returned an int64 tensor"), ("two", "terms returned a tuple")])
+def test_a_reward_terms_of_the_wrong_kind_is_named(tmp_path, capsys, monkeypatch, what, says):
+    monkeypatch.chdir(tmp_path)
+    code, err = _fit(tmp_path, [], capsys, REWARD.format(cls=f"{ME}.TermsReturns", more=f"      what: {what}\n"))
+    _one_line(code, err, f"data.reward: TermsReturns.{says}")
+    _nothing_left(tmp_path)
+
+
+def test_a_schedule_returning_a_one_element_tensor_trains(tmp_path, capsys, monkeypatch):
+    from parlightning.parl.reward import schedule_value
+
+    assert schedule_value("lambda1", ScheduleReturnsTensor(), 0) == pytest.approx(0.05)
