@@ -319,3 +319,59 @@ def test_a_schedule_returning_a_one_element_tensor_trains(tmp_path, capsys, monk
     from parlightning.parl.reward import schedule_value
 
     assert schedule_value("lambda1", ScheduleReturnsTensor(), 0) == pytest.approx(0.05)
+
+
+# ------------------------------------------------------------------------------ 7. a built-in world's step(action) range
+def _worlds():
+    from parlightning.envs import CartPoleEnv
+
+    return {"swarm": lambda: SwarmEnv(num_envs=4), "cartpole": lambda: CartPoleEnv(4)}
+
+
+STEPS = [("swarm", lambda a: a.fill_(9), "0..6", "got 9 at [0, 0]"),
+         ("swarm", lambda a: a.index_fill_(0, torch.tensor([2]), -1), "0..6", "got -1 at [2, 0]"),
+         ("cartpole", lambda a: a.fill_(5), "0..1", "got 5 at [0]"),
+         ("cartpole", lambda a: a.index_fill_(0, torch.tensor([3]), -2), "0..1", "got -2 at [3]")]
+
+
+@pytest.mark.parametrize("world,spoil,range_,got", STEPS, ids=[f"{s[0]}-{s[3]}" for s in STEPS])
+def test_a_builtin_world_step_refuses_actions_out_of_range(world, spoil, range_, got):
+    from parlightning.errors import ArgumentError
+
+    env = _worlds()[world]()
+    env.reset(seed=0)
+    spec = env.action_spec
+    action = spoil(torch.zeros((env.num_envs, *spec.action_shape), dtype=torch.long))
+    with pytest.raises(ArgumentError) as err:
+        env.step(action)
+    text = str(err.value)
+    assert "\n" not in text
+    assert text.startswith(f"{type(env).__name__}.step(action): every entry must lie in {range_}"), text
+    assert got in text, text
+
+
+@pytest.mark.parametrize("world", ["swarm", "cartpole"])
+def test_a_vouched_action_is_not_read_and_a_changed_one_is_checked_again(world):
+    from parlightning.envs.base import vouch_actions
+    from parlightning.errors import ArgumentError
+
+    env = _worlds()[world]()
+    env.reset(seed=0)
+    action = torch.zeros((env.num_envs, *env.action_spec.action_shape), dtype=torch.long)
+    env.step(vouch_actions(action, env.action_spec))  # in range and vouched: accepted without a read
+    action.fill_(99)  # changed in place after the vouch: its version moved, so it is read again
+    with pytest.raises(ArgumentError, match="every entry must lie in"):
+        env.step(action)
+
+
+@pytest.mark.parametrize("world", ["swarm", "cartpole"])
+def test_wrong_dtype_or_shape_actions_stay_refused(world):
+    from parlightning.errors import ArgumentError
+
+    env = _worlds()[world]()
+    env.reset(seed=0)
+    shape = (env.num_envs, *env.action_spec.action_shape)
+    for bad in (torch.zeros(shape), torch.zeros((env.num_envs + 1, *shape[1:]), dtype=torch.long),
+                torch.zeros(shape, dtype=torch.bool)):
+        with pytest.raises(ArgumentError, match=r"step\(action\)"):
+            env.step(bad)
