@@ -375,3 +375,86 @@ def test_wrong_dtype_or_shape_actions_stay_refused(world):
                 torch.zeros(shape, dtype=torch.bool)):
         with pytest.raises(ArgumentError, match=r"step\(action\)"):
             env.step(bad)
+
+
+# ------------------------------------------------------------------------------ 6. a signal at each phase of a fit
+SLEEPER = '''
+import os, time
+import lightning
+
+
+class SleepAt(lightning.Callback):
+    """marks its pid at `hook` (in iteration `epoch`; -1: any) and sleeps there: a moment for the signal."""
+
+    def __init__(self, hook: str = "teardown", epoch: int = -1, seconds: float = 4.0):
+        self.hook, self.epoch, self.seconds = hook, epoch, seconds
+
+    def _at(self, name, trainer):
+        if name == self.hook and self.epoch in (-1, trainer.current_epoch):
+            with open(os.environ["R13_MARKER"], "a") as f:
+                f.write(f"{os.getpid()}\\n")
+            time.sleep(self.seconds)
+
+    def setup(self, trainer, pl_module, stage):
+        self._at("setup", trainer)
+
+    def teardown(self, trainer, pl_module, stage):
+        self._at("teardown", trainer)
+
+    def on_train_epoch_start(self, trainer, pl_module):
+        self._at("on_train_epoch_start", trainer)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self._at("on_train_batch_start", trainer)
+'''
+
+PHASES = [  # (phase, hook, epoch, max_epochs, signal, what the line says, run folder kept, a checkpoint kept)
+    ("setup", "setup", -1, 1, "SIGTERM", "before the run's first rollout; nothing was kept", False, False),
+    ("first-iteration", "on_train_batch_start", 0, 2, "SIGTERM", "before its first checkpoint was written", True,
+     False),
+    ("later-iteration", "on_train_epoch_start", 1, 3, "SIGTERM", "is intact: resume with --ckpt_path ", True, True),
+    ("teardown", "teardown", -1, 1, "SIGTERM", "after training finished", True, True),
+    ("teardown-sighup", "teardown", -1, 1, "SIGHUP", "after training finished", True, True),
+]
+
+
+@pytest.mark.parametrize("phase,hook,epoch,epochs,signame,says,folder,ckpt", PHASES, ids=[p[0] for p in PHASES])
+def test_a_signal_says_what_its_phase_kept(tmp_path, phase, hook, epoch, epochs, signame, says, folder, ckpt):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root = Path(__file__).resolve().parents[1]
+    (tmp_path / "r13sleep.py").write_text(SLEEPER)
+    (tmp_path / "c.yaml").write_text(f"trainer:\n  callbacks+:\n    - class_path: r13sleep.SleepAt\n"
+                                     f"      init_args: {{hook: {hook}, epoch: {epoch}, seconds: 4}}\n")
+    marker = tmp_path / "mark"
+    env = {**os.environ, "R13_MARKER": str(marker),
+           "PYTHONPATH": os.pathsep.join([str(tmp_path), str(root), os.environ.get("PYTHONPATH", "")])}
+    args = [a if a != "1" or i != 3 else str(epochs) for i, a in enumerate(TINY)]
+    proc = subprocess.Popen([sys.executable, "-m", "parlightning.fit", *args, "--config", "c.yaml"], cwd=tmp_path,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
+    try:
+        deadline = time.monotonic() + 180
+        while not (marker.exists() and marker.read_text().strip()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert marker.exists(), "the run never reached the phase"
+        proc.send_signal(getattr(signal, signame))
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert proc.returncode == 128 + getattr(signal, signame), err[-2000:]
+    assert len(lines) == 1 and lines[0].startswith(f"error: {signame}: ") and "Traceback" not in err, err[-2000:]
+    assert says in lines[0], lines[0]
+    assert (tmp_path / "lightning_logs").exists() == folder, lines[0]
+    ckpts = list(tmp_path.rglob("*.ckpt"))
+    assert bool(ckpts) == ckpt, (ckpts, lines[0])
+    assert not list(tmp_path.rglob("*.partial"))
+    if ckpt and "--ckpt_path " in lines[0]:
+        named = lines[0].split("--ckpt_path ", 1)[1].split()[0]
+        assert os.path.isfile(named) or os.path.isfile(tmp_path / named), named  # the file the line names exists

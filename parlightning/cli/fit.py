@@ -251,22 +251,19 @@ def _main(args: list[str], watch: RankWatch, began: Optional[int]) -> ParlCLI:
             launcher.kill(signal.SIGKILL)  # DDP: the ranks this process launched must not wait for it
         stop_helpers()  # the fork server and resource tracker of a collector or world process end with the run
         end_processes(started)  # what the run's worlds started and left running (a stuck step's child program)
-        if isinstance(err, Signalled):  # SIGHUP, SIGUSR1 / SIGUSR2 (no handler of Lightning's): ended like SIGTERM
+        stopped_by = (err.signum if isinstance(err, Signalled) else signal.SIGTERM if isinstance(err, SIGTERMException)
+                      else signal.SIGINT if message is None and _interrupted(err, cli.trainer) else None)
+        if stopped_by is not None:  # a signal (or Ctrl-C) at any phase of the fit: the line says what that phase kept
             if cli.datamodule.last_rollout is None:
-                remove_new_outputs(fresh)
-            print(f"error: {err}", file=sys.stderr)
-            raise SystemExit(128 + err.signum) from None
-        if isinstance(err, SIGTERMException):  # preempted: never report success, so a scheduler requeues
-            print("error: SIGTERM: stopped; the last checkpoint (written at the end of the last finished iteration) "
-                  "is intact: resume with --ckpt_path <log_dir>/checkpoints/last.ckpt", file=sys.stderr)
-            raise SystemExit(128 + signal.SIGTERM) from None  # 143, the shell's code for "killed by SIGTERM"
-        if message is None and _interrupted(err, cli.trainer):  # Lightning's graceful Ctrl-C ends in sys.exit(1)
-            if cli.datamodule.last_rollout is None:
-                remove_new_outputs(fresh)  # interrupted before its first rollout: nothing worth keeping
-            print("error: interrupted (KeyboardInterrupt: Ctrl-C, or raised by user code); the last checkpoint "
-                  "(written at the end of the last finished iteration) is intact: resume with --ckpt_path "
-                  "<log_dir>/checkpoints/last.ckpt", file=sys.stderr)
-            raise SystemExit(128 + signal.SIGINT) from None  # 130, the shell's code for "killed by SIGINT"
+                remove_new_outputs(fresh)  # stopped before its first rollout: nothing worth keeping
+            kept = _what_was_kept(cli.trainer, cli.datamodule, fresh, ckpt)
+            if stopped_by == signal.SIGINT:
+                print(f"error: interrupted (KeyboardInterrupt: Ctrl-C, or raised by user code){kept}", file=sys.stderr)
+            elif isinstance(err, Signalled):  # SIGHUP, SIGUSR1 / SIGUSR2, or SIGTERM once Lightning's handler is gone
+                print(f"error: {Signalled(err.signum, kept)}", file=sys.stderr)
+            else:  # preempted: never report success, so a scheduler requeues
+                print(f"error: SIGTERM: stopped{kept}", file=sys.stderr)
+            raise SystemExit(128 + stopped_by) from None  # the shell's code for "killed by" that signal
         if message is None:
             raise
         rank = getattr(cli.trainer, "global_rank", 0)
@@ -279,6 +276,26 @@ def _main(args: list[str], watch: RankWatch, began: Optional[int]) -> ParlCLI:
 
 KEPT = ("; the last checkpoint (written at the end of the last finished iteration) is intact: resume with "
         "--ckpt_path <log_dir>/checkpoints/last.ckpt")
+
+
+def _what_was_kept(trainer: Any, datamodule: Any, fresh: list[tuple[str, bool]], ckpt: Optional[str]) -> str:
+    """What a fit stopped by a signal (or Ctrl-C) kept, true for the phase it stopped in: before the first
+    rollout nothing (its new folders were removed); after the last iteration (its end-of-fit hooks, the
+    worlds' close) the finished run; in a later iteration the last checkpoint; in the first iteration,
+    before any save, the run's logs and no checkpoint."""
+    if datamodule.last_rollout is None:
+        return NOT_STARTED
+    last = getattr(getattr(trainer, "checkpoint_callback", None), "last_model_path", "") or ""
+    where = last if last and os.path.isfile(last) else "<log_dir>/checkpoints/last.ckpt"
+    saved = _wrote_checkpoint(fresh) or (last and os.path.isfile(last))
+    if saved and bool(getattr(getattr(trainer, "fit_loop", None), "done", False)):
+        return (f" after training finished (in its end-of-run hooks or the worlds' close): the run is complete and "
+                f"kept; its last checkpoint ({where}, written at the end of the last iteration) is intact")
+    if saved or ckpt is not None:
+        return ("; the last checkpoint (written at the end of the last finished iteration) is intact: resume with "
+                f"--ckpt_path {where if saved else ckpt}")
+    return ("; stopped in the run's first iteration, before its first checkpoint was written: the run's folder keeps "
+            "its logs and config.yaml, and there is no checkpoint to resume from (start the run again)")
 
 
 def _remove_tuner_leftovers(trainer: Any, since: float) -> None:
