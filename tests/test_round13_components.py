@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from parlightning.callbacks.base import RolloutCallback
+from parlightning.callbacks.parl import CriticalStepsMonitor
 from parlightning.distribution.samplers import DifficultyWeighted
 from parlightning.distribution.strategies import ClusterParallel
 from parlightning.envs.swarm import SwarmEnv
@@ -80,6 +81,11 @@ class SwarmForgetsSuper(SwarmEnv):
         self.mine = num_envs
 
 
+class MonitorForgetsSuper(CriticalStepsMonitor):
+    def __init__(self, every: int = 1):
+        self.every = every
+
+
 class SwarmCallsBase(SwarmEnv):  # correct: reaches the base through SwarmEnv.__init__(self, ...)
     def __init__(self, num_envs: int = 8, device: str = "cpu", seed: int = 0):
         SwarmEnv.__init__(self, num_envs=num_envs, device=device, seed=seed)
@@ -97,6 +103,8 @@ FORGETS = [
                  f"      init_args:\n        strategy: {{class_path: {ME}.ClusterForgetsSuper}}\n", [],
      "trainer.callbacks[", "ClusterForgetsSuper.__init__"),
     ("world", "", ["--data.env", f"{ME}.SwarmForgetsSuper"], "data.env", "SwarmForgetsSuper.__init__"),
+    ("rollout-callback", "", ["--trainer.callbacks+", f"{ME}.MonitorForgetsSuper"], "trainer.callbacks[",
+     "MonitorForgetsSuper.__init__"),
 ]
 
 
