@@ -466,3 +466,31 @@ def test_a_signal_says_what_its_phase_kept(tmp_path, phase, hook, epoch, epochs,
     if ckpt and "--ckpt_path " in lines[0]:
         named = lines[0].split("--ckpt_path ", 1)[1].split()[0]
         assert os.path.isfile(named) or os.path.isfile(tmp_path / named), named  # the file the line names exists
+
+
+def _keeps(fn):
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return fn(*args, **kwargs)
+    return wrapper
+
+
+class RewardDecoratedInit(PARLReward):  # correct: a decorated __init__ that calls super().__init__
+    @_keeps
+    def __init__(self, max_subagents: int):
+        super().__init__(max_subagents)
+
+
+class RewardAssignsBaseInit(PARLReward):  # correct: the base's own __init__ under the subclass's name
+    __init__ = PARLReward.__init__
+
+
+def test_a_decorated_or_inherited_init_reaching_the_base_is_accepted():
+    from parlightning.runtime.subclass_init import base_init_error
+
+    assert base_init_error("data.reward", RewardDecoratedInit) is None
+    assert base_init_error("data.reward", RewardAssignsBaseInit) is None
+    assert "RewardForgetsSuper.__init__ never calls super().__init__" in base_init_error("data.reward",
+                                                                                        RewardForgetsSuper)

@@ -12,6 +12,7 @@ count (a base without its own `__init__`, e.g. `Schedule`, needs no call)."""
 from __future__ import annotations
 
 import importlib
+import inspect
 import types
 from typing import Any, Iterator, Optional
 
@@ -32,6 +33,9 @@ def _user_init_skips_base(cls: type) -> Optional[type]:
         init = vars(own).get("__init__")
         if init is None:
             continue
+        init = inspect.unwrap(init) if callable(init) else init  # a decorated __init__: the user's own function
+        if str(getattr(init, "__module__", "")).split(".")[0] == "parlightning":
+            return None  # the package's own __init__ assigned in the subclass (`__init__ = Base.__init__`)
         code = getattr(init, "__code__", None)
         if not isinstance(code, types.CodeType):
             return None  # a builtin or wrapped __init__: nothing to read
