@@ -494,3 +494,23 @@ def test_a_decorated_or_inherited_init_reaching_the_base_is_accepted():
     assert base_init_error("data.reward", RewardAssignsBaseInit) is None
     assert "RewardForgetsSuper.__init__ never calls super().__init__" in base_init_error("data.reward",
                                                                                         RewardForgetsSuper)
+
+
+def test_a_signal_after_the_run_folder_is_claimed_and_before_the_fit_leaves_nothing(tmp_path, capsys, monkeypatch):
+    import signal
+
+    import parlightning.cli.fit as fit_cli
+    from parlightning.cli.stop_signals import Signalled
+
+    def signalled(*args, **kwargs):  # the moment between claiming version_N and Lightning's own handling
+        assert list(tmp_path.rglob("version_*")), "the run's folder is claimed by now"
+        raise Signalled(signal.SIGTERM, fit_cli.NOT_STARTED)
+
+    monkeypatch.setattr(fit_cli, "_end_cleanly_when_a_rank_fails", signalled)
+    monkeypatch.chdir(tmp_path)
+    code, err = _fit(tmp_path, [], capsys)
+    assert code == 128 + signal.SIGTERM
+    lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert lines == ["error: SIGTERM: stopped by a signal (from a scheduler, a shell, or user code such as a world) "
+                     "before the run's first rollout; nothing was kept"], err[-2000:]
+    _nothing_left(tmp_path)

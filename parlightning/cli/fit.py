@@ -157,14 +157,16 @@ def main(args: Optional[list[str]] = None) -> ParlCLI:
     except Signalled as err:  # outside the fit's own handling (between the preflight and the fit)
         _end_started(began)
         _reopen_stderr()
-        print(f"error: {err}", file=sys.stderr)
+        stopped = _STARTING.pop("stopped", None)  # the run's folders exist: what this phase kept (or removed)
+        print(f"error: {err if stopped is None else Signalled(err.signum, stopped())}", file=sys.stderr)
         raise SystemExit(err.code) from None
     finally:
+        _STARTING.pop("stopped", None)
         _STARTING.pop("watch", None)
         watch.stop_watching_alone()  # the one-process stall watch covers the whole run, teardown included
 
 
-_STARTING: dict[str, RankWatch] = {}  # the watch `main` made, for `ParlCLI.before_instantiate_classes` to start
+_STARTING: dict[str, Any] = {}  # the watch `main` made (for `ParlCLI.before_instantiate_classes`); "stopped": see _main
 
 
 NOT_STARTED = " before the run's first rollout; nothing was kept"
@@ -208,8 +210,11 @@ def _main(args: list[str], watch: RankWatch, began: Optional[int]) -> ParlCLI:
     if plugin_note is not None and cli.trainer.is_global_zero:
         print(plugin_note, file=sys.stderr)
     guard = ComponentGuard.install(cli.trainer, cli.config)  # callbacks and loggers: a fault names its field
-    claimed = claim_version(cli.trainer)  # an atomic mkdir: runs started together get their own version_N
+    claimed: list = []
+    _STARTING["stopped"] = lambda: _stopped_between(cli, claimed, ckpt)  # a signal from here until fit's own handling
+    claimed += claim_version(cli.trainer)  # an atomic mkdir: runs started together get their own version_N
     fresh = new_output_dirs(cli.trainer) + claimed  # deepest first: the run's folders, then new parents
+    _STARTING["stopped"] = lambda: _stopped_between(cli, fresh, ckpt)
     loose = os.path.join(cli.trainer.default_root_dir, "config.yaml")  # with no logger, config.yaml goes here
     if not cli.trainer.loggers and not os.path.exists(loose):
         fresh = [(loose, True)] + fresh  # a refused start removes it too
@@ -276,6 +281,14 @@ def _main(args: list[str], watch: RankWatch, began: Optional[int]) -> ParlCLI:
 
 KEPT = ("; the last checkpoint (written at the end of the last finished iteration) is intact: resume with "
         "--ckpt_path <log_dir>/checkpoints/last.ckpt")
+
+
+def _stopped_between(cli: Any, fresh: list[tuple[str, bool]], ckpt: Optional[str]) -> str:
+    """A signal outside the fit's own handling once the run's folders exist (claimed before the fit, or
+    the moment after it returned): the new folders go when no rollout ran; the line says what was kept."""
+    if cli.datamodule.last_rollout is None:
+        remove_new_outputs(fresh)
+    return _what_was_kept(cli.trainer, cli.datamodule, fresh, ckpt)
 
 
 def _what_was_kept(trainer: Any, datamodule: Any, fresh: list[tuple[str, bool]], ckpt: Optional[str]) -> str:
