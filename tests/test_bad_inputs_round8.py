@@ -67,7 +67,7 @@ def test_keyboard_interrupt_after_lightnings_graceful_stop_is_recognised() -> No
     assert not _interrupted(SystemExit(1), SimpleNamespace(interrupted=True))
     assert not _interrupted(exit_, SimpleNamespace(interrupted=False))
     src = (ROOT / "parlightning" / "cli" / "fit.py").read_text()
-    assert 'print("error: SIGTERM: stopped;' in src
+    assert 'print(f"error: SIGTERM: stopped{kept}"' in src
 
 
 def test_package_runtime_errors_and_lightning_refusals_are_one_line() -> None:

@@ -142,9 +142,9 @@ def test_sighup_ends_a_one_process_fit_with_one_line(tmp_path):
                          preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
     assert run.returncode == 128 + signal.SIGHUP and "Traceback" not in run.stderr, run.stderr[-2000:]
     assert [ln for ln in run.stderr.splitlines() if ln.startswith("error:")] == [
-        "error: SIGHUP: stopped by a signal (from a scheduler, a shell, or user code such as a world); the last "
-        "checkpoint (written at the end of the last finished iteration) is intact: resume with --ckpt_path "
-        "<log_dir>/checkpoints/last.ckpt"]
+        "error: SIGHUP: stopped by a signal (from a scheduler, a shell, or user code such as a world) before the "
+        "run's first rollout; nothing was kept"]  # mid-way through the first rollout: no checkpoint ever existed
+    assert not (tmp_path / "lightning_logs").exists()  # and the run's new folder went with the refused start
 
 
 class _ExternalWorld:

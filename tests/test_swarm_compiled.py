@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from parlightning.envs import swarm_compiled
+from parlightning.envs.base import vouch_actions
 from parlightning.envs.swarm import SwarmEnv
 from parlightning.errors import ConfigError
 
@@ -52,6 +53,10 @@ def _trajectory(compile, n, steps, next_task="callable", seed=3, extreme=False, 
             pick = torch.randint(0, K, (n,), generator=g)
         else:
             pick = None
+        if bool(((action < 0) | (action > 2 * len(env.splits))).any()):  # outside the action space: refused at
+            with pytest.raises(ValueError, match=r"SwarmEnv.step\(action\): every entry must lie in 0\.\."):  # entry
+                env.step(action, pick)  # (before the step touches any state); the kernels' own clamp is still
+            vouch_actions(action, env.action_spec)  # compared, eager vs compiled, on the vouched (unread) path
         r = env.step(action, pick)
         obs = r.obs
         out.append([x.clone() for x in (r.obs, r.reward, r.terminated, r.truncated, r.final_obs, *r.parts)])

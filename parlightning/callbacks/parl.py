@@ -18,7 +18,7 @@ from parlightning.callbacks.base import RolloutCallback
 from parlightning.envs.base import EpisodeParts
 from parlightning.errors import ConfigError
 from parlightning.parl.metrics import CriticalSteps
-from parlightning.parl.reward import PARLReward
+from parlightning.parl.reward import PARLReward, RewardValueError, check_reward_output
 
 if TYPE_CHECKING:
     from parlightning.rollout import Rollout
@@ -74,9 +74,15 @@ class PARLAnnealing(RolloutCallback):
     def on_episodes_end(
         self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", task_ids: Tensor, parts: EpisodeParts
     ) -> None:
-        terms = self._reward_of(trainer).terms(
-            parts.n_subagents, parts.assigned, parts.completed, parts.outcome, validate=False
-        )
+        reward = self._reward_of(trainer)
+        terms = reward.terms(parts.n_subagents, parts.assigned, parts.completed, parts.outcome, validate=False)
+        if type(reward).terms is not PARLReward.terms:  # a user's terms(): what it returns, checked (metadata only)
+            if not isinstance(terms, (tuple, list)) or len(terms) != 3:
+                raise RewardValueError(f"data.reward: {type(reward).__qualname__}.terms returned a "
+                                       f"{type(terms).__name__}; it must return three tensors (r_parallel, r_finish, "
+                                       "r_perf), one value per finished episode")
+            for term in terms:
+                check_reward_output(reward, "terms", term, parts.outcome, parts.outcome.device, finite=False)
         sums = torch.stack([t.sum() for t in terms])
         self._sums = sums if self._sums is None else self._sums + sums
         self._count += parts.outcome.numel()

@@ -111,6 +111,7 @@ class ComponentGuard:
             versions = [p._version for p in params] if params else None
             checkpoint = args[2] if hook == "on_save_checkpoint" and len(args) > 2 else None
             kept = dict(checkpoint) if isinstance(checkpoint, dict) else None
+            policy = getattr(module, "policy", _ABSENT) if module is not None else _ABSENT
             try:
                 out = fn(*args, **kwargs)
             except BaseException as err:  # noqa: BLE001 (named below, or passed on untouched)
@@ -131,6 +132,11 @@ class ComponentGuard:
                                      "the PPO update reads the "
                                      "same batch after the callbacks, and its rows must stay aligned: read the batch, "
                                      "or work on a copy (batch['obs'][:1].clone())", lightning)
+            if policy is not _ABSENT and policy is not None and getattr(module, "policy", _ABSENT) is not policy:
+                raise ComponentFault(f"{where} {_policy_change(module)}; the optimizer, the rollout and every "
+                                     "checkpoint hold the policy the module built for the world's spaces: leave "
+                                     "pl_module.policy in place (change its weights in place, e.g. "
+                                     "pl_module.policy.load_state_dict(...))", lightning)
             if rollout is not None and getattr(rollout, "buffer", None) is not buffer:
                 raise ComponentFault(f"{where} replaced rollout.buffer (with {type(rollout.buffer).__name__}); the "
                                      "update's minibatches are cut from it after the rollout hooks: leave it in place "
@@ -301,6 +307,20 @@ def _batch_change(before: tuple, after: Any) -> str:
     return f"added {added[0]!r}" if added else "its entries changed"
 
 
+_ABSENT = object()
+
+
+def _policy_change(module: Any) -> str:
+    new = getattr(module, "policy", _ABSENT)
+    if new is _ABSENT:
+        return "deleted pl_module.policy"
+    if new is None:
+        return "replaced pl_module.policy with None"
+    if not isinstance(new, torch.nn.Module):
+        return f"replaced pl_module.policy with a {type(new).__name__} (not a torch.nn.Module)"
+    return f"replaced pl_module.policy with another {type(new).__name__} object"
+
+
 def _name(component: Any) -> str:
     return type(component).__qualname__
 
@@ -329,6 +349,14 @@ def _hooks_of(cb: Any) -> list[str]:
                 own is inspect.getattr_static(RolloutCallback, name, None):
             continue
         hooks.append(name)
+    try:  # hooks set on the instance (LambdaCallback(on_train_start=fn) stores fn as an attribute)
+        own = vars(cb)
+    except TypeError:
+        own = {}
+    for name, fn in own.items():
+        if name not in hooks and callable(fn) and callable(getattr(Callback, name, None)) and \
+                (name.startswith("on_") or name in ("setup", "teardown")):
+            hooks.append(name)
     return hooks
 
 

@@ -13,6 +13,7 @@ import os
 import re
 import signal
 import sys
+import time
 import types
 from argparse import ArgumentError
 from typing import Any, Callable, Optional, Sequence, Union
@@ -117,6 +118,11 @@ class ParlCLI(LightningCLI):
                 raise SystemExit(f"error: --torch_threads: {threads} threads on a machine with {os.cpu_count()} CPUs; "
                                  f"use at most {most} (intra-op threads per process; 1 suits small policies)")
             torch.set_num_threads(threads)
+        from parlightning.runtime.subclass_init import check_base_init
+
+        skipped = check_base_init(config)  # a user's subclass whose __init__ never reaches the package base's
+        if skipped is not None:
+            raise SystemExit(f"error: {skipped}")
         for name, least in (("heartbeat_timeout", 3 * BEAT_S), ("stall_timeout", 3 * BEAT_S)):
             value = config.get(name)
             if value is not None and not value >= least:  # NaN too
@@ -151,14 +157,16 @@ def main(args: Optional[list[str]] = None) -> ParlCLI:
     except Signalled as err:  # outside the fit's own handling (between the preflight and the fit)
         _end_started(began)
         _reopen_stderr()
-        print(f"error: {err}", file=sys.stderr)
+        stopped = _STARTING.pop("stopped", None)  # the run's folders exist: what this phase kept (or removed)
+        print(f"error: {err if stopped is None else Signalled(err.signum, stopped())}", file=sys.stderr)
         raise SystemExit(err.code) from None
     finally:
+        _STARTING.pop("stopped", None)
         _STARTING.pop("watch", None)
         watch.stop_watching_alone()  # the one-process stall watch covers the whole run, teardown included
 
 
-_STARTING: dict[str, RankWatch] = {}  # the watch `main` made, for `ParlCLI.before_instantiate_classes` to start
+_STARTING: dict[str, Any] = {}  # the watch `main` made (for `ParlCLI.before_instantiate_classes`); "stopped": see _main
 
 
 NOT_STARTED = " before the run's first rollout; nothing was kept"
@@ -202,14 +210,18 @@ def _main(args: list[str], watch: RankWatch, began: Optional[int]) -> ParlCLI:
     if plugin_note is not None and cli.trainer.is_global_zero:
         print(plugin_note, file=sys.stderr)
     guard = ComponentGuard.install(cli.trainer, cli.config)  # callbacks and loggers: a fault names its field
-    claimed = claim_version(cli.trainer)  # an atomic mkdir: runs started together get their own version_N
+    claimed: list = []
+    _STARTING["stopped"] = lambda: _stopped_between(cli, claimed, ckpt)  # a signal from here until fit's own handling
+    claimed += claim_version(cli.trainer)  # an atomic mkdir: runs started together get their own version_N
     fresh = new_output_dirs(cli.trainer) + claimed  # deepest first: the run's folders, then new parents
+    _STARTING["stopped"] = lambda: _stopped_between(cli, fresh, ckpt)
     loose = os.path.join(cli.trainer.default_root_dir, "config.yaml")  # with no logger, config.yaml goes here
     if not cli.trainer.loggers and not os.path.exists(loose):
         fresh = [(loose, True)] + fresh  # a refused start removes it too
     _end_cleanly_when_a_rank_fails(lambda: remove_new_outputs(fresh) if cli.datamodule.last_rollout is None else None,
                                    watch)
     watch.cleanup = lambda: remove_new_outputs(fresh) if cli.datamodule.last_rollout is None else None
+    fit_began = time.time()
     try:
         # SIGHUP, SIGUSR1 / SIGUSR2 end the fit with one line (Lightning handles SIGTERM and SIGINT); fit() from the
         # Python API leaves the caller's handlers as they were
@@ -217,6 +229,7 @@ def _main(args: list[str], watch: RankWatch, began: Optional[int]) -> ParlCLI:
             cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=ckpt)
     except BaseException as err:
         started = started_processes(began)  # read before anything stops: a stopped parent's children leave the tree
+        _remove_tuner_leftovers(cli.trainer, fit_began)  # a tuner's temporary checkpoint a failed fit left
         _reopen_stderr()  # user code that closed sys.stderr must not swallow the one error line
         if getattr(getattr(cli.trainer, "_signal_connector", None), "received_sigterm", False) is True and \
                 not isinstance(err, (SIGTERMException, Signalled)):
@@ -243,22 +256,19 @@ def _main(args: list[str], watch: RankWatch, began: Optional[int]) -> ParlCLI:
             launcher.kill(signal.SIGKILL)  # DDP: the ranks this process launched must not wait for it
         stop_helpers()  # the fork server and resource tracker of a collector or world process end with the run
         end_processes(started)  # what the run's worlds started and left running (a stuck step's child program)
-        if isinstance(err, Signalled):  # SIGHUP, SIGUSR1 / SIGUSR2 (no handler of Lightning's): ended like SIGTERM
+        stopped_by = (err.signum if isinstance(err, Signalled) else signal.SIGTERM if isinstance(err, SIGTERMException)
+                      else signal.SIGINT if message is None and _interrupted(err, cli.trainer) else None)
+        if stopped_by is not None:  # a signal (or Ctrl-C) at any phase of the fit: the line says what that phase kept
             if cli.datamodule.last_rollout is None:
-                remove_new_outputs(fresh)
-            print(f"error: {err}", file=sys.stderr)
-            raise SystemExit(128 + err.signum) from None
-        if isinstance(err, SIGTERMException):  # preempted: never report success, so a scheduler requeues
-            print("error: SIGTERM: stopped; the last checkpoint (written at the end of the last finished iteration) "
-                  "is intact: resume with --ckpt_path <log_dir>/checkpoints/last.ckpt", file=sys.stderr)
-            raise SystemExit(128 + signal.SIGTERM) from None  # 143, the shell's code for "killed by SIGTERM"
-        if message is None and _interrupted(err, cli.trainer):  # Lightning's graceful Ctrl-C ends in sys.exit(1)
-            if cli.datamodule.last_rollout is None:
-                remove_new_outputs(fresh)  # interrupted before its first rollout: nothing worth keeping
-            print("error: interrupted (KeyboardInterrupt: Ctrl-C, or raised by user code); the last checkpoint "
-                  "(written at the end of the last finished iteration) is intact: resume with --ckpt_path "
-                  "<log_dir>/checkpoints/last.ckpt", file=sys.stderr)
-            raise SystemExit(128 + signal.SIGINT) from None  # 130, the shell's code for "killed by SIGINT"
+                remove_new_outputs(fresh)  # stopped before its first rollout: nothing worth keeping
+            kept = _what_was_kept(cli.trainer, cli.datamodule, fresh, ckpt)
+            if stopped_by == signal.SIGINT:
+                print(f"error: interrupted (KeyboardInterrupt: Ctrl-C, or raised by user code){kept}", file=sys.stderr)
+            elif isinstance(err, Signalled):  # SIGHUP, SIGUSR1 / SIGUSR2, or SIGTERM once Lightning's handler is gone
+                print(f"error: {Signalled(err.signum, kept)}", file=sys.stderr)
+            else:  # preempted: never report success, so a scheduler requeues
+                print(f"error: SIGTERM: stopped{kept}", file=sys.stderr)
+            raise SystemExit(128 + stopped_by) from None  # the shell's code for "killed by" that signal
         if message is None:
             raise
         rank = getattr(cli.trainer, "global_rank", 0)
@@ -271,6 +281,50 @@ def _main(args: list[str], watch: RankWatch, began: Optional[int]) -> ParlCLI:
 
 KEPT = ("; the last checkpoint (written at the end of the last finished iteration) is intact: resume with "
         "--ckpt_path <log_dir>/checkpoints/last.ckpt")
+
+
+def _stopped_between(cli: Any, fresh: list[tuple[str, bool]], ckpt: Optional[str]) -> str:
+    """A signal outside the fit's own handling once the run's folders exist (claimed before the fit, or
+    the moment after it returned): the new folders go when no rollout ran; the line says what was kept."""
+    if cli.datamodule.last_rollout is None:
+        remove_new_outputs(fresh)
+    return _what_was_kept(cli.trainer, cli.datamodule, fresh, ckpt)
+
+
+def _what_was_kept(trainer: Any, datamodule: Any, fresh: list[tuple[str, bool]], ckpt: Optional[str]) -> str:
+    """What a fit stopped by a signal (or Ctrl-C) kept, true for the phase it stopped in: before the first
+    rollout nothing (its new folders were removed); after the last iteration (its end-of-fit hooks, the
+    worlds' close) the finished run; in a later iteration the last checkpoint; in the first iteration,
+    before any save, the run's logs and no checkpoint."""
+    if datamodule.last_rollout is None:
+        return NOT_STARTED
+    last = getattr(getattr(trainer, "checkpoint_callback", None), "last_model_path", "") or ""
+    where = last if last and os.path.isfile(last) else "<log_dir>/checkpoints/last.ckpt"
+    saved = _wrote_checkpoint(fresh) or (last and os.path.isfile(last))
+    if saved and bool(getattr(getattr(trainer, "fit_loop", None), "done", False)):
+        return (f" after training finished (in its end-of-run hooks or the worlds' close): the run is complete and "
+                f"kept; its last checkpoint ({where}, written at the end of the last iteration) is intact")
+    if saved or ckpt is not None:
+        return ("; the last checkpoint (written at the end of the last finished iteration) is intact: resume with "
+                f"--ckpt_path {where if saved else ckpt}")
+    return ("; stopped in the run's first iteration, before its first checkpoint was written: the run's folder keeps "
+            "its logs and config.yaml, and there is no checkpoint to resume from (start the run again)")
+
+
+def _remove_tuner_leftovers(trainer: Any, since: float) -> None:
+    """Lightning's tuners (`.lr_find_<uuid>.ckpt`, `.scale_batch_size_<uuid>.ckpt`) save the run's state
+    to a temporary checkpoint in `default_root_dir` and restore it when they finish: a fit that failed
+    inside one leaves it behind. Those this fit wrote (modified since `since`) are removed."""
+    import glob
+
+    root = getattr(trainer, "default_root_dir", None) or os.getcwd()
+    for pattern in (".lr_find_*.ckpt", ".scale_batch_size_*.ckpt"):
+        for path in glob.glob(os.path.join(glob.escape(str(root)), pattern)):
+            try:
+                if os.path.getmtime(path) >= since - 1:
+                    os.remove(path)
+            except OSError:
+                pass
 
 
 def _wrote_checkpoint(fresh: list[tuple[str, bool]]) -> bool:
@@ -402,7 +456,7 @@ def preflight(cli: ParlCLI, ckpt: Optional[str]) -> dict:
     rollout's memory (on a small probe of the env), and the checkpoint to resume from."""
     trainer = cli.trainer
     check_output_dirs(trainer)
-    check_callbacks(trainer.callbacks)
+    check_callbacks(trainer.callbacks, cli.config)
     probe_loggers(trainer, cli.config)  # a logger argument that breaks its first log, on a scratch copy
     device = trainer.strategy.root_device
     ranks_here = trainer.num_devices if device.type == "cpu" else 1  # CPU ranks share this machine's memory
@@ -430,13 +484,18 @@ def preflight(cli: ParlCLI, ckpt: Optional[str]) -> dict:
 ROLLOUT_HOOKS = ("on_rollout_start", "on_episodes_end", "on_rollout_end")
 
 
-def check_callbacks(callbacks: Sequence[Any]) -> None:
+def check_callbacks(callbacks: Sequence[Any], config: Any = None) -> None:
     """A callback that defines rollout hooks but is not a `RolloutCallback` would never have them
     called (the data module calls them on RolloutCallbacks only): one line naming it and the fix."""
+    from parlightning.cli.component_guard import _config_entries, _entry_index
     from parlightning.distribution.planning import FIELD as STRATEGY
     from parlightning.runtime.preflight import check_state, check_sync_methods
 
+    entries, used = _config_entries(config, "callbacks"), set()
     for cb in callbacks:
+        index = _entry_index(entries, cb, used)
+        _check_instance_hooks(cb, "trainer.callbacks" if index is None else f"trainer.callbacks[{index}]")
+        _check_tuner(cb, "trainer.callbacks" if index is None else f"trainer.callbacks[{index}]")
         check_sync_methods("trainer.callbacks", cb)  # Lightning and the data module never await a hook
         strategy = getattr(cb, "strategy", None)
         if strategy is not None:  # a StrategyPlanner's strategy: plan / observe are called as plain methods
@@ -500,6 +559,55 @@ def _check_hook_signatures(cb: Any) -> None:
         keywords = ("stage",) if hook in ("setup", "teardown") else ()  # Lightning passes stage by keyword
         check_call_shape("trainer.callbacks", owner, hook, getattr(cb, hook),
                          tuple(p for p in params if p not in keywords), keywords, caller="Lightning")
+
+
+def _check_instance_hooks(cb: Any, field: str) -> None:
+    """Hooks set on the instance rather than defined by the class (LambdaCallback(on_train_start=fn)
+    stores `fn` as the instance's attribute; Lightning calls it as fn(trainer, pl_module, ...)): each
+    must take the arguments Lightning passes, or it fails at its first call, after the run started."""
+    import inspect
+
+    from lightning.pytorch import Callback
+
+    try:
+        own = dict(vars(cb))
+    except TypeError:
+        return
+    for hook, fn in own.items():
+        base = getattr(Callback, hook, None)
+        if not callable(fn) or not callable(base) or not (hook.startswith("on_") or hook in ("setup", "teardown")):
+            continue
+        params = tuple(p for p in inspect.signature(base).parameters if p != "self")
+        name = getattr(fn, "__qualname__", None) or type(fn).__name__
+        module = getattr(fn, "__module__", None)
+        shown = f"{module}.{name}" if module and module != "builtins" else name
+        if inspect.iscoroutinefunction(fn):
+            raise ConfigError(f"{field}: {type(cb).__name__}({hook}={shown}) is an async def, which Lightning never "
+                              "awaits (it would silently do nothing): pass a plain function")
+        keywords = ("stage",) if hook in ("setup", "teardown") else ()  # Lightning passes stage by keyword
+        positional = tuple(p for p in params if p not in keywords)
+        check_call_shape(field, f"{type(cb).__name__}({hook}={shown})", hook, fn, positional, keywords,
+                         caller="Lightning", define=f"a function def {hook}({', '.join(params)}) and pass that")
+
+
+_TUNERS = {"LearningRateFinder": "lr_find", "BatchSizeFinder": "scale_batch_size"}
+
+
+def _check_tuner(cb: Any, field: str) -> None:
+    """Lightning's tuner callbacks (LearningRateFinder, BatchSizeFinder) fit a supervised loop: they
+    scale a dataloader's batch size or sweep the learning rate over a supervised loss, then restore a
+    temporary checkpoint. A PPO run has neither a dataloader to scale nor a supervised loss: refused
+    before anything is written (they would fail at on_fit_start and leave `.lr_find_*.ckpt` behind)."""
+    from lightning.pytorch.callbacks import BatchSizeFinder, LearningRateFinder
+
+    if isinstance(cb, (LearningRateFinder, BatchSizeFinder)):
+        what = "learning rate" if isinstance(cb, LearningRateFinder) else "batch size"
+        setting = ("model.lr (with model.anneal_lr)" if isinstance(cb, LearningRateFinder)
+                   else "data.num_envs, data.num_steps and data.num_minibatches")
+        raise ConfigError(f"{field}: {type(cb).__name__} cannot tune a PPO run: Lightning's tuner searches the "
+                          f"{what} over a supervised loss and a dataloader, and PPO's minibatches are cut from "
+                          f"fresh rollouts with a loss that changes with the policy; remove it and set {setting} "
+                          "in the config")
 
 
 def _check_checkpoint_filename(cb: Any) -> None:

@@ -28,6 +28,7 @@ from torch import Tensor
 
 from parlightning.collection.context import RoundHooks, RoundResult
 from parlightning.collection.step_loop import Picks, SamplerLock
+from parlightning.parl.reward import check_reward_output
 from parlightning.rollout import Rollout
 
 
@@ -43,6 +44,10 @@ def at_position(reward: Any, position: Optional[int]) -> Iterator[None]:
         yield
     finally:
         reward.advance_to(current)
+
+
+def _package_own(obj: Any) -> bool:
+    return type(obj).__module__.split(".")[0] == "parlightning"
 
 
 def finish_round(result: RoundResult, *, hooks: RoundHooks, sampler: Any, picks: Optional[Picks], lock: SamplerLock,
@@ -64,6 +69,8 @@ def finish_round(result: RoundResult, *, hooks: RoundHooks, sampler: Any, picks:
                 sampler.record_batch(episodes.task, episodes.outcome)
                 if reward is not None:
                     bonus = reward.bonus(episodes.n_subagents, episodes.assigned, episodes.completed, validate=False)
+                    check_reward_output(reward, "bonus", bonus, episodes.n_subagents, buf.rewards.device,
+                                        finite=not _package_own(reward))  # a user's reward: one read per round
                     buf.rewards[buf.done] += bonus
             sync = getattr(sampler, "sync", None)
             if hooks.world_size > 1 and callable(sync):  # every rank, every round: the union of all ranks' episodes

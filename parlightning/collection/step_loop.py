@@ -29,7 +29,7 @@ from torch import Tensor
 
 from parlightning.buffer import RolloutBuffer
 from parlightning.collection.context import RoundContext, RoundResult, StepHook
-from parlightning.envs.base import EpisodeParts, action_mask_of, check_action_mask, task_ids_of
+from parlightning.envs.base import EpisodeParts, action_mask_of, check_action_mask, task_ids_of, vouch_actions
 from parlightning.envs import contract
 from parlightning.errors import ConfigError, NonFiniteError, ReportedError, error_text, named_by_package
 from parlightning.method_args import OneOf, checked
@@ -359,6 +359,8 @@ class StepLoop:
             key = key_row[self.current_task]
             action, logprob, value = policy.act(obs, self.action_generator, key=key, **masked)
         buf.write(t, obs=obs, actions=action, logprobs=logprob, values=value, keys=key, versions=version, masks=mask)
+        if self.spaces[0].is_discrete:  # sampled over the world's categories: in range, the world's step reads none
+            vouch_actions(action, self.spaces[0])
         self._picks_in_step = 0
         started_on = self.current_task  # each actor's task before this step (a pick replaces the tensor)
         try:

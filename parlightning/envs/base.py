@@ -18,7 +18,7 @@ from typing import Any, Callable, Literal, NamedTuple, Optional, Sequence
 import torch
 from torch import Tensor
 
-from parlightning.errors import ConfigError
+from parlightning.errors import ArgumentError, ConfigError
 from parlightning.method_args import Arg, Lifecycle, State, TensorArg, check_real_device, layout_fault
 
 
@@ -276,6 +276,48 @@ class ActionArg(Arg):
             kind = "an integer (torch.long) tensor of action indices" if spec.is_discrete else "a float tensor"
             where = f" on {obj.device}" if self.same_device else ""
             self.fail(field, f"{kind} of shape [num_envs, *action_shape] = {list(want)}{where}", value)
+        if spec.is_discrete and value.numel() and not _actions_vouched(value, spec):
+            _check_action_range(field, value, spec)  # one host read: a call the package's step loop did not vouch for
+
+
+def vouch_actions(action: Tensor, spec: "ActionSpec") -> Tensor:
+    """Record that `action` holds indices in range for `spec` (the step loop's actions, sampled by the
+    policy over `spec`'s categories: in range by construction): a world's `step` then reads no value of
+    it (O(1): an attribute and the tensor's version, so an in-place change is checked again)."""
+    action._parl_actions_of = (spec, None if action.is_inference() else action._version)
+    return action
+
+
+def _actions_vouched(action: Tensor, spec: "ActionSpec") -> bool:
+    known = getattr(action, "_parl_actions_of", None)
+    return known is not None and (known[0] is spec or known[0] == spec) and known[1] == (None if action.is_inference() else action._version)
+
+
+_NVEC: dict = {}  # (nvec, device) -> the tensor of upper bounds (built once per world kind and device)
+
+
+def _check_action_range(field: str, action: Tensor, spec: "ActionSpec") -> None:
+    """Every entry of a discrete `action` in 0..nvec[d] - 1 (its dimension's categories): one host read."""
+    nvec = spec.nvec
+    if len(set(nvec)) == 1:
+        high: Any = nvec[0]
+    else:
+        key = (nvec, action.device)
+        high = _NVEC.get(key)
+        if high is None:
+            high = _NVEC[key] = torch.tensor(nvec, device=action.device)
+    outside = (action < 0) | (action >= high)
+    if not bool(outside.any()):
+        return
+    flat = outside.reshape(-1).nonzero()[0, 0]
+    row, dim = (int(flat) // len(nvec), int(flat) % len(nvec)) if spec.kind == "multi_discrete" else (int(flat), 0)
+    at = f"[{row}, {dim}]" if spec.kind == "multi_discrete" else f"[{row}]"
+    bad = int(action.reshape(-1)[flat])
+    ranges = (f"0..{nvec[0] - 1}" if len(set(nvec)) == 1 else
+              f"0..nvec[d] - 1 with nvec = {list(nvec)}")
+    raise ArgumentError(f"{field}: every entry must lie in {ranges} (the index of one of its "
+                        f"{'dimension' + chr(39) + 's ' if spec.kind == 'multi_discrete' else ''}{nvec[dim]} "
+                        f"actions), got {bad} at {at} ({int(outside.sum())} of {action.numel()} out of range)")
 
 
 _SCRIPTED = ActionArg(same_device=False)

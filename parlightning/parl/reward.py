@@ -16,13 +16,14 @@ import torch
 from torch import Tensor
 
 from parlightning.config_types import NonNegativeFinite, PositiveFinite, PositiveInt, check_args
-from parlightning.errors import ArgumentError
+from parlightning.errors import ArgumentError, ReportedError
 from parlightning.method_args import IndexArg, TensorArg, checked_methods
 
 _POSITION = {"position": IndexArg(text="a non-negative count in the annealing unit")}
 _COUNT = TensorArg("number", shape="broadcast", device="same", meta=True)  # any device (meta: shapes only)
 
-__all__ = ["Schedule", "LinearSchedule", "CosineSchedule", "ConstantSchedule", "PARLReward"]
+__all__ = ["Schedule", "LinearSchedule", "CosineSchedule", "ConstantSchedule", "PARLReward", "RewardValueError",
+           "check_reward_output", "schedule_value"]
 
 
 def _check_real(name: str, value: Any, owner: str) -> float:
@@ -128,6 +129,52 @@ class ConstantSchedule(Schedule):
         return f"ConstantSchedule(value={self.constant})"
 
 
+class RewardValueError(ReportedError):
+    """A user's reward or λ schedule returned a value the rollout cannot use (non-finite, the wrong
+    type, dtype, shape or device); the message names the component, the method and the field."""
+
+
+def _a(noun: str) -> str:
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
+
+
+def schedule_value(name: str, schedule: Any, position: int) -> float:
+    """`schedule.value(position)` as a finite Python float, or one line naming `data.reward.<name>`,
+    the schedule's class and what it returned (a one-element tensor is read once: one value per round)."""
+    value = schedule.value(position)
+    if isinstance(value, Tensor) and value.numel() == 1 and not value.dtype.is_complex and value.dtype != torch.bool:
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        shown = _a(type(value).__name__) if not isinstance(value, (numbers.Real, str)) else repr(value)
+        raise RewardValueError(
+            f"data.reward.{name}: {type(schedule).__qualname__}.value(position={position}) returned {shown:.80}; a λ "
+            "schedule returns a finite real number (the weight of its reward term, e.g. 0.1): fix its value(), or use "
+            "LinearSchedule / CosineSchedule / ConstantSchedule")
+    return float(value)
+
+
+def check_reward_output(reward: Any, method: str, value: Any, like: Tensor, device: torch.device,
+                        finite: bool) -> None:
+    """What `reward.<method>` returned where the rollout consumes it: a floating tensor of `like`'s
+    shape on `device` (metadata only); with `finite` (a user's reward class), its values finite: one
+    host read per round."""
+    where = f"data.reward: {type(reward).__qualname__}.{method}"
+    wanted = f"a floating tensor of shape {list(like.shape)} on {device} (one value per finished episode)"
+    if not isinstance(value, Tensor):
+        raise RewardValueError(f"{where} returned {_a(type(value).__name__)}; it must return {wanted}")
+    if not value.dtype.is_floating_point:
+        raise RewardValueError(
+            f"{where} returned {_a(str(value.dtype).replace('torch.', ''))} tensor; it must return {wanted}: an integer "
+            "bonus truncates the fractional shaping (λ·r) to 0, a bool one is not a reward")
+    if value.shape != like.shape:
+        raise RewardValueError(f"{where} returned shape {list(value.shape)}; it must return {wanted}")
+    if value.device != device:
+        raise RewardValueError(f"{where} returned a tensor on {value.device}; it must return {wanted}")
+    if finite and not bool(torch.isfinite(value).all()):
+        raise RewardValueError(f"{where} returned NaN or inf for a finished episode; the bonus is added to its "
+                               "reward and PPO would train on it: return finite values")
+
+
 def _float_dtype(*tensors: Tensor) -> torch.dtype:
     """The promoted floating dtype of the inputs (the default dtype when all are integer)."""
     dtype = tensors[0].dtype
@@ -179,8 +226,11 @@ class PARLReward:
         self.position = _check_position(position, "PARLReward.advance_to")
 
     def lambdas(self) -> tuple[float, float]:
-        """(λ1, λ2) as Python floats at the current position (host-side; no device sync)."""
-        return float(self.lambda1.value(self.position)), float(self.lambda2.value(self.position))
+        """(λ1, λ2) as Python floats at the current position (host-side; no device sync). A schedule
+        whose value is not a finite real number (NaN, inf, a string, a tensor of several values) is one
+        `ReportedError` naming it: the bonus would carry it into every reward."""
+        return (schedule_value("lambda1", self.lambda1, self.position),
+                schedule_value("lambda2", self.lambda2, self.position))
 
     # -- the reward ------------------------------------------------------------------------
     @staticmethod
