@@ -107,3 +107,49 @@ def test_1c_subclass_argument_missing_from_the_checkpoint_names_it(swarm_ckpt) -
     _one_line(err, "extra")
     loaded = MyPPO.load_from_checkpoint(swarm_ckpt, extra=1, tag="x", lr=1e-3)
     assert (loaded.extra, loaded.tag, loaded.hparams.lr) == (1, "x", 1e-3)
+
+
+# ------------------------------------------------------------------ 2 distributed environment variables
+BAD_DISTRIBUTED = [
+    ({"LOCAL_RANK": "abc"}, "LOCAL_RANK"), ({"RANK": "-1"}, "RANK"), ({"WORLD_SIZE": "two"}, "WORLD_SIZE"),
+    ({"NODE_RANK": ""}, "NODE_RANK"), ({"LOCAL_WORLD_SIZE": "0"}, "LOCAL_WORLD_SIZE"), ({"GROUP_RANK": "1.5"}, "GROUP_RANK"),
+    ({"MASTER_PORT": "70000"}, "MASTER_PORT"), ({"MASTER_PORT": "http"}, "MASTER_PORT"),
+    ({"RANK": "3", "WORLD_SIZE": "2"}, "RANK=3"), ({"LOCAL_RANK": "2", "LOCAL_WORLD_SIZE": "2"}, "LOCAL_RANK=2"),
+    ({"SLURM_PROCID": "x"}, "SLURM_PROCID"), ({"SLURM_PROCID": "4", "SLURM_NTASKS": "4"}, "SLURM_PROCID=4"),
+    ({"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "4"}, "LOCAL_WORLD_SIZE=4"),
+]
+
+
+@pytest.mark.parametrize("env, name", BAD_DISTRIBUTED)
+def test_2_distributed_variable_is_one_line_naming_it(env, name) -> None:
+    from parlightning.runtime.launch_env import distributed_environment_error
+
+    line = distributed_environment_error(env)
+    assert line is not None and name in line and "unset" in line and "\n" not in line, line
+
+
+@pytest.mark.parametrize("env", [{}, {"LOCAL_RANK": "0"}, {"RANK": "1", "WORLD_SIZE": "2", "MASTER_PORT": "29500"},
+                                 {"LOCAL_RANK": " 1 ", "LOCAL_WORLD_SIZE": "2", "NODE_RANK": "0", "GROUP_RANK": "0"}])
+def test_2_valid_distributed_variables_pass(env) -> None:
+    from parlightning.runtime.launch_env import distributed_environment_error
+
+    assert distributed_environment_error(env) is None
+
+
+def _run(args, cwd, env=None, **kw):
+    import os
+    import subprocess
+    import sys
+
+    full = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=full, capture_output=True, text=True, timeout=120, **kw)
+
+
+@pytest.mark.parametrize("program", ["fit", "evaluate", "bc", "export", "plot"])
+@pytest.mark.parametrize("env, name", [BAD_DISTRIBUTED[0], BAD_DISTRIBUTED[6], BAD_DISTRIBUTED[8]])
+def test_2_every_program_refuses_it_before_anything_is_written(tmp_path, program, env, name) -> None:
+    done = _run(["-m", f"parlightning.{program}", "--config", SWARM, *(TINY if program == "fit" else [])],
+                tmp_path, env)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode != 0 and len(lines) == 1 and lines[0].startswith("error: ") and name in lines[0], done.stderr
+    assert "Traceback" not in done.stderr and not list(tmp_path.iterdir())
