@@ -153,3 +153,55 @@ def test_2_every_program_refuses_it_before_anything_is_written(tmp_path, program
     lines = done.stderr.strip().splitlines()
     assert done.returncode != 0 and len(lines) == 1 and lines[0].startswith("error: ") and name in lines[0], done.stderr
     assert "Traceback" not in done.stderr and not list(tmp_path.iterdir())
+
+
+# ------------------------------------------------------------------ 5 a SwarmEnv subclass over swarm.yaml's init_args
+SWARM_SUB = '''from typing import Optional
+
+from parlightning.envs.swarm import SwarmEnv
+
+
+class SwarmMine(SwarmEnv):
+    def __init__(self, num_envs: int, device: str = "cpu", seed: int = 0, label: str = "mine",
+                 max_subagents: int = 128, subagent_budget: Optional[int] = 256, lam: float = 0.5):
+        super().__init__(num_envs, device, seed, max_subagents=max_subagents, subagent_budget=subagent_budget)
+        self.label = label
+'''
+
+
+@pytest.mark.parametrize("how", ["second-config", "command-line"])
+def test_5_swarm_subclass_keeping_swarm_yaml_s_values_prints_its_config(tmp_path, how) -> None:
+    (tmp_path / "mine.py").write_text(SWARM_SUB)
+    (tmp_path / "c.yaml").write_text("data:\n  env:\n    class_path: mine.SwarmMine\n    init_args: {label: x}\n")
+    where = ["--config", "c.yaml"] if how == "second-config" else ["--data.env", "mine.SwarmMine",
+                                                                   "--data.env.label", "x"]
+    done = _run(["-m", "parlightning.fit", "--config", SWARM, *where, "--print_config"], tmp_path,
+                {"PYTHONPATH": f"{ROOT}:{tmp_path}"})
+    assert done.returncode == 0, done.stderr
+    assert "class_path: mine.SwarmMine" in done.stdout and "max_subagents: 128" in done.stdout, done.stdout
+
+
+def test_5_swarm_subclass_in_a_second_config_trains(tmp_path) -> None:
+    (tmp_path / "mine.py").write_text(SWARM_SUB)
+    (tmp_path / "c.yaml").write_text("data:\n  env:\n    class_path: mine.SwarmMine\n    init_args: {label: x}\n")
+    done = _run(["-m", "parlightning.fit", "--config", SWARM, "--config", "c.yaml", *TINY,
+                 "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"], tmp_path,
+                {"PYTHONPATH": f"{ROOT}:{tmp_path}"})
+    assert done.returncode == 0, done.stderr
+    saved = (tmp_path / "lightning_logs" / "version_0" / "config.yaml").read_text()
+    assert "max_subagents: 128" in saved and "label: x" in saved, saved
+
+
+def test_5_parser_subclasses_and_numpy_scalars_dump_as_plain_values() -> None:
+    import numpy as np
+    import yaml
+    from jsonargparse.typing import NonNegativeInt, PositiveInt
+
+    from parlightning.config_types import PositiveFinite, Seed
+
+    tree = {"a": PositiveInt(3), "b": PositiveFinite(0.5), "c": NonNegativeInt(0), "d": Seed(7), "e": np.float32(0.5),
+            "f": np.int64(4), "g": True, "h": [PositiveInt(1)]}
+    assert yaml.safe_load(yaml.safe_dump(tree)) == {"a": 3, "b": 0.5, "c": 0, "d": 7, "e": 0.5, "f": 4, "g": True,
+                                                    "h": [1]}
+    with pytest.raises(yaml.representer.RepresenterError):  # a real object stays unrepresentable
+        yaml.safe_dump({"x": object()})
