@@ -205,3 +205,50 @@ def test_5_parser_subclasses_and_numpy_scalars_dump_as_plain_values() -> None:
                                                     "h": [1]}
     with pytest.raises(yaml.representer.RepresenterError):  # a real object stays unrepresentable
         yaml.safe_dump({"x": object()})
+
+
+# ------------------------------------------------------------------ 6 a repeated value in a script's list option
+@pytest.mark.parametrize("script, args, flag, value", [
+    ("world_fit.py", ["--policies", "mlp", "mlp"], "--policies", "'mlp'"),
+    ("world_fit.py", ["--seeds", "0", "1", "0"], "--seeds", "0"),
+    ("cartpole_check.py", ["--seeds", "0", "0"], "--seeds", "0"),
+    ("recurrent_vs_mlp.py", ["--policies", "gru", "lstm", "gru"], "--policies", "'gru'"),
+    ("bench_throughput.py", ["--num-envs", "256", "256"], "--num-envs", "256"),
+    ("bench_lag.py", ["--lags", "0", "0"], "--lags", "0"),
+    ("bench_async.py", ["--sizes", "64", "64"], "--sizes", "64"),
+    ("collapse_study.py", ["--lams", "0.1,0.10"], "--lams", "0.10"),
+    ("sampler_study.py", ["--arms", "round_robin,round_robin"], "--arms", "round_robin"),
+])
+def test_6_script_list_option_with_a_repeated_value_is_one_line(tmp_path, script, args, flag, value) -> None:
+    done = _run([str(ROOT / "scripts" / script), *args], tmp_path)
+    last = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 2 and "error: argument " + flag in last and value in last, done.stderr
+    assert "twice" in last or "repeats" in last
+    assert "Traceback" not in done.stderr and not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("args, flag", [(["--seeds", "1", "1"], "--seeds"), (["--bank_seeds", "3", "4", "3"], "--bank_seeds")])
+def test_6_evaluate_list_option_with_a_repeated_value_is_refused(args, flag, capsys) -> None:
+    from parlightning.cli.evaluate import build_parser
+
+    with pytest.raises(SystemExit) as ended:
+        build_parser().parse_args(["--policy", "serial", *args])
+    assert ended.value.code == 2 and f"argument {flag}:" in capsys.readouterr().err
+
+
+def test_6_script_parser_and_comma_list_classes() -> None:
+    import argparse
+
+    from parlightning.cli.arg_types import ScriptParser, comma_list, positive_int
+
+    p = ScriptParser(prog="x", repeats_allowed=("widths",))
+    p.add_argument("--widths", type=positive_int, nargs="+")
+    p.add_argument("--sizes", type=positive_int, nargs="*", default=[8, 8])  # a default is not the user's
+    assert p.parse_args(["--widths", "64", "64"]).widths == [64, 64]
+    assert p.parse_args([]).sizes == [8, 8]
+    assert p.parse_args(["--sizes", "1", "2"]).sizes == [1, 2]
+    with pytest.raises(SystemExit):
+        p.parse_args(["--sizes", "1", "2", "1"])
+    with pytest.raises(argparse.ArgumentTypeError, match=r"item 3 \('1'\) repeats item 1"):
+        comma_list(positive_int)("1,2,1")
+    assert comma_list(positive_int, distinct=False)("1,1") == [1, 1]

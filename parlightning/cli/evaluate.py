@@ -29,7 +29,7 @@ from torch import Tensor
 from parlightning.envs import contract
 from parlightning.envs.base import action_mask_of, checked_device, scripted_action, solved_threshold_of
 from parlightning.errors import ConfigError, out_of_memory
-from parlightning.cli.arg_types import (bank_seed, config_file, device_name, episode_count, existing_file, output_file,
+from parlightning.cli.arg_types import (ScriptParser, bank_seed, config_file, device_name, episode_count, existing_file, output_file,
                                          random_seed, stall_seconds)
 from parlightning.envs.swarm_tasks import SPLITS
 from parlightning.cli.outputs import check_output_file, raise_write_error, written_whole
@@ -374,7 +374,7 @@ def record_video(env_id: str, policy: Optional[torch.nn.Module], path: str, seed
 
 # ---------------------------------------------------------------------------------- main
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m parlightning.evaluate", description=__doc__,
+    p = ScriptParser(prog="python -m parlightning.evaluate", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", action="append", default=[], type=config_file, help="the fit config(s) naming data.env (repeatable)")
     p.add_argument("--ckpt_path", type=existing_file, help="a checkpoint written by python -m parlightning.fit")
