@@ -227,15 +227,6 @@ def test_6_script_list_option_with_a_repeated_value_is_one_line(tmp_path, script
     assert "Traceback" not in done.stderr and not list(tmp_path.iterdir())
 
 
-@pytest.mark.parametrize("args, flag", [(["--seeds", "1", "1"], "--seeds"), (["--bank_seeds", "3", "4", "3"], "--bank_seeds")])
-def test_6_evaluate_list_option_with_a_repeated_value_is_refused(args, flag, capsys) -> None:
-    from parlightning.cli.evaluate import build_parser
-
-    with pytest.raises(SystemExit) as ended:
-        build_parser().parse_args(["--policy", "serial", *args])
-    assert ended.value.code == 2 and f"argument {flag}:" in capsys.readouterr().err
-
-
 def test_6_script_parser_and_comma_list_classes() -> None:
     import argparse
 
@@ -252,3 +243,84 @@ def test_6_script_parser_and_comma_list_classes() -> None:
     with pytest.raises(argparse.ArgumentTypeError, match=r"item 3 \('1'\) repeats item 1"):
         comma_list(positive_int)("1,2,1")
     assert comma_list(positive_int, distinct=False)("1,1") == [1, 1]
+
+
+# ------------------------------------------------------------------ 4 bc and evaluate hold every step's mask to fit's contract
+def _mask_world(later):
+    """A correct two-dimension task world whose action mask, from the third step on, is `later(n)`."""
+    from parlightning.envs.base import ActionSpec, EpisodeParts, StepResult
+
+    class MaskChanges:
+        observation_shape = (4,)
+
+        def __init__(self, num_envs: int = 8, device: str = "cpu", seed: int = 0):
+            self.num_envs, self.device = num_envs, torch.device(device)
+            self.action_spec = ActionSpec("multi_discrete", nvec=(3, 3))
+            self.task_ids = [f"t-{i}" for i in range(4)]
+            self.t = torch.zeros(num_envs, dtype=torch.long)
+            self.task = torch.arange(num_envs) % 4
+            self.steps = 0
+
+        def _obs(self):
+            n = self.num_envs
+            return torch.stack([self.t.float(), self.task.float(), torch.ones(n), torch.zeros(n)], 1)
+
+        def reset(self, *, seed=None, task_index=None):
+            self.t = torch.zeros(self.num_envs, dtype=torch.long)
+            if task_index is not None:
+                self.task = torch.as_tensor(task_index, dtype=torch.long).clone()
+            return self._obs()
+
+        def action_masks(self):
+            return later(self.num_envs) if self.steps >= 2 else torch.ones(self.num_envs, 6, dtype=torch.bool)
+
+        def step(self, action, next_task=None):
+            self.steps += 1
+            self.t = self.t + 1
+            done = self.t >= 50
+            z = torch.zeros(self.num_envs)
+            parts = EpisodeParts(task=self.task.clone(), outcome=z, n_subagents=z, assigned=z, completed=z,
+                                 critical_steps=self.t.float(), serial_steps=self.t.float())
+            return StepResult(self._obs(), z, done, torch.zeros_like(done), self._obs(), parts)
+
+    return MaskChanges()
+
+
+LATER_MASKS = {
+    "none": lambda n: None,
+    "float": lambda n: torch.ones(n, 6),
+    "narrower": lambda n: torch.ones(n, 3, dtype=torch.bool),
+    "one-dimensional": lambda n: torch.ones(n, dtype=torch.bool),
+    "fewer-rows": lambda n: torch.ones(n - 1, 6, dtype=torch.bool),
+    "a-list": lambda n: [[True] * 6] * n,
+    "meta": lambda n: torch.ones(n, 6, dtype=torch.bool, device="meta"),
+}
+
+
+def _teacher(obs, mask):
+    return torch.zeros(obs.shape[0], 2, dtype=torch.long)
+
+
+@pytest.mark.parametrize("kind", list(LATER_MASKS))
+def test_4_bc_refuses_a_mask_that_changes_mid_collection(kind) -> None:
+    from parlightning.cli.bc import collect
+
+    with pytest.raises(ConfigError) as err:
+        collect(_mask_world(LATER_MASKS[kind]), _teacher, rounds=6, seed=0)
+    _one_line(err, "MaskChanges.action_masks", "at step 2", "every step")
+
+
+@pytest.mark.parametrize("kind", list(LATER_MASKS))
+def test_4_evaluate_refuses_a_mask_that_changes_mid_episode(kind) -> None:
+    from parlightning.cli.evaluate import run_episodes
+
+    with pytest.raises(ConfigError) as err:
+        run_episodes(_mask_world(LATER_MASKS[kind]), _teacher, 0, masked=True)
+    _one_line(err, "MaskChanges.action_masks", "at step 2", "every step")
+
+
+def test_4_a_steady_mask_still_collects() -> None:
+    from parlightning.cli.bc import collect
+
+    obs, masks, acts = collect(_mask_world(lambda n: torch.ones(n, 6, dtype=torch.bool)), _teacher, rounds=4, seed=0)
+    assert obs.shape == (32, 4) and masks.shape == (32, 6) and acts.shape == (32, 2)
