@@ -324,3 +324,53 @@ def test_4_a_steady_mask_still_collects() -> None:
 
     obs, masks, acts = collect(_mask_world(lambda n: torch.ones(n, 6, dtype=torch.bool)), _teacher, rounds=4, seed=0)
     assert obs.shape == (32, 4) and masks.shape == (32, 6) and acts.shape == (32, 2)
+
+
+# ------------------------------------------------------------------ 3 a standard output that fails on write
+def _run_stdout(args, cwd, stdout):
+    import os
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, *args], cwd=cwd, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                          stdout=stdout, stderr=subprocess.PIPE, text=True, timeout=180)
+
+
+STDOUT_PROGRAMS = [["-m", "parlightning.fit", "--help"], ["-m", "parlightning.evaluate", "--help"],
+                   ["-m", "parlightning.bc", "--help"], ["-m", "parlightning.export", "--help"],
+                   ["-m", "parlightning.plot", "--help"], [str(ROOT / "scripts" / "world_fit.py"), "--help"],
+                   [str(ROOT / "scripts" / "collapse_study.py"), "--help"]]
+
+
+@pytest.mark.parametrize("args", STDOUT_PROGRAMS, ids=lambda a: a[-2].rsplit("/", 1)[-1])
+def test_3_stdout_on_a_full_device_is_one_line(tmp_path, args) -> None:
+    with open("/dev/full", "w") as full:
+        done = _run_stdout(args, tmp_path, full)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and len(lines) == 1, done.stderr
+    assert lines[0].startswith("error: stdout: ") and "ENOSPC" in lines[0] and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("args", STDOUT_PROGRAMS[:2] + STDOUT_PROGRAMS[5:6], ids=lambda a: a[-2].rsplit("/", 1)[-1])
+def test_3_stdout_pipe_closed_by_its_reader_ends_quietly(tmp_path, args) -> None:
+    import os
+
+    read, write = os.pipe()
+    os.close(read)  # `| head -1` that has already exited
+    try:
+        done = _run_stdout(args, tmp_path, write)
+    finally:
+        os.close(write)
+    assert done.returncode == 141 and done.stderr.strip() == "", done.stderr
+
+
+def test_3_evaluate_keeps_its_whole_json_when_stdout_is_full(tmp_path) -> None:
+    import json
+
+    with open("/dev/full", "w") as full:
+        done = _run_stdout(["-m", "parlightning.evaluate", "--config", SWARM, "--policy", "serial", "--episodes", "1",
+                            "--json", "e.json"], tmp_path, full)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and lines[-1].startswith("error: stdout: ") and "Traceback" not in done.stderr
+    assert json.loads((tmp_path / "e.json").read_text())["success_rate"] >= 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["e.json"]

@@ -24,6 +24,7 @@ import sys
 from types import TracebackType
 from typing import Optional
 
+from parlightning.cli.stdout_guard import run_guarded
 from parlightning.cli.stop_signals import Signalled, stop_on_signals, stopped
 from parlightning.errors import package_environment_error
 from parlightning.runtime.launch_env import distributed_environment_error
@@ -130,4 +131,4 @@ def run_program(name: str) -> None:
     found = shadowing_files()
     if found:
         raise SystemExit(shadow_line(found))
-    module.main()
+    run_guarded(module.main)  # a standard output that fails on write (> /dev/full, | head -1) is one line
