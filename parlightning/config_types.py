@@ -41,7 +41,10 @@ from jsonargparse.typing import (
     restricted_number_type,
 )
 
+from parlightning import yaml_values
 from parlightning.errors import ConfigError, requirement
+
+yaml_values.register()  # the parser's int / float subclasses (PositiveInt(128)) dump as plain values
 
 __all__ = [
     "ClosedUnitInterval", "NonNegativeFinite", "NonNegativeInt", "OpenUnitInterval", "PositiveFinite", "PositiveInt",

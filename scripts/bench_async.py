@@ -44,7 +44,7 @@ from parlightning.ppo.data import RolloutDataModule  # noqa: E402
 from parlightning.envs.external import ExternalBatchedEnv  # noqa: E402
 from parlightning.cli.evaluate import greedy_action, run_episodes  # noqa: E402
 from parlightning.ppo.module import PPOModule  # noqa: E402
-from parlightning.cli.arg_types import actor_count, output_file, positive_int, worker_count  # noqa: E402
+from parlightning.cli.arg_types import ScriptParser, actor_count, output_file, positive_int, worker_count  # noqa: E402
 from parlightning.parl.reward import LinearSchedule, PARLReward  # noqa: E402
 from parlightning.subagents.world import AsyncPoolOrchestrationWorld, PoolOrchestrationWorld  # noqa: E402
 from experiment import mean_ci, nested_diff_ci  # noqa: E402
@@ -245,7 +245,7 @@ def mean_std(xs: list[float]) -> tuple[float, float]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = ScriptParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="small N and budgets (seconds; a test runs it)")
     p.add_argument("--sizes", type=actor_count, nargs="+", default=None, help="N values for the utilisation table")
     p.add_argument("--seeds", type=positive_int, default=None, help="seeds of the learning check")

@@ -25,7 +25,7 @@ from pathlib import Path
 if not os.environ.get("PYTHONPATH"):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from parlightning.cli.arg_types import actor_count, non_negative_int, output_file, positive_int, step_count  # noqa: E402  (light: no torch)
+from parlightning.cli.arg_types import ScriptParser, actor_count, non_negative_int, output_file, positive_int, step_count  # noqa: E402  (light: no torch)
 
 MODES = {"sync": {}, "thread": {"max_policy_lag": 1}, "process": {"max_policy_lag": 1, "collect_in": "process"}}
 
@@ -64,7 +64,7 @@ def run(mode: str, a: argparse.Namespace) -> dict[str, float]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ScriptParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
     p.add_argument("--num-envs", type=actor_count, default=256)
     p.add_argument("--num-steps", type=step_count, default=32)

@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from parlightning.cli.arg_types import comma_list, non_negative_float, positive_float, text_item  # noqa: E402
+from parlightning.cli.arg_types import ScriptParser, comma_list, non_negative_float, positive_float, text_item  # noqa: E402
 from parlightning.cli.script_main import sub_run_failed  # noqa: E402
 
 ROW_MAX = 1_000_000  # in-flight calls or calls per row: past this a row exhausts file handles or memory
@@ -136,7 +136,7 @@ def _rows(text: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ScriptParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="seconds: 100 in flight, 50 ms latency")
     parser.add_argument("--latency", type=non_negative_float, nargs="+", default=None,
                         help="server seconds per call, one table each (default 0.2 2.0)")

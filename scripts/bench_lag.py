@@ -66,6 +66,7 @@ import lightning.pytorch as pl  # noqa: E402
 import torch  # noqa: E402
 
 from parlightning.cli.arg_types import (  # noqa: E402
+    ScriptParser,
     MAX_PROCESSES, actor_count, as_path, non_negative_int, output_folder, positive_float, positive_int, step_count,
     worker_count,
 )
@@ -288,7 +289,7 @@ def load() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ScriptParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="smoke test: 2 latencies, 1 seed, few epochs")
     parser.add_argument("--parts", nargs="+", default=["overhead", "balanced", "fixed", "learn", "swarm"],
                         choices=["overhead", "balanced", "fixed", "learn", "swarm"])

@@ -45,6 +45,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 CONFIG = ROOT / "configs" / "swarm.yaml"
 
 from parlightning.cli.arg_types import (  # noqa: E402  (stdlib only: torch loads in the runs)
+    ScriptParser,
     actor_count, device_name, existing_file, job_count, non_negative_int, output_file, positive_int, step_count,
 )
 from parlightning.cli.script_main import sub_run_failed  # noqa: E402
@@ -520,7 +521,7 @@ def env_line(a: argparse.Namespace, env: dict[str, list[float]]) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ScriptParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--num-envs", type=actor_count, nargs="+", default=[256, 1024, 4096], help="actors N to measure")
     p.add_argument("--num-steps", type=step_count, default=128, help="rollout length T")
     p.add_argument("--update-epochs", type=positive_int, default=4)

@@ -33,7 +33,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 from parlightning.callbacks.base import RolloutCallback  # noqa: E402
-from parlightning.cli.arg_types import as_path, output_file, output_folder, positive_int, random_seed  # noqa: E402
+from parlightning.cli.arg_types import ScriptParser, as_path, output_file, output_folder, positive_int, random_seed  # noqa: E402
 
 CONFIGS = {"gym": ROOT / "configs" / "cartpole.yaml", "tensor": ROOT / "configs" / "cartpole_tensor.yaml"}
 LABELS = {"gym": "parlightning, GymVectorEnv", "tensor": "parlightning, CartPoleEnv (tensor)", "sb3": "Stable-Baselines3 PPO"}
@@ -183,7 +183,7 @@ def markdown(results: dict[str, dict[int, dict[str, Any]]], total: int) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ScriptParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=random_seed, nargs="+", default=[0, 1, 2])
     parser.add_argument("--steps", type=positive_int, default=499_712, help="env steps per run (a multiple of 512)")
     parser.add_argument("--paths", nargs="+", choices=["gym", "tensor", "sb3"], default=["gym", "tensor", "sb3"])

@@ -463,7 +463,7 @@ def axis_values(text: str) -> tuple[str, list[Any]]:
     if not key.startswith(("data.", "model.", "trainer.")):
         raise argparse.ArgumentTypeError(f"{text!r}: KEY must be a dotted config key such as data.env.init_args.NAME")
     try:
-        items = comma_list(text_item)(values)
+        items = comma_list(text_item, distinct=False)(values)  # repeats: its own line below
         parsed = [yaml.safe_load(v) for v in items]
     except (argparse.ArgumentTypeError, yaml.YAMLError) as err:
         raise argparse.ArgumentTypeError(f"{text!r}: the values: {' '.join(str(err).split())}; {example}") from None

@@ -515,7 +515,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", type=as_path(config_file), default=ROOT / "configs" / "swarm.yaml", help="base config (default configs/swarm.yaml)")
-    p.add_argument("--arms", type=comma_list(arm_name), default=f"{A},{B},{C}", help="comma-separated configs/arms/ names or .yaml paths")
+    p.add_argument("--arms", type=comma_list(arm_name, distinct=False), default=f"{A},{B},{C}", help="comma-separated configs/arms/ names or .yaml paths")
     p.add_argument("--axis", action="append", type=axis_spec, default=None,
                    help=f"KEY=v1,v2,... (repeatable); default {' '.join(DEFAULT_AXES)}")
     p.add_argument("--seeds", type=positive_int, default=None, help="seeds per arm and cell (default 5; --quick 2)")

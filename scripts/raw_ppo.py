@@ -30,6 +30,7 @@ from parlightning.envs.swarm import SwarmEnv
 from parlightning.ppo.loss import ppo_loss
 from parlightning.policies.actor_critic import ACTIVATIONS, ActorCritic
 from parlightning.cli.arg_types import (
+    ScriptParser,
     actor_count, as_path, boolean, bounded_int, config_file, device_name, job_count, non_negative_float, positive_float,
     positive_int, random_seed, step_count, unit_interval,
 )
@@ -238,9 +239,11 @@ def _config_parser() -> argparse.ArgumentParser:
 
 def build_parser(config: Path = CONFIG) -> argparse.ArgumentParser:
     """`--config`, `--quick`, then a flag for every plain `Args` field (defaults from `config`)."""
-    parser = argparse.ArgumentParser(description=__doc__, parents=[_config_parser()],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    for name, value in vars(Args.from_config(config)).items():
+    fields = vars(Args.from_config(config))
+    parser = ScriptParser(description=__doc__, parents=[_config_parser()],
+                          formatter_class=argparse.RawDescriptionHelpFormatter,
+                          repeats_allowed=tuple(n for n, v in fields.items() if isinstance(v, tuple)))  # widths 64 64
+    for name, value in fields.items():
         flag = "--" + name.replace("_", "-")
         if isinstance(value, dict):
             continue

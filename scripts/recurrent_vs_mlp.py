@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from parlightning.cli.arg_types import actor_count, positive_int, random_seed, step_count  # noqa: E402
+from parlightning.cli.arg_types import ScriptParser, actor_count, positive_int, random_seed, step_count  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 # task -> (configs for the MLP, configs for a recurrent policy, the metric per rollout)
@@ -57,7 +57,7 @@ def solved_at(returns: list[float], level: float = 0.9) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ScriptParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", choices=sorted(TASKS), default="memory")
     parser.add_argument("--policies", nargs="+", choices=["mlp", "gru", "lstm"], default=["mlp", "gru", "lstm"])
     parser.add_argument("--seeds", nargs="+", type=random_seed, default=[0, 1, 2])

@@ -33,7 +33,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any, Optional
 
-from parlightning.cli.arg_types import as_path, output_file, output_folder, positive_int, random_seed  # stdlib only: a cheap import
+from parlightning.cli.arg_types import ScriptParser, as_path, output_file, output_folder, positive_int, random_seed  # stdlib only: a cheap import
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = {"fast": ROOT / "configs" / "cartpole_fast.yaml", "gym": ROOT / "configs" / "cartpole.yaml"}
@@ -228,7 +228,7 @@ def startup(repeats: int = 3) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ScriptParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=random_seed, nargs="+", default=[0, 1, 2])
     parser.add_argument("--paths", nargs="+", choices=list(LABELS), default=list(LABELS))
     parser.add_argument("--quick", action="store_true",

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/: the shared
 from experiment import (  # noqa: E402
     ROOT, bank_seeds, default_launch, grid_plan, mean_std_ci, run_grid, welch_p,
 )
-from parlightning.cli.arg_types import job_count, output_folder, positive_int, random_seed  # noqa: E402
+from parlightning.cli.arg_types import ScriptParser, job_count, output_folder, positive_int, random_seed  # noqa: E402
 
 CURVE = ("success_rate", "critical_steps", "subagents", "finish_rate", "delegation_share")
 KEYS = ("success_rate", "serial_success_rate", "ceiling_success_rate", "critical_steps", "speedup_vs_serial",
@@ -36,7 +36,7 @@ KEYS = ("success_rate", "serial_success_rate", "ceiling_success_rate", "critical
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ScriptParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--policies", nargs="+", default=["mlp"], choices=["mlp", "slots"])
     p.add_argument("--seeds", nargs="+", type=random_seed, default=[0])
     p.add_argument("--epochs", type=positive_int, default=None, help="PPO iterations (default: the config's)")

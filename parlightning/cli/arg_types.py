@@ -7,7 +7,8 @@ Counts: `positive_int`, `non_negative_int`, `bounded_int(low, high)`; counts tha
 `finite_float`, `positive_float`, `non_negative_float`, `unit_interval`, `open_unit_interval`,
 `positive_fraction`, `bounded_float`. Seeds: `random_seed`, `bank_seed`. Paths: `existing_file`,
 `existing_folder`, `config_file`, `output_file`, `output_path`, `output_folder`, `as_path`. Lists and
-names: `comma_list(item_type)`, `one_of(*names)`, `text_item`; `device_name`, `boolean`.
+names: `comma_list(item_type)` (no repeated item), `one_of(*names)`, `text_item`;
+`ScriptParser` (argparse's parser refusing a repeated value in a list-valued option); `device_name`, `boolean`.
 Everything here imports only the standard library at module level (a script checks its arguments
 before it imports torch)."""
 
@@ -145,9 +146,10 @@ def boolean(text: str) -> bool:
 
 # ---- lists ----
 
-def comma_list(item_type: Callable[[str], T], name: str | None = None) -> Callable[[str], list[T]]:
+def comma_list(item_type: Callable[[str], T], name: str | None = None, distinct: bool = True) -> Callable[[str], list[T]]:
     """`a,b,c`: every item checked by `item_type`; an empty list or an empty item (`a,,b`, `a,`) is
-    refused, and an item's refusal names the item."""
+    refused, and an item's refusal names the item. With `distinct` (the default: a list of seeds,
+    arms or sizes run once each), an item equal to an earlier one (`0,0`, `0.1,0.10`) is refused too."""
 
     def check(text: str) -> list[T]:
         items = [item.strip() for item in text.split(",")]
@@ -159,10 +161,51 @@ def comma_list(item_type: Callable[[str], T], name: str | None = None) -> Callab
                 out.append(item_type(item))
             except (argparse.ArgumentTypeError, ValueError, TypeError) as err:
                 raise argparse.ArgumentTypeError(f"item {i} ({item!r}): {err}") from None
+            if distinct and out[-1] in out[:-1]:
+                raise argparse.ArgumentTypeError(f"item {i} ({item!r}) repeats item {out.index(out[-1]) + 1}: each "
+                                                 "value would run the same thing twice; give each value once")
         return out
 
     return _typed(name or f"comma_list_of_{getattr(item_type, '__name__', 'str')}", check,
                   f"Comma-separated values, each a {getattr(item_type, '__name__', 'str')}.")
+
+
+def repeated_item(values: object) -> "tuple[int, int] | None":
+    """(first, second) 0-based positions of the first item of `values` equal to an earlier one, else None."""
+    if not isinstance(values, (list, tuple)):
+        return None
+    for j, value in enumerate(values):
+        for i in range(j):
+            if values[i] == value:
+                return i, j
+    return None
+
+
+class ScriptParser(argparse.ArgumentParser):
+    """The scripts' parser: an `argparse.ArgumentParser` that also refuses a repeated value in a
+    list-valued option (`nargs="+"` / `"*"`: `--seeds 0 0`, `--policies mlp mlp`, `--num-envs 256 256`)
+    with argparse's one line naming the flag and the value (exit 2): each value would run or measure the
+    same thing twice, and a script keying its outputs by the value would overwrite or miss one. An option
+    whose repeats mean something (a layer-width list `--hidden-sizes 64 64`) is named in
+    `repeats_allowed` (its dest)."""
+
+    def __init__(self, *args: object, repeats_allowed: "tuple[str, ...]" = (), **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.repeats_allowed = set(repeats_allowed)
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[no-untyped-def]
+        parsed, extras = super().parse_known_args(args, namespace)
+        for action in self._actions:
+            if action.nargs not in ("+", "*") or action.dest in self.repeats_allowed:
+                continue
+            values = getattr(parsed, action.dest, None)
+            found = repeated_item(values)
+            if found is not None and values is not action.default:
+                i, j = found
+                flag = "/".join(action.option_strings) or action.metavar or action.dest
+                self.error(f"argument {flag}: {values[j]!r} is given twice (values "
+                           f"{i + 1} and {j + 1}): each would run the same thing; give each value once")
+        return parsed, extras
 
 
 def one_of(*names: str) -> Callable[[str], str]:

@@ -36,7 +36,7 @@ from parlightning.cli.outputs import check_output_file, raise_write_error, writt
 from parlightning.cli.stop_signals import UNWRITTEN, Signalled, stop_on_signals, stopped
 from parlightning.cli.user_code import stall_watched, user_code_error
 from parlightning.runtime.rank_watch import STALL_TIMEOUT_S
-from parlightning.cli.evaluate import build_env, checked_config, checked_step, env_spec, greedy_action, load_policy
+from parlightning.cli.evaluate import CheckedMasks, build_env, checked_config, checked_step, env_spec, greedy_action, load_policy
 from parlightning.policies.actor_critic import padding_logit
 
 BC_POLICIES = ("mlp", "slots")
@@ -75,9 +75,10 @@ def collect(env: Any, teacher: Any, rounds: int, seed: int) -> tuple[Tensor, Opt
     """The teacher's observations, masks and actions over `rounds` steps of every actor."""
     obs = env.reset(seed=seed)
     xs, ms, acts = [], [], []
+    masks = CheckedMasks(env)  # every step's mask held to fit's contract (it disappears: one line, not torch.cat's)
     with torch.inference_mode():
         for t in range(rounds):
-            mask = action_mask_of(env)
+            mask = masks(t)
             action = teacher(obs, mask)
             xs.append(obs.clone())
             ms.append(None if mask is None else mask.clone())

@@ -11,7 +11,9 @@ Two things can go wrong before the program's own error handling exists:
 - The import takes seconds (torch, Lightning); a SIGTERM, SIGHUP, SIGUSR1/2 or Ctrl-C meanwhile ends it
   with one line saying nothing was written, not silently or with an import traceback.
 Before either, a value of the package's own environment variables that means neither on nor off
-(`PARLIGHTNING_TRACEBACK=maybe`) is one line."""
+(`PARLIGHTNING_TRACEBACK=maybe`) is one line, and so is a distributed variable torch or Lightning
+reads at start-up that is not an integer in its range (`LOCAL_RANK=abc`, `RANK` >= `WORLD_SIZE`,
+`MASTER_PORT=70000`: `parlightning.runtime.launch_env`)."""
 
 from __future__ import annotations
 
@@ -22,8 +24,10 @@ import sys
 from types import TracebackType
 from typing import Optional
 
+from parlightning.cli.stdout_guard import run_guarded
 from parlightning.cli.stop_signals import Signalled, stop_on_signals, stopped
 from parlightning.errors import package_environment_error
+from parlightning.runtime.launch_env import distributed_environment_error
 
 
 def _folder() -> Optional[str]:
@@ -108,8 +112,8 @@ def run_program(name: str) -> None:
     working folder hiding a module it needs, or a signal or Ctrl-C during the import, ends the process
     with one line instead of an import traceback (or a silent death)."""
     check_working_folder()
-    wrong = package_environment_error(os.environ)
-    if wrong is not None:
+    wrong = package_environment_error(os.environ) or distributed_environment_error(os.environ)
+    if wrong is not None:  # before the import: torchmetrics reads LOCAL_RANK as it is imported
         raise SystemExit(f"error: {wrong}")
     try:
         with stop_on_signals(after=STARTING):
@@ -127,4 +131,4 @@ def run_program(name: str) -> None:
     found = shadowing_files()
     if found:
         raise SystemExit(shadow_line(found))
-    module.main()
+    run_guarded(module.main)  # a standard output that fails on write (> /dev/full, | head -1) is one line

@@ -78,6 +78,37 @@ def checked_step(env: Any, t: int, *args: Any) -> Any:
     return res
 
 
+class CheckedMasks:
+    """`env.action_masks()` at every step of an evaluation (or a teacher's rollout), held to the contract
+    fit's step loop holds it to (`StepLoop._check_mask`): once a world has given a mask it gives one at
+    every step, each a dense bool [num_envs, width] tensor on its device with the first mask's width. A
+    world whose mask disappears or changes later is one line naming it and the step, not a traceback
+    from `torch.cat` or the policy."""
+
+    def __init__(self, env: Any) -> None:
+        self.env = env
+        self.width: Optional[int] = None
+        self.seen = False
+
+    def __call__(self, t: int) -> Optional[Tensor]:
+        env, name = self.env, type(self.env).__name__
+        mask = action_mask_of(env)
+        if mask is None and self.width is None:
+            return None
+        fix = f"return a mask for every observation (a bool [num_envs, {self.width}] tensor) at every step"
+        if mask is None:
+            raise ConfigError(f"data.env: {name}.action_masks returned None at step {t}, where the first "
+                              f"observation had a mask; {fix}")
+        if self.width is None:
+            self.width = int(mask.shape[1]) if isinstance(mask, Tensor) and mask.dim() == 2 else -1
+            fix = f"return a mask for every observation (a bool [num_envs, {self.width}] tensor) at every step"
+        problem = contract.tensor_problem(mask, (env.num_envs, self.width), contract.MASK, torch.device(env.device))
+        if problem is not None:
+            raise ConfigError(f"data.env: {name}.action_masks returned a mask {problem.says} at step {t} (the "
+                              f"layout of the first mask is [num_envs, {self.width}]); {fix}{problem.hint}")
+        return mask
+
+
 @checked(env=WORLD, seed=Seed, max_rounds=IndexArg(lo=1), trace=IndexArg(optional=True))
 def run_episodes(env: Any, act: Callable[..., Tensor], seed: int, max_rounds: int = 10_000,
                  trace: Optional[int] = None, masked: bool = False) -> Episodes:
@@ -94,9 +125,13 @@ def run_episodes(env: Any, act: Callable[..., Tensor], seed: int, max_rounds: in
     rounds: list[dict[str, Tensor]] = []
     env.trace = trace is not None
     env.trace_actor = trace or 0
+    masks = CheckedMasks(env)
     try:
         for t in range(max_rounds):
-            res = checked_step(env, t, act(obs, action_mask_of(env)) if masked else act(obs), task)
+            res = checked_step(env, t, act(obs, masks(t)) if masked else act(obs), task)
+            if res.parts is None:  # read at every step here (fit's step loop: once a task world reported them)
+                raise ConfigError(f"data.env: {type(env).__name__}.step returned parts None at step {t}; return "
+                                  "EpisodeParts at every step (read where an episode ends)")
             if trace is not None and not bool(got[trace]):
                 rounds.append(env.last_round)
             done = (res.terminated | res.truncated) & ~got

@@ -25,7 +25,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from parlightning.cli.arg_types import bounded_int, comma_list, output_file, positive_int, text_item
+from parlightning.cli.arg_types import ScriptParser, bounded_int, comma_list, output_file, positive_int, text_item
 from parlightning.errors import ConfigError
 from parlightning.cli.outputs import check_output_file, raise_write_error, written_whole
 from parlightning.cli.stop_signals import UNWRITTEN, Signalled, stop_on_signals, stopped
@@ -168,7 +168,7 @@ def group_spec(text: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m parlightning.plot", description=__doc__,
+    p = ScriptParser(prog="python -m parlightning.plot", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("runs", nargs="*", help="run folders or glob patterns: one group named 'runs'")
     p.add_argument("--group", action="append", default=[], type=group_spec, metavar="NAME=PATTERN",

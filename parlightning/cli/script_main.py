@@ -11,6 +11,8 @@ import subprocess
 import sys
 from typing import Any, Callable, NoReturn, Optional
 
+from parlightning.cli.stdout_guard import run_guarded
+
 INTERRUPTED = 130  # the shell's code for a program ended by SIGINT
 
 
@@ -61,7 +63,7 @@ def run_main(main: Callable[..., Any], *args: Any) -> NoReturn:
     """Call `main(*args)` and exit: 0 (or the int it returns), 1 with one `error:` line for the package's
     errors and a failed sub-run, 130 for Ctrl-C; a bug's traceback is left as it is."""
     try:
-        result = main(*args)
+        result = run_guarded(lambda: main(*args))  # stdout failing on write: one line (EPIPE: quiet)
     except KeyboardInterrupt:
         print("error: interrupted (Ctrl-C); the run stopped before it finished", file=sys.stderr)
         sys.exit(INTERRUPTED)

@@ -8,6 +8,7 @@ accumulation and DDP all behave as in any Lightning module. The rollout comes fr
 
 from __future__ import annotations
 
+import argparse
 import contextvars
 import inspect
 from collections.abc import Mapping
@@ -33,6 +34,147 @@ from parlightning.policies.recurrent import CELLS, RecurrentActorCritic
 # them into the checkpoint's before the module sees it): a weights mismatch names what the overrides changed
 _SAVED_HPARAMS: contextvars.ContextVar = contextvars.ContextVar("parlightning_saved_hparams", default=None)
 _LOAD_ARGS = ("map_location", "hparams_file", "strict", "weights_only")  # Lightning's own arguments, not overrides
+
+_HPARAM_FIX = ("restore the checkpoint's value (it was edited or written by other code) or override it: "
+               "load_from_checkpoint(path, {name}=...)")
+_MAP_FIX = ("; map the checkpoint to a device this machine has: map_location='cpu' (or leave it out), or a "
+            "torch.device / dict / function naming only available devices")
+
+
+def _constructors(cls: type) -> list:
+    """The `__init__`s a `cls(**hparams)` call reaches: `cls`'s own, and those up the MRO while each
+    passes `**kwargs` on (a subclass `def __init__(self, extra, **kw): super().__init__(**kw)`)."""
+    out = []
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        out.append(init)
+        params = inspect.signature(init).parameters.values()
+        if klass is PPOModule or not any(p.kind is p.VAR_KEYWORD for p in params):
+            break
+    return out
+
+
+def _constructor_args(cls: type) -> set:
+    """The names `cls(...)` takes (through `**kwargs` to PPOModule's own)."""
+    return {name for init in _constructors(cls) for name, p in inspect.signature(init).parameters.items()
+            if name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+
+
+def _check_saved_hparams(cls: type, where: str, saved: Mapping, overrides: dict) -> None:
+    """The checkpoint's hyper-parameters hold every argument the constructor requires (or an override
+    gives it), and each value passes the constructor's typed check: one ConfigError naming the
+    checkpoint, `hyper_parameters.<name>` and the fix."""
+    given = {k: v for k, v in saved.items() if isinstance(k, str) and k not in overrides}
+    for init in _constructors(cls):
+        for name, p in inspect.signature(init).parameters.items():
+            if (name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and p.default is p.empty
+                    and name not in saved and name not in overrides):
+                raise ConfigError(f"{cls.__name__}.load_from_checkpoint({where}): {cls.__name__}'s constructor "
+                                  f"requires the argument {name!r}, which the checkpoint's hyper_parameters do not "
+                                  f"hold; pass it as a keyword: {cls.__name__}.load_from_checkpoint(path, {name}=...)")
+        try:
+            check_args("hyper_parameters", init, given)
+        except ConfigError as err:
+            text = str(err)
+            name = text.partition(":")[0].removeprefix("hyper_parameters.")
+            raise ConfigError(f"{cls.__name__}.load_from_checkpoint({where}): {text}; "
+                              f"{_HPARAM_FIX.format(name=name)}") from None
+
+
+def _device_unavailable(target: Any) -> Optional[str]:
+    """Why the device `target` (a name or torch.device) cannot take tensors on this machine, else None."""
+    try:
+        device = torch.device(target)
+    except (RuntimeError, ValueError, TypeError):
+        return f"{target!r} is not a device name"
+    if device.type in ("cpu", "meta"):
+        return None
+    if device.type == "mps":
+        backend = getattr(torch.backends, "mps", None)
+        available, count = bool(backend is not None and backend.is_available()), 1
+    else:
+        accelerator = getattr(torch, device.type, None)
+        is_available = getattr(accelerator, "is_available", None)
+        try:
+            available = bool(is_available()) if callable(is_available) else False
+            count = int(accelerator.device_count()) if available else 0
+        except Exception:  # noqa: BLE001  a backend that cannot even say: not one this run can use
+            available, count = False, 0
+    if not available:
+        return f"{str(device)!r}: this machine has no {device.type} device"
+    if device.index is not None and device.index >= count:
+        return f"{str(device)!r}: this machine has {count} {device.type} device(s) ({device.type}:0..{count - 1})"
+    return None
+
+
+def check_map_location(location: Any, where: str) -> None:
+    """A `map_location` naming a device this machine lacks, as a name, a torch.device or a dict's
+    target: one ConfigError naming it (torch's own error is a RuntimeError deep in unpickling). A
+    function is checked as it runs (`_MapLocationCall`)."""
+    if location is None or callable(location) and not isinstance(location, (str, torch.device)):
+        return
+    if isinstance(location, Mapping):
+        targets = list(location.values())
+    elif isinstance(location, (str, torch.device)):
+        targets = [location]
+    else:
+        raise ConfigError(f"PPOModule.load_from_checkpoint({where}): map_location: must be a device name, a "
+                          f"torch.device, a dict or a function (as torch.load takes), got {location!r:.60}")
+    for target in targets:
+        if not isinstance(target, (str, torch.device)):
+            raise ConfigError(f"PPOModule.load_from_checkpoint({where}): map_location: {location!r:.80} maps to "
+                              f"{target!r:.40}, not a device name{_MAP_FIX}")
+        why = _device_unavailable(target)
+        if why is not None:
+            raise ConfigError(f"PPOModule.load_from_checkpoint({where}): map_location: {why}{_MAP_FIX}")
+
+
+class _MapLocationFailed(Exception):
+    def __init__(self, raised: BaseException) -> None:
+        super().__init__(str(raised))
+        self.raised = raised
+
+
+class _MapLocationCall:
+    """A user's `map_location` function, whose failure (a storage moved to a device this machine
+    lacks) is told apart from the loader's own."""
+
+    def __init__(self, fn: Any) -> None:
+        self.fn = fn
+
+    def __call__(self, storage: Any, location: str) -> Any:
+        try:
+            out = self.fn(storage, location)
+        except Exception as err:  # noqa: BLE001  the user's function: named as map_location
+            raise _MapLocationFailed(err) from err
+        if out is not None and getattr(out, "device", None) is not None:
+            why = _device_unavailable(out.device)
+            if why is not None:
+                raise _MapLocationFailed(RuntimeError(f"it returned a storage on {why}"))
+        return out
+
+
+def _instantiator_line(cls: type, where: str, message: str) -> str:
+    """Lightning's instantiator (jsonargparse) refusing the checkpoint's hyper-parameters, as one line."""
+    import re
+
+    first = " ".join(message.split())
+    missing = re.search(r"required: ((?:module\.\w+(?:, )?)+)", first)
+    if missing:
+        names = [n.removeprefix("module.") for n in missing.group(1).split(", ")]
+        return (f"{cls.__name__}.load_from_checkpoint({where}): {cls.__name__}'s constructor requires "
+                f"{', '.join(map(repr, names))}, which the checkpoint's hyper_parameters do not hold; pass it as a "
+                f"keyword: {cls.__name__}.load_from_checkpoint(path, {names[0]}=...)")
+    key = re.search(r'Parser key "module\.([\w.]+)":?\s*(.*)', first)
+    if key:
+        name = key.group(1).split(".")[0]
+        return (f"{cls.__name__}.load_from_checkpoint({where}): hyper_parameters.{name}: {key.group(2)[:160]}; "
+                f"{_HPARAM_FIX.format(name=name)}")
+    return (f"{cls.__name__}.load_from_checkpoint({where}): hyper_parameters: {first[:200]}; restore the "
+            "checkpoint's hyper-parameters or pass the right values as keywords to load_from_checkpoint")
+
 
 # Lightning's hooks and overrides: Lightning calls them with its own objects (not wrapped)
 MODULE_HOOKS = ("setup", "on_load_checkpoint", "on_fit_start", "configure_optimizers", "on_train_epoch_start",
@@ -251,17 +393,24 @@ class PPOModule(pl.LightningModule):
         """Lightning's `load_from_checkpoint`, after the file itself is checked: a missing, truncated,
         damaged or foreign file is one `ConfigError` naming it (not an OSError or unpickling error). The
         hyper-parameter overrides (`lr=...`) are checked first as the constructor checks them (`check_args`):
-        a bad value or a name the module does not take is one ConfigError naming it."""
+        a bad value or a name the module does not take is one ConfigError naming it. So are the
+        checkpoint's own hyper-parameters (`hyper_parameters.lr` edited to a string), a constructor
+        argument the checkpoint does not hold (a subclass's own `extra`: pass it as a keyword), and a
+        `map_location` naming a device this machine does not have (`'cuda:0'`, `{'cpu': 'mps'}`, a
+        function moving storages to one): one ConfigError naming the checkpoint, the field and the fix."""
         if not isinstance(checkpoint_path, (str, os.PathLike)) and not hasattr(checkpoint_path, "read"):
             raise ArgumentError(f"PPOModule.load_from_checkpoint(checkpoint_path): must be a checkpoint path (str or "
                                 f"PathLike) or a file object, got {checkpoint_path!r:.60}")
         overrides = {k: v for k, v in kwargs.items() if k not in _LOAD_ARGS}
-        takes = set(inspect.signature(cls.__init__).parameters) - {"self", "args", "kwargs"}
+        takes = _constructor_args(cls)
         unknown = sorted(set(overrides) - takes)
         if unknown:
             raise ArgumentError(f"PPOModule.load_from_checkpoint({unknown[0]}): not a PPOModule hyper-parameter; the "
                                 f"overrides are PPOModule's arguments ({', '.join(sorted(takes))})")
-        check_args("PPOModule.load_from_checkpoint", cls.__init__, overrides)
+        for init in _constructors(cls):
+            check_args("PPOModule.load_from_checkpoint", init, overrides)
+        where = (os.fspath(checkpoint_path) if isinstance(checkpoint_path, (str, os.PathLike))
+                 else getattr(checkpoint_path, "name", "the checkpoint"))
         saved = None
         if isinstance(checkpoint_path, (str, os.PathLike)) and "://" not in os.fspath(checkpoint_path):
             from parlightning.runtime.checkpoint import load_checkpoint_file
@@ -270,17 +419,30 @@ class PPOModule(pl.LightningModule):
             except ConfigError as err:
                 raise ConfigError(str(err).replace("--ckpt_path", "checkpoint_path", 1)) from None
             saved = checkpoint.get("hyper_parameters") if isinstance(checkpoint, dict) else None
+            _check_saved_hparams(cls, where, saved if isinstance(saved, Mapping) else {}, overrides)
         location = args[0] if args else kwargs.get("map_location")
-        if isinstance(location, str):  # torch's own error for a bad name is a traceback deep in unpickling
-            try:
-                torch.device(location)
-            except (RuntimeError, ValueError):
-                raise ConfigError(f"map_location: {location!r} is not a device name; use 'cpu', 'cuda' or 'cuda:0' "
-                                  "(or a torch.device, a dict or a function, as torch.load takes)") from None
+        check_map_location(location, where)
+        if callable(location) and not isinstance(location, (str, torch.device)):
+            wrapped = _MapLocationCall(location)
+            args, kwargs = ((wrapped, *args[1:]), kwargs) if args else (args, {**kwargs, "map_location": wrapped})
         # Lightning merges the overrides into the checkpoint's hyper-parameters: keep its own for the weights check
         token = _SAVED_HPARAMS.set(dict(saved) if isinstance(saved, dict) else None)
         try:
             return super().load_from_checkpoint(checkpoint_path, *args, **kwargs)
+        except _MapLocationFailed as err:
+            raise ConfigError(f"{cls.__name__}.load_from_checkpoint({where}): map_location: the function raised "
+                              f"{type(err.raised).__name__}: {str(err.raised).splitlines()[0] if str(err.raised) else ''}"
+                              f"{_MAP_FIX}") from None
+        except argparse.ArgumentError as err:  # Lightning's instantiator parses the saved hyper-parameters
+            raise ConfigError(_instantiator_line(cls, where, str(err))) from None
+        except ConfigError as err:  # the constructor refusing a saved value names it as the config's model.<name>
+            text = str(err)
+            name = text.partition(":")[0].removeprefix("model.")
+            if text.startswith("model.") and name in (saved or {}) and name not in overrides:
+                raise ConfigError(f"{cls.__name__}.load_from_checkpoint({where}): hyper_parameters.{name}"
+                                  f"{text.partition(':')[1]}{text.partition(':')[2]}; {_HPARAM_FIX.format(name=name)}"
+                                  ) from None
+            raise
         finally:
             _SAVED_HPARAMS.reset(token)
 

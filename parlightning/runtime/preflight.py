@@ -29,6 +29,7 @@ from torch import Tensor
 
 from parlightning.config_types import available_memory, size_text
 from parlightning.runtime.checkpoint import dangling_link_error, not_a_file
+from parlightning.runtime.launch_env import distributed_environment_error
 from parlightning.errors import (
     ConfigError, ReportedError, WorldCloseWarning, check_call_shape, error_text, named_by_package,
     package_environment_error,
@@ -285,6 +286,9 @@ def check_environment(trainer: Any, environ: Optional[dict] = None) -> None:
     environment of a one-process run (that process would take itself for rank RANK of several and
     could skip its logs and checkpoints)."""
     env = os.environ if environ is None else environ
+    wrong = distributed_environment_error(env)  # the ranks, sizes and ports (also asked before a program's import)
+    if wrong is not None:
+        raise ConfigError(wrong)
     for name in POSITIVE_INT_VARIABLES + NON_NEGATIVE_INT_VARIABLES:
         value = env.get(name)
         if value is None:
