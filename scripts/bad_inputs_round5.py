@@ -1125,6 +1125,8 @@ def run_corpus(argv: Optional[list[str]], *, round_no: int, description: str, ca
     if dupes:
         raise SystemExit(f"duplicate case names: {sorted(dupes)}")
     full = not a.quick and not only
+    if hasattr(signal, "SIGHUP"):  # cases that send SIGHUP test a program run from a terminal: a corpus started
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)  # under nohup would pass it down ignored (kept ignored)
     log_lines: list[str] = []
     real_stdout = sys.stdout
 
