@@ -53,8 +53,27 @@ def test_console_scripts_resolve_and_exit_zero_after_a_fit(monkeypatch):
     for target in scripts.values():
         module, name = target.split(":")
         assert callable(getattr(importlib.import_module(module), name))
+    # the console scripts start the programs as `python -m` does: the environment checked before the import
+    assert scripts == {"parlightning-fit": "parlightning.cli.entry:fit_console",
+                       "parlightning-export": "parlightning.cli.entry:export_console"}
     seen = []
     monkeypatch.setattr("parlightning.fit.main", lambda args: seen.append(args) or object())  # a finished fit
     monkeypatch.setattr(sys, "argv", ["parlightning-fit", "--config", "x.yaml"])
     assert api.fit_cli() is None  # console scripts call sys.exit(fit_cli()): None is exit status 0
     assert seen == [["--config", "x.yaml"]]
+
+
+@pytest.mark.parametrize("console, program", [("fit_console", "parlightning.cli.fit"),
+                                              ("export_console", "parlightning.cli.export")])
+def test_console_scripts_check_the_environment_before_importing_the_program(monkeypatch, capsys, console, program):
+    from parlightning.cli import entry
+
+    started = []
+    monkeypatch.setattr(entry, "run_guarded", lambda main: started.append(main))
+    monkeypatch.setenv("LOCAL_RANK", "abc")
+    with pytest.raises(SystemExit) as info:
+        getattr(entry, console)()
+    assert str(info.value).startswith("error: LOCAL_RANK") and started == []
+    monkeypatch.delenv("LOCAL_RANK")
+    getattr(entry, console)()
+    assert started == [importlib.import_module(program).main]

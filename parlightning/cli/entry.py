@@ -132,3 +132,15 @@ def run_program(name: str) -> None:
     if found:
         raise SystemExit(shadow_line(found))
     run_guarded(module.main)  # a standard output that fails on write (> /dev/full, | head -1) is one line
+
+
+def fit_console() -> None:
+    """The `parlightning-fit` console script: `python -m parlightning.fit`, with the same checks before
+    the program is imported (environment variables, shadowing files, a signal during the import, a
+    failing standard output)."""
+    run_program("parlightning.cli.fit")
+
+
+def export_console() -> None:
+    """The `parlightning-export` console script: `python -m parlightning.export`, likewise."""
+    run_program("parlightning.cli.export")
