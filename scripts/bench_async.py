@@ -37,6 +37,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))  # the shared experiment helpers (held-out banks, intervals)
 
+from parlightning.cli.entry import refuse_bad_environment  # noqa: E402  stdlib only
+
+refuse_bad_environment()  # before Lightning: torchmetrics reads LOCAL_RANK as it is imported
 import lightning.pytorch as pl  # noqa: E402
 import torch  # noqa: E402
 

@@ -62,6 +62,9 @@ from typing import Optional
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
+from parlightning.cli.entry import refuse_bad_environment  # noqa: E402  stdlib only
+
+refuse_bad_environment()  # before Lightning: torchmetrics reads LOCAL_RANK as it is imported
 import lightning.pytorch as pl  # noqa: E402
 import torch  # noqa: E402
 

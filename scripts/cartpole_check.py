@@ -28,10 +28,13 @@ import warnings
 from pathlib import Path
 from typing import Any, Optional
 
-import torch
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
+from parlightning.cli.entry import refuse_bad_environment  # noqa: E402  stdlib only
+
+refuse_bad_environment()  # before torch and Lightning: torchmetrics reads LOCAL_RANK as it is imported
+
+import torch  # noqa: E402
 from parlightning.callbacks.base import RolloutCallback  # noqa: E402
 from parlightning.cli.arg_types import ScriptParser, as_path, output_file, output_folder, positive_int, random_seed  # noqa: E402
 

@@ -18,10 +18,13 @@ import statistics
 import sys
 from pathlib import Path
 
-import torch
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from parlightning.cli.entry import refuse_bad_environment  # noqa: E402  stdlib only
+
+refuse_bad_environment()  # before torch and Lightning: torchmetrics reads LOCAL_RANK as it is imported
+
+import torch  # noqa: E402
 
 from parlightning.envs.swarm import SwarmEnv  # noqa: E402
 from parlightning.policies.actor_critic import ActorCritic  # noqa: E402

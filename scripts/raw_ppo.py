@@ -20,22 +20,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-import torch
-import yaml
-from torch import nn
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
-from parlightning.buffer import RolloutBuffer, gather_rows
-from parlightning.envs.swarm import SwarmEnv
-from parlightning.ppo.loss import ppo_loss
-from parlightning.policies.actor_critic import ACTIVATIONS, ActorCritic
-from parlightning.cli.arg_types import (
+from parlightning.cli.entry import refuse_bad_environment  # noqa: E402  stdlib only
+
+refuse_bad_environment()  # before torch and Lightning: torchmetrics reads LOCAL_RANK as it is imported
+
+import torch  # noqa: E402
+import yaml  # noqa: E402
+from torch import nn  # noqa: E402
+from parlightning.buffer import RolloutBuffer, gather_rows  # noqa: E402
+from parlightning.envs.swarm import SwarmEnv  # noqa: E402
+from parlightning.ppo.loss import ppo_loss  # noqa: E402
+from parlightning.policies.actor_critic import ACTIVATIONS, ActorCritic  # noqa: E402
+from parlightning.cli.arg_types import (  # noqa: E402
     ScriptParser,
     actor_count, as_path, boolean, bounded_int, config_file, device_name, job_count, non_negative_float, positive_float,
     positive_int, random_seed, step_count, unit_interval,
 )
-from parlightning.parl.reward import LinearSchedule, PARLReward
-from parlightning.distribution.samplers import RoundRobin
+from parlightning.parl.reward import LinearSchedule, PARLReward  # noqa: E402
+from parlightning.distribution.samplers import RoundRobin  # noqa: E402
 
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "swarm.yaml"

@@ -23,9 +23,12 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Callable, Optional
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+from parlightning.cli.entry import refuse_bad_environment  # noqa: E402  stdlib only
+
+refuse_bad_environment()  # before torch and Lightning: torchmetrics reads LOCAL_RANK as it is imported
+
+import torch  # noqa: E402
 from parlightning.distribution.samplers import DifficultyWeighted, PosteriorSignal, RoundRobin  # noqa: E402
 from parlightning.cli.arg_types import job_count, positive_int  # noqa: E402
 

@@ -26,6 +26,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from parlightning.cli.entry import refuse_bad_environment  # noqa: E402  stdlib only
+
+refuse_bad_environment()  # before Lightning: torchmetrics reads LOCAL_RANK as it is imported
 from parlightning.cli.evaluate import build_env, by_family, env_spec, run_episodes, summarise  # noqa: E402
 from parlightning.cli.arg_types import episode_count, non_negative_int, output_file, positive_int  # noqa: E402
 

@@ -52,3 +52,24 @@ def test_agreed_counters_of_something_other_than_a_real_tensor_are_refused(agree
     with pytest.raises(ConfigError, match=rf"^AgreedCounters\({named}\): must be a dense real tensor"):
         AgreedCounters(agreed, pending)
     assert AgreedCounters(torch.tensor([1, 2])).total().tolist() == [1, 2]
+
+
+def test_every_script_refuses_a_wrong_local_rank_with_one_line_before_importing_lightning():
+    """`LOCAL_RANK=abc python scripts/X.py ...`: one line naming LOCAL_RANK from every script. The
+    scripts that import Lightning at the top (torchmetrics reads LOCAL_RANK as it is imported) ask
+    before it; the others in `run_main`, before their sub-runs (which died importing, under a
+    forkserver's EOFError). Each ends before Lightning or torchmetrics is imported."""
+    scripts = sorted(name for name in os.listdir(os.path.join(ROOT, "scripts"))
+                     if name.endswith(".py") and not name.startswith(("bad_inputs", "experiment")))
+    assert len(scripts) >= 18
+    env = {**os.environ, "LOCAL_RANK": "abc", "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+           "PYTHONWARNINGS": "error::RuntimeWarning"}
+    probe = ("import runpy, sys\nsys.argv = [sys.argv[1], '--help']\n"
+             "try:\n    runpy.run_path(sys.argv[0], run_name='__main__')\n"
+             "finally:\n    print(sorted({'lightning', 'torchmetrics'} & set(sys.modules)), file=sys.stderr)")
+    for name in scripts:
+        done = subprocess.run([sys.executable, "-c", probe, os.path.join(ROOT, "scripts", name)], capture_output=True,
+                              text=True, env=env, timeout=120, cwd=ROOT)
+        lines = done.stderr.strip().splitlines()  # the probe's line (its `finally`), then the exit's
+        assert done.returncode == 1 and lines[0] == "[]", (name, done.stderr[-1500:])
+        assert len(lines) == 2 and lines[1].startswith("error: LOCAL_RANK='abc' in the environment"), (name, done.stderr[-1500:])

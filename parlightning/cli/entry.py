@@ -107,14 +107,22 @@ def check_working_folder() -> None:
                          "entered it); cd to an existing folder and run it again") from None
 
 
+def refuse_bad_environment() -> None:
+    """End the process with one `error:` line when a variable of the package's own environment, or a
+    distributed variable torch or Lightning read at start-up, is wrong. Call it before importing torch,
+    Lightning or torchmetrics: torchmetrics reads `LOCAL_RANK` as it is imported. The programs ask it
+    in `run_program`, the scripts in `run_main` and, those that import Lightning at the top, first."""
+    wrong = package_environment_error(os.environ) or distributed_environment_error(os.environ)
+    if wrong is not None:
+        raise SystemExit(f"error: {wrong}")
+
+
 def run_program(name: str) -> None:
     """Import the program `name` (e.g. `parlightning.cli.fit`) and call its `main()`. A file of the
     working folder hiding a module it needs, or a signal or Ctrl-C during the import, ends the process
     with one line instead of an import traceback (or a silent death)."""
     check_working_folder()
-    wrong = package_environment_error(os.environ) or distributed_environment_error(os.environ)
-    if wrong is not None:  # before the import: torchmetrics reads LOCAL_RANK as it is imported
-        raise SystemExit(f"error: {wrong}")
+    refuse_bad_environment()  # before the import: torchmetrics reads LOCAL_RANK as it is imported
     try:
         with stop_on_signals(after=STARTING):
             try:

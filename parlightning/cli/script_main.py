@@ -11,6 +11,7 @@ import subprocess
 import sys
 from typing import Any, Callable, NoReturn, Optional
 
+from parlightning.cli.entry import refuse_bad_environment
 from parlightning.cli.stdout_guard import run_guarded
 
 INTERRUPTED = 130  # the shell's code for a program ended by SIGINT
@@ -61,7 +62,9 @@ def error_line(err: BaseException) -> Optional[str]:
 
 def run_main(main: Callable[..., Any], *args: Any) -> NoReturn:
     """Call `main(*args)` and exit: 0 (or the int it returns), 1 with one `error:` line for the package's
-    errors and a failed sub-run, 130 for Ctrl-C; a bug's traceback is left as it is."""
+    errors and a failed sub-run, 130 for Ctrl-C; a bug's traceback is left as it is. A wrong distributed
+    or package environment variable is one line before `main` runs (its sub-runs would die importing)."""
+    refuse_bad_environment()
     try:
         result = run_guarded(lambda: main(*args))  # stdout failing on write: one line (EPIPE: quiet)
     except KeyboardInterrupt:
