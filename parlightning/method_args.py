@@ -275,20 +275,33 @@ class TensorArg(Arg):
         return None
 
 
+def vouch(tensor: Any, claim: Any) -> Any:
+    """Stamp `tensor` with `claim` (what the package knows of its values, e.g. their range) and its
+    current version: `vouched(tensor)` returns the claim until the tensor is changed in place. Returns
+    the tensor."""
+    tensor._parl_vouched = (claim, None if tensor.is_inference() else tensor._version)  # an inference tensor keeps no count
+    return tensor
+
+
+def vouched(tensor: Any) -> Any:
+    """The claim `vouch` stamped on `tensor`, or None (none, or the tensor changed since)."""
+    known = getattr(tensor, "_parl_vouched", None)
+    if known is None or known[1] != (None if tensor.is_inference() else tensor._version):
+        return None
+    return known[0]
+
+
 def vouch_values(tensor: Any, lo: int, hi: Optional[int]) -> Any:
     """Record that `tensor`'s values lie in `lo`..`hi - 1` (an index tensor the package built from checked
     ints, a round's shard; or one a `once` check read): a later `TensorArg(values=..., once=True)` check of
     it is O(1) until it is changed in place. Returns the tensor."""
-    tensor._parl_values_in = (lo, hi, None if tensor.is_inference() else tensor._version)
-    return tensor
+    return vouch(tensor, ("values", lo, hi))
 
 
 def _values_known(tensor: Any, lo: int, hi: Optional[int]) -> bool:
-    known = getattr(tensor, "_parl_values_in", None)
-    if known is None:
-        return False
-    version = None if tensor.is_inference() else tensor._version  # (an inference tensor keeps no count)
-    return known[2] == version and known[0] >= lo and (hi is None or (known[1] is not None and known[1] <= hi))
+    known = vouched(tensor)
+    return (isinstance(known, tuple) and len(known) == 3 and known[0] == "values" and known[1] >= lo
+            and (hi is None or (known[2] is not None and known[2] <= hi)))
 
 
 def _arg(field: str) -> str:

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from parlightning.errors import ArgumentError, ConfigError
-from parlightning.method_args import Arg, Lifecycle, State, TensorArg, check_real_device, layout_fault
+from parlightning.method_args import Arg, Lifecycle, State, TensorArg, check_real_device, layout_fault, vouch, vouched
 
 
 @dataclass(frozen=True)
@@ -283,14 +283,13 @@ class ActionArg(Arg):
 def vouch_actions(action: Tensor, spec: "ActionSpec") -> Tensor:
     """Record that `action` holds indices in range for `spec` (the step loop's actions, sampled by the
     policy over `spec`'s categories: in range by construction): a world's `step` then reads no value of
-    it (O(1): an attribute and the tensor's version, so an in-place change is checked again)."""
-    action._parl_actions_of = (spec, None if action.is_inference() else action._version)
-    return action
+    it (O(1): until it is changed in place, see `method_args.vouch`)."""
+    return vouch(action, ("actions", spec))
 
 
 def _actions_vouched(action: Tensor, spec: "ActionSpec") -> bool:
-    known = getattr(action, "_parl_actions_of", None)
-    return known is not None and (known[0] is spec or known[0] == spec) and known[1] == (None if action.is_inference() else action._version)
+    known = vouched(action)
+    return isinstance(known, tuple) and known[0] == "actions" and (known[1] is spec or known[1] == spec)
 
 
 _NVEC: dict = {}  # (nvec, device) -> the tensor of upper bounds (built once per world kind and device)
