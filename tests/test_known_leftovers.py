@@ -73,3 +73,28 @@ def test_every_script_refuses_a_wrong_local_rank_with_one_line_before_importing_
         lines = done.stderr.strip().splitlines()  # the probe's line (its `finally`), then the exit's
         assert done.returncode == 1 and lines[0] == "[]", (name, done.stderr[-1500:])
         assert len(lines) == 2 and lines[1].startswith("error: LOCAL_RANK='abc' in the environment"), (name, done.stderr[-1500:])
+
+
+@pytest.mark.parametrize("monitor, ends", [("rollout/succes_rate", True), ("rollout/success_rate", False)])
+def test_a_model_checkpoint_monitoring_a_metric_never_logged_is_one_line_after_the_first_iteration(tmp_path, monkeypatch,
+                                                                                                     monitor, ends):
+    """Lightning only warns (every iteration, choosing no best checkpoint) when a ModelCheckpoint's monitor is
+    not logged, as a validation loop might log it later; a PPO run has none: fit makes it the config's error,
+    named like EarlyStopping's. A logged monitor trains and keeps its best checkpoint."""
+    from parlightning import fit
+
+    monkeypatch.chdir(tmp_path)
+    args = ["--data.num_envs", "8", "--data.num_steps", "8", "--trainer.max_epochs", "2",
+            "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
+            "--trainer.callbacks+", "lightning.pytorch.callbacks.ModelCheckpoint", "--trainer.callbacks.monitor", monitor,
+            "--trainer.callbacks.mode", "max"]
+    if not ends:
+        trainer = fit(os.path.join(ROOT, "configs", "swarm.yaml"), args)
+        assert trainer.current_epoch == 2 and trainer.checkpoint_callback.best_model_path.endswith(".ckpt")
+        return
+    with pytest.raises(ConfigError) as err:
+        fit(os.path.join(ROOT, "configs", "swarm.yaml"), args)
+    assert str(err.value) == (
+        "trainer.callbacks: ModelCheckpoint monitors 'rollout/succes_rate', which this run never logs (it could never "
+        "pick a best checkpoint); monitor a logged metric (e.g. charts/episodic_return, rollout/success_rate, "
+        "losses/approx_kl; the tags: docs/guides/logging.md), or drop monitor to keep the latest checkpoints")

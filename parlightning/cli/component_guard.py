@@ -31,6 +31,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import re
 from typing import Any, Callable, Optional
 
 import torch
@@ -40,6 +41,28 @@ from parlightning.runtime.torch_state import global_state, state_change
 
 _LOGGER_METHODS = ("log_metrics", "log_hyperparams", "log_graph", "save", "finalize", "after_save_checkpoint")
 _PASS = (KeyboardInterrupt, SystemExit, GeneratorExit)  # ended by the user or the program: never renamed
+# Lightning's warning when a ModelCheckpoint's monitor is not among the logged metrics: it saves nothing and
+# warns each iteration, as a validation loop might log the key later; a PPO run has none, so fit makes it an error
+UNLOGGED_MONITOR = r"`ModelCheckpoint\(monitor=.*\)` could not find the monitored key in the returned metrics"
+
+
+def logged_examples(listing: str) -> str:
+    """A few of the metric names a Lightning message listed as logged (the usual ones first)."""
+    logged = re.findall(r"[`']([\w/]+)[`']", listing)
+    return ", ".join(m for m in ("charts/episodic_return", "rollout/success_rate", "losses/approx_kl")
+                     if m in logged) or ", ".join(logged[:3])
+
+
+def unlogged_monitor_line(err: BaseException) -> Optional[str]:
+    """The one line for a ModelCheckpoint whose monitor this run never logs (UNLOGGED_MONITOR raised as
+    an error), or None."""
+    found = re.search(r"ModelCheckpoint\(monitor=(.*?)\)` could not find the monitored key in the returned "
+                      r"metrics: (\[.*)", str(err), re.S)
+    if not isinstance(err, Warning) or found is None:
+        return None
+    return (f"trainer.callbacks: ModelCheckpoint monitors {found.group(1)}, which this run never logs (it could never "
+            f"pick a best checkpoint); monitor a logged metric (e.g. {logged_examples(found.group(2))}; the tags: "
+            "docs/guides/logging.md), or drop monitor to keep the latest checkpoints")
 _ROLLOUT_HOOKS = ("on_rollout_start", "on_episodes_end", "on_rollout_end")
 
 
@@ -183,6 +206,9 @@ class ComponentGuard:
               entry: Any) -> Optional[str]:
         from lightning.fabric.utilities.exceptions import MisconfigurationException
 
+        unlogged = unlogged_monitor_line(err)
+        if unlogged is not None:
+            return unlogged
         where = f"{field}: {_name(component)}.{hook}"
         text = error_text(err)[:300]
         if isinstance(err, MisconfigurationException) and "self.log" in text:

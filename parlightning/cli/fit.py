@@ -15,6 +15,7 @@ import signal
 import sys
 import time
 import types
+import warnings
 from argparse import ArgumentError
 from typing import Any, Callable, Optional, Sequence, Union
 
@@ -39,7 +40,8 @@ from parlightning.cli.entry import check_working_folder
 from parlightning.cli.stop_signals import Signalled, stop_on_signals
 from parlightning.cli.user_code import user_code_error
 from parlightning.cli.component_guard import (
-    ComponentFault, ComponentGuard, component_of_error, probe_loggers,
+    UNLOGGED_MONITOR, ComponentFault, ComponentGuard, component_of_error, logged_examples, probe_loggers,
+    unlogged_monitor_line,
 )
 from parlightning.callbacks.base import RolloutCallback
 from parlightning.cli.defaults import default_callbacks
@@ -225,7 +227,11 @@ def _main(args: list[str], watch: RankWatch, began: Optional[int]) -> ParlCLI:
     try:
         # SIGHUP, SIGUSR1 / SIGUSR2 end the fit with one line (Lightning handles SIGTERM and SIGINT); fit() from the
         # Python API leaves the caller's handlers as they were
-        with stop_on_signals((signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2), after=KEPT):
+        with stop_on_signals((signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2), after=KEPT), \
+                warnings.catch_warnings():
+            # Lightning only warns (each iteration, saving nothing) when a ModelCheckpoint's monitor is never logged
+            # and a validation loop might log it later; a PPO run has none, so it is the config's error
+            warnings.filterwarnings("error", message=UNLOGGED_MONITOR)
             cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=ckpt)
     except BaseException as err:
         started = started_processes(began)  # read before anything stops: a stopped parent's children leave the tree
@@ -649,11 +655,12 @@ def _start_error(err: BaseException) -> Optional[str]:
         return text
     monitored = re.search(r"(\w+) conditioned on metric `([^`]*)` which is not available", text)
     if isinstance(err, RuntimeError) and monitored is not None:  # EarlyStopping(strict=True) on a metric never logged
-        logged = re.findall(r"`([\w/]+)`", text.split("following:", 1)[-1])
-        shown = ", ".join(m for m in ("charts/episodic_return", "rollout/success_rate", "losses/approx_kl")
-                          if m in logged) or ", ".join(logged[:3])
         return (f"trainer.callbacks: EarlyStopping monitors {monitored.group(2)!r}, which this run never logs; monitor "
-                f"a logged metric (e.g. {shown}; the tags: docs/guides/logging.md) or drop the callback")
+                f"a logged metric (e.g. {logged_examples(text.split('following:', 1)[-1])}; the tags: "
+                "docs/guides/logging.md) or drop the callback")
+    unlogged = unlogged_monitor_line(err)  # a ModelCheckpoint's monitor never logged (see UNLOGGED_MONITOR)
+    if unlogged is not None:
+        return unlogged
     if isinstance(err, RuntimeError) and "Error(s) in loading state_dict" in text:
         first = next((line.strip() for line in text.splitlines()[1:] if line.strip()), "")
         return (f"--ckpt_path: the checkpoint's weights do not fit this config ({first[:200]}); resume with the "
