@@ -20,9 +20,10 @@ from __future__ import annotations
 import importlib
 import importlib.machinery
 import os
+import signal
 import sys
 from types import TracebackType
-from typing import Optional
+from typing import NoReturn, Optional
 
 from parlightning.cli.stdout_guard import run_guarded
 from parlightning.cli.stop_signals import Signalled, stop_on_signals, stopped
@@ -139,7 +140,31 @@ def run_program(name: str) -> None:
     found = shadowing_files()
     if found:
         raise SystemExit(shadow_line(found))
-    run_guarded(module.main)  # a standard output that fails on write (> /dev/full, | head -1) is one line
+    try:
+        run_guarded(module.main)  # a standard output that fails on write (> /dev/full, | head -1) is one line
+    except SystemExit as done:
+        if _stopped_by_a_signal(done.code):
+            exit_now(done.code)
+        raise
+
+
+def _stopped_by_a_signal(code: object) -> bool:
+    return isinstance(code, int) and not isinstance(code, bool) and code - 128 in (
+        signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+
+
+def exit_now(code: int) -> NoReturn:
+    """End a program a signal stopped (its one line is out, what it kept is written whole) without the
+    interpreter's shutdown: that restores the default signal actions and then waits for the run's
+    threads and libraries (a world step still sleeping in the collector thread), so a second Ctrl-C
+    or SIGTERM meanwhile (pressed twice, a scheduler signalling again) killed the process by the
+    signal instead of the exit code its line promised."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 (a closed or failing stream: nothing more to say)
+            pass
+    os._exit(code)
 
 
 def fit_console() -> None:

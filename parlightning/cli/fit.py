@@ -37,7 +37,7 @@ from parlightning.errors import (
 from parlightning.ppo.module import PPOModule
 from parlightning.cli.packaged import moved_hint, resolve_config_args
 from parlightning.cli.entry import check_working_folder
-from parlightning.cli.stop_signals import Signalled, stop_on_signals
+from parlightning.cli.stop_signals import Signalled, holding_signals, stop_on_signals
 from parlightning.cli.user_code import user_code_error
 from parlightning.cli.component_guard import (
     UNLOGGED_MONITOR, ComponentFault, ComponentGuard, component_of_error, logged_examples, probe_loggers,
@@ -234,54 +234,59 @@ def _main(args: list[str], watch: RankWatch, began: Optional[int]) -> ParlCLI:
             warnings.filterwarnings("error", message=UNLOGGED_MONITOR)
             cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=ckpt)
     except BaseException as err:
-        started = started_processes(began)  # read before anything stops: a stopped parent's children leave the tree
-        _remove_tuner_leftovers(cli.trainer, fit_began)  # a tuner's temporary checkpoint a failed fit left
-        _reopen_stderr()  # user code that closed sys.stderr must not swallow the one error line
-        if getattr(getattr(cli.trainer, "_signal_connector", None), "received_sigterm", False) is True and \
-                not isinstance(err, (SIGTERMException, Signalled)):
-            err = SIGTERMException()  # a SIGTERM to the process group also ended a child (the collector process)
-        message = _start_error(err)
-        if message is None:
-            message = user_code_error(err)
-        if message is None and ckpt is not None and cli.datamodule.last_rollout is None and _is_size_mismatch(err):
-            text = " ".join(str(err).split())[:200]
-            message = (f"--ckpt_path: the state saved in {ckpt!r} does not fit this run ({text}): a tensor of the "
-                       "checkpoint was resized or comes from another config (e.g. data.num_envs); resume with the "
-                       "config that wrote it, or start fresh without --ckpt_path")
-        if message is not None:
-            message = guard.with_notes(message)  # on_exception hooks that raised too: after the run's own error
-        before_any = cli.datamodule.last_rollout is None  # failed in setup, before any rollout; or a Lightning
-        setting = (isinstance(err, ComponentFault) and err.setting and  # component's setting failed in the first
-                   getattr(cli.trainer, "current_epoch", 1) == 0 and not _wrote_checkpoint(fresh))  # iteration, unsaved
-        if message is not None and (before_any or setting):
-            remove_new_outputs(fresh)  # a failed start leaves nothing behind (logs, config.yaml)
-        if watch.active:  # DDP: record this rank's cause, stop every rank, rank 0 prints one line
-            watch.stop_job(err, message)
-        launcher = cli.trainer.strategy.launcher
-        if callable(getattr(launcher, "kill", None)):
-            launcher.kill(signal.SIGKILL)  # DDP: the ranks this process launched must not wait for it
-        stop_helpers()  # the fork server and resource tracker of a collector or world process end with the run
-        end_processes(started)  # what the run's worlds started and left running (a stuck step's child program)
-        stopped_by = (err.signum if isinstance(err, Signalled) else signal.SIGTERM if isinstance(err, SIGTERMException)
-                      else signal.SIGINT if message is None and _interrupted(err, cli.trainer) else None)
-        if stopped_by is not None:  # a signal (or Ctrl-C) at any phase of the fit: the line says what that phase kept
-            if cli.datamodule.last_rollout is None:
-                remove_new_outputs(fresh)  # stopped before its first rollout: nothing worth keeping
-            kept = _what_was_kept(cli.trainer, cli.datamodule, fresh, ckpt)
-            if stopped_by == signal.SIGINT:
-                print(f"error: interrupted (KeyboardInterrupt: Ctrl-C, or raised by user code){kept}", file=sys.stderr)
-            elif isinstance(err, Signalled):  # SIGHUP, SIGUSR1 / SIGUSR2, or SIGTERM once Lightning's handler is gone
-                print(f"error: {Signalled(err.signum, kept)}", file=sys.stderr)
-            else:  # preempted: never report success, so a scheduler requeues
-                print(f"error: SIGTERM: stopped{kept}", file=sys.stderr)
-            raise SystemExit(128 + stopped_by) from None  # the shell's code for "killed by" that signal
-        if message is None:
-            raise
-        rank = getattr(cli.trainer, "global_rank", 0)
-        if rank and not watch.active and cli.trainer.world_size > 1:  # every rank met the same setup error:
-            print(f"(rank {rank} stopped too: {message[:160]})", file=sys.stderr)  # rank 0 prints the one error line
-            raise SystemExit(1) from None
-        raise SystemExit(f"error: {message}") from None
+        with holding_signals(err):  # a second Ctrl-C / SIGTERM while this one is handled must not cut it short
+            started = started_processes(began)  # read before anything stops: a stopped parent's children leave the tree
+            _remove_tuner_leftovers(cli.trainer, fit_began)  # a tuner's temporary checkpoint a failed fit left
+            _reopen_stderr()  # user code that closed sys.stderr must not swallow the one error line
+            if getattr(getattr(cli.trainer, "_signal_connector", None), "received_sigterm", False) is True and \
+                    not isinstance(err, (SIGTERMException, Signalled)):
+                err = SIGTERMException()  # a SIGTERM to the process group also ended a child (the collector process)
+            message = _start_error(err)
+            if message is None:
+                message = user_code_error(err)
+            if message is None and ckpt is not None and cli.datamodule.last_rollout is None and _is_size_mismatch(err):
+                text = " ".join(str(err).split())[:200]
+                message = (f"--ckpt_path: the state saved in {ckpt!r} does not fit this run ({text}): a tensor of the "
+                           "checkpoint was resized or comes from another config (e.g. data.num_envs); resume with the "
+                           "config that wrote it, or start fresh without --ckpt_path")
+            if message is not None:
+                message = guard.with_notes(message)  # on_exception hooks that raised too: after the run's own error
+            before_any = cli.datamodule.last_rollout is None  # failed in setup, before any rollout; or a Lightning
+            setting = (isinstance(err, ComponentFault) and err.setting and  # component's setting failed in the first
+                       getattr(cli.trainer, "current_epoch", 1) == 0 and not _wrote_checkpoint(fresh))  # iteration, unsaved
+            if message is not None and (before_any or setting):
+                remove_new_outputs(fresh)  # a failed start leaves nothing behind (logs, config.yaml)
+            if watch.active:  # DDP: record this rank's cause, stop every rank, rank 0 prints one line
+                try:
+                    watch.stop_job(err, message)  # never returns: the helpers and children end on the way out
+                finally:
+                    stop_helpers()
+                    end_processes(started)
+            launcher = cli.trainer.strategy.launcher
+            if callable(getattr(launcher, "kill", None)):
+                launcher.kill(signal.SIGKILL)  # DDP: the ranks this process launched must not wait for it
+            stop_helpers()  # the fork server and resource tracker of a collector or world process end with the run
+            end_processes(started)  # what the run's worlds started and left running (a stuck step's child program)
+            stopped_by = (err.signum if isinstance(err, Signalled) else signal.SIGTERM if isinstance(err, SIGTERMException)
+                          else signal.SIGINT if message is None and _interrupted(err, cli.trainer) else None)
+            if stopped_by is not None:  # a signal (or Ctrl-C) at any phase of the fit: the line says what that phase kept
+                if cli.datamodule.last_rollout is None:
+                    remove_new_outputs(fresh)  # stopped before its first rollout: nothing worth keeping
+                kept = _what_was_kept(cli.trainer, cli.datamodule, fresh, ckpt)
+                if stopped_by == signal.SIGINT:
+                    print(f"error: interrupted (KeyboardInterrupt: Ctrl-C, or raised by user code){kept}", file=sys.stderr)
+                elif isinstance(err, Signalled):  # SIGHUP, SIGUSR1 / SIGUSR2, or SIGTERM once Lightning's handler is gone
+                    print(f"error: {Signalled(err.signum, kept)}", file=sys.stderr)
+                else:  # preempted: never report success, so a scheduler requeues
+                    print(f"error: SIGTERM: stopped{kept}", file=sys.stderr)
+                raise SystemExit(128 + stopped_by) from None  # the shell's code for "killed by" that signal
+            if message is None:
+                raise
+            rank = getattr(cli.trainer, "global_rank", 0)
+            if rank and not watch.active and cli.trainer.world_size > 1:  # every rank met the same setup error:
+                print(f"(rank {rank} stopped too: {message[:160]})", file=sys.stderr)  # rank 0 prints the one error line
+                raise SystemExit(1) from None
+            raise SystemExit(f"error: {message}") from None
     return cli
 
 
@@ -502,6 +507,8 @@ def check_callbacks(callbacks: Sequence[Any], config: Any = None) -> None:
         index = _entry_index(entries, cb, used)
         _check_instance_hooks(cb, "trainer.callbacks" if index is None else f"trainer.callbacks[{index}]")
         _check_tuner(cb, "trainer.callbacks" if index is None else f"trainer.callbacks[{index}]")
+        if index is not None:  # (trainer.max_time's own Timer is checked with the trainer's settings)
+            _check_timer(cb, f"trainer.callbacks[{index}]")
         check_sync_methods("trainer.callbacks", cb)  # Lightning and the data module never await a hook
         strategy = getattr(cb, "strategy", None)
         if strategy is not None:  # a StrategyPlanner's strategy: plan / observe are called as plain methods
@@ -614,6 +621,18 @@ def _check_tuner(cb: Any, field: str) -> None:
                           f"{what} over a supervised loss and a dataloader, and PPO's minibatches are cut from "
                           f"fresh rollouts with a loss that changes with the policy; remove it and set {setting} "
                           "in the config")
+
+
+def _check_timer(cb: Any, field: str) -> None:
+    """A Timer callback whose duration is not positive (`{days: -1}`, `00:00:00:00`, a negative string
+    or timedelta) stops the run before its first iteration and exits 0: refused like trainer.max_time."""
+    from lightning.pytorch.callbacks import Timer
+
+    seconds = getattr(cb, "_duration", None) if isinstance(cb, Timer) else None
+    if isinstance(seconds, (int, float)) and not seconds > 0:
+        raise ConfigError(f"{field}: Timer duration is {seconds:g} s, no time at all: the run would stop before its "
+                          "first iteration; give a positive duration (e.g. {hours: 12} or 00:12:00:00) or drop the "
+                          "Timer")
 
 
 def _check_checkpoint_filename(cb: Any) -> None:

@@ -56,6 +56,27 @@ def stop_on_signals(signals: Sequence[int] = KILLING, after: str = "") -> Iterat
                 signal.signal(signum, previous)
 
 
+@contextmanager
+def holding_signals(err: BaseException) -> Iterator[None]:
+    """While a run stopped by a signal or Ctrl-C (`err`) ends (its children stop, its outputs are sorted,
+    its one line is written), a second Ctrl-C or SIGTERM is ignored instead of cutting that short with
+    a traceback or a death by the signal (Lightning puts the default handlers back in its teardown);
+    the previous handlers return afterwards. Other errors, and threads other than the main one, are
+    left as they are."""
+    held = {}
+    if isinstance(err, (KeyboardInterrupt, Signalled)) or type(err).__name__ == "SIGTERMException":
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            try:
+                held[signum] = signal.signal(signum, signal.SIG_IGN)
+            except ValueError:  # not the main thread
+                break
+    try:
+        yield
+    finally:
+        for signum, previous in held.items():
+            signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
+
+
 UNWRITTEN = "; an output is written whole or not at all: none was left half-written"
 
 

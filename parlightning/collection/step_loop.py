@@ -435,8 +435,8 @@ class StepLoop:
         text = error_text(err)[:300]
         where = f"at step {t} of a rollout" if t is not None else f"at the reset of its {self.num_envs} actors"
         return ReportedError(f"data.env: {type(self.env).__name__}.{method} raised {type(err).__name__}"
-                             f"{': ' + text if text else ''} {where}; fix the world (the last "
-                             "checkpoint is intact: resume it with --ckpt_path)")
+                             f"{': ' + text if text else ''} {where}; fix the world (a checkpoint "
+                             "written before is intact: resume it with --ckpt_path)")
 
     def _contract_error(self, method: str, what: str, problem: str, want: str, t: Optional[int],
                         passed: bool = False) -> ReportedError:

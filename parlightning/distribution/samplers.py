@@ -807,6 +807,11 @@ SAMPLER_CALLS = {  # the calls the collector makes into a sampler, by path: meth
 def check_sampler_calls(field: str, sampler: Any) -> None:
     """Probe the signatures of the methods the collector will call on `sampler` (the tensor path's
     when it has one, else pick / record), once, before anything is written (`check_call_shape`)."""
+    blind = getattr(sampler, "reward_blind", False)
+    if not isinstance(blind, bool):  # read as a truth value: "no" or "false" would mean True
+        raise ConfigError(f"{field}: {type(sampler).__name__}.reward_blind is {blind!r} ({type(blind).__name__}); it "
+                          "must be True (picks never read the records: a collector process may pick from its own "
+                          "copy) or False")
     batched = all(callable(getattr(sampler, m, None)) for m in SAMPLER_CALLS["batched"])
     for method, args in SAMPLER_CALLS["batched" if batched else "two-method"].items():
         fn = getattr(sampler, method, None)

@@ -38,7 +38,8 @@ from multiprocessing.connection import Connection, wait
 from typing import Any, Mapping, Optional, Sequence
 
 from parlightning.envs.world_runner import (
-    CloseTimeout, StreamAnswer, WorldCallFailed, WorldRunner, build_shared, close_all, describe_raised, resolve, warn_close_errors,
+    CloseTimeout, StreamAnswer, WorldCallFailed, WorldRunner, build_shared, close_all, describe_raised, facts_disagreement, resolve,
+    warn_close_errors,
 )
 from parlightning.errors import ConfigError
 from parlightning.runtime.processes import (
@@ -320,7 +321,7 @@ class WorkerProcesses:
             self._connections.append(child.conn)
             self._worker_of[child.conn] = w
         self._facts = None
-        for child in self._children:  # every worker reports ready (or its error)
+        for w, child in enumerate(self._children):  # every worker reports ready (or its error)
             try:
                 facts = child.wait_ready(READY_TIMEOUT)
             except ProcessStartError as err:
@@ -333,6 +334,10 @@ class WorkerProcesses:
             if self._facts is None:
                 self._facts = facts
                 self.world_name = facts.get("world_name", self.world_name)
+            why = facts_disagreement(self.world_name, self.blocks[0][0], self._facts, self.blocks[w][0], facts)
+            if why is not None:  # (each worker compared its own worlds with its first)
+                self.close()
+                raise ConfigError(why)
 
     def facts(self) -> dict[str, Any]:
         return dict(self._facts)

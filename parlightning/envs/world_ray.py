@@ -19,7 +19,7 @@ import os
 import re
 from typing import Any, Mapping, Optional
 
-from parlightning.envs.world_runner import WorldCallFailed, WorldRunner, build_shared, close_all, resolve
+from parlightning.envs.world_runner import WorldCallFailed, WorldRunner, build_shared, close_all, facts_disagreement, resolve
 from parlightning.errors import ConfigError
 from parlightning.runtime.waits import expected_wait
 
@@ -109,12 +109,17 @@ class RayWorlds:
         except WorldCallFailed as failed:
             self.close()
             raise ConfigError(f"data.env.init_args.runner: ray: {failed.why} while starting") from None
-        for status, value in answers:
+        for w, (status, value) in enumerate(answers):
             if status == "error":
                 self.close()
                 raise ConfigError(value)
             if self._facts is None:
                 self._facts = value
+            why = facts_disagreement(str(value.get("world_name", "world")), self.blocks[0][0], self._facts,
+                                     self.blocks[w][0], value)
+            if why is not None:  # (each actor compared its own worlds with its first)
+                self.close()
+                raise ConfigError(why)
         self.pids = self._get([a.pid.remote() for a in self._actors], "start", _READY_TIMEOUT)
 
     def _span(self, w: int) -> str:

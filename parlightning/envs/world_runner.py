@@ -251,6 +251,42 @@ def describe_raised(first: BaseException, attempts: int = 0, last: Optional[Base
 _POSTED = object()  # marks a message posted into a runner's answer queue (`WorldRunner.post`)
 
 
+_DECLARED = ("observation_shape", "action_spec", "tasks")  # what every world of one env must declare alike
+
+
+def _comparable(key: str, value: Any) -> Any:
+    """A declared fact in a form `==` compares by value (None: not comparable, e.g. a user's spec
+    object without `__eq__`)."""
+    if key == "observation_shape":
+        try:
+            return tuple(int(d) for d in value)
+        except Exception:  # noqa: BLE001 (the first world's own fact was checked; another's fails the comparison)
+            return value
+    if key == "tasks":
+        return None if value is None else list(value) if isinstance(value, (list, tuple)) else value
+    return value if isinstance(value, Mapping) or type(value).__eq__ is not object.__eq__ else None
+
+
+def facts_disagreement(world: str, first_actor: int, first: Mapping[str, Any], actor: int,
+                       other: Mapping[str, Any]) -> Optional[str]:
+    """The one line when actor `actor`'s world declares an observation shape, action spec or task bank
+    other than actor `first_actor`'s (the env reads them once, from the first world), else None."""
+    for key in _DECLARED:
+        a, b = _comparable(key, first.get(key)), _comparable(key, other.get(key))
+        if key == "action_spec" and (a is None or b is None):
+            continue
+        try:
+            differ = bool(a != b)
+        except Exception:  # noqa: BLE001 (an array-like whose comparison has no single truth value)
+            differ = True
+        if differ:
+            fix = "build them alike" + (", or give the bank as data.env.init_args.task_ids" if key == "tasks" else "")
+            return (f"data.env.world: the {world} worlds disagree on `{key}`: actor {actor}'s is {b!r:.100} but actor "
+                    f"{first_actor}'s is {a!r:.100}; every world of one env must declare the same {key} (the env "
+                    f"reads it once, from actor {first_actor}'s world): {fix}")
+    return None
+
+
 class WorldRunner:
     """Worlds for actors `actors` (global indices: world i is built with `seed + i`, `actor=i`
     where its factory takes them), called concurrently by `run_all` (a batch: every answer or the
@@ -373,6 +409,20 @@ class WorldRunner:
             value = read(attr)
             if value is not missing:
                 out["extras"][attr] = value
+        first_actor = next(iter(self.worlds))
+        for actor, world in self.worlds.items():  # every world declares what the first one did
+            if world is first:
+                continue
+            try:
+                declared = {key: getattr(world, key, None) for key in _DECLARED}
+            except Exception as err:  # noqa: BLE001 (the world's own property)
+                raise ConfigError(f"data.env.world: reading actor {actor}'s {self.world_name} declared facts raised "
+                                  f"{type(err).__name__}: {' '.join(str(err).split())[:200]}") from None
+            why = facts_disagreement(self.world_name, first_actor, {**out, "tasks": None if tasks is missing else tasks},
+                                     actor, declared)
+            if why is not None:
+                raise ConfigError(why)
+        out["first_actor"] = first_actor
         return out
 
     def run_all(self, method: str, args: Mapping[int, tuple]) -> dict[int, Any]:

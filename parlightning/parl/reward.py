@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from parlightning.config_types import NonNegativeFinite, PositiveFinite, PositiveInt, check_args
-from parlightning.errors import ArgumentError, ReportedError
+from parlightning.errors import ArgumentError, ConfigError, ReportedError
 from parlightning.method_args import IndexArg, TensorArg, checked_methods
 
 _POSITION = {"position": IndexArg(text="a non-negative count in the annealing unit")}
@@ -151,6 +151,17 @@ def schedule_value(name: str, schedule: Any, position: int) -> float:
             "schedule returns a finite real number (the weight of its reward term, e.g. 0.1): fix its value(), or use "
             "LinearSchedule / CosineSchedule / ConstantSchedule")
     return float(value)
+
+
+def check_reward_overrides(field: str, reward: Any) -> None:
+    """A PARLReward subclass that overrides `__call__` but not `bonus` would be silently ignored:
+    training adds `bonus(n_subagents, assigned, completed)` to the world's own reward (r_perf) and never
+    calls `__call__` (the full reward, for API users)."""
+    cls = type(reward)
+    if isinstance(reward, PARLReward) and cls.__call__ is not PARLReward.__call__ and cls.bonus is PARLReward.bonus:
+        raise ConfigError(f"{field}: {cls.__qualname__} overrides __call__, which training never calls: the rollout adds "
+                          "bonus(n_subagents, assigned, completed) to the world's own reward (r_perf); override bonus "
+                          "(and terms, which PARLAnnealing logs) instead")
 
 
 def check_reward_output(reward: Any, method: str, value: Any, like: Tensor, device: torch.device,

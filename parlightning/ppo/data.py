@@ -33,7 +33,7 @@ from parlightning.method_args import IndexArg, Is, Lifecycle, State, checked_met
 from parlightning.errors import ConfigError, ReportedError, check_call_shape
 from parlightning.distribution.strategies import family_of
 from parlightning.runtime.preflight import check_datamodule, env_signature
-from parlightning.parl.reward import PARLReward
+from parlightning.parl.reward import PARLReward, check_reward_overrides
 from parlightning.rollout import Rollout
 from parlightning.distribution.samplers import RoundRobin, TaskSampler, check_sampler_calls, pass_threshold_mismatch
 
@@ -358,6 +358,8 @@ class RolloutDataModule(pl.LightningDataModule):
             check_sampler_calls("data.sampler", sampler)
         if artifact_key is not None:
             check_artifact_key(artifact_key)
+        if reward is not None:
+            check_reward_overrides("data.reward", reward)
         if env is not None and (not callable(env) or isinstance(env, BatchedEnv)):  # an instance where a factory goes
             raise ConfigError(f"data.env: must be a world factory called as env(num_envs, device, seed) (a world class "
                               f"such as SwarmEnv, or a function returning one), got {type(env).__name__} "
@@ -399,6 +401,12 @@ class RolloutDataModule(pl.LightningDataModule):
     def setup(self, stage: str) -> None:
         if self._built and not self._closed:  # once per fit; after teardown, fresh worlds
             return
+        # Lightning sets the data module up before any callback; a callback that must see faults of this setup
+        # (the ranks' watch: rank 1's sampler failing here must stop rank 0 with its line) starts first
+        for callback in getattr(getattr(self, "trainer", None), "callbacks", None) or ():
+            early = getattr(callback, "setup_before_data", None)
+            if callable(early):
+                early(self.trainer)
         self.build(self.device, self.rank)
 
     def build(self, device: torch.device, rank: int = 0) -> None:

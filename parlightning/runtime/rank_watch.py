@@ -190,7 +190,7 @@ class RankWatch(RolloutCallback):
         self._events = 0  # hooks run (minibatches, rollouts): progress
         self._main_ident = threading.main_thread().ident
         self._done = False
-        self.cleanup: Optional[Any] = None  # a one-process run: what to remove before it ends (set by the CLI)
+        self.cleanup: Optional[Any] = None  # what to remove when the watch ends the run (set by the CLI)
         self._from_start = False  # started by `watch_from_start` (the CLI): watches the whole run
         self._alone: list[threading.Thread] = []
         self.began: Optional[int] = clock_ticks()  # the processes started from then on are the run's
@@ -237,6 +237,13 @@ class RankWatch(RolloutCallback):
         threading.Thread(target=self._watch_store, name="parlightning-rank-watchdog", daemon=True).start()
         self._compare_configs()
         self._beats.compared = True  # every rank has written its first beat: a missing one is now a fault
+
+    def setup_before_data(self, trainer: pl.Trainer) -> None:
+        """`setup`, called by the data module before its own setup (Lightning sets the data module up
+        before any callback): a rank's fault there (its sampler, world or strategy) is then recorded and
+        ends every rank with its line, not a peer's gloo traceback. Idempotent: Lightning's own call to
+        `setup` afterwards does nothing more."""
+        self.setup(trainer, trainer.lightning_module, "fit")
 
     def _watch_alone(self, trainer: Optional[pl.Trainer]) -> None:
         """A one-process run: the same progress rules as a rank's (hooks, declared waits, a moving
@@ -504,11 +511,11 @@ class RankWatch(RolloutCallback):
                 f"stopped{resume}")
         if self.world_size == 1:
             line = f"error: the run stopped: {record['cause']}{resume}"
-            if callable(self.cleanup):  # stuck before its first rollout finished: nothing of the run is kept
-                try:
-                    self.cleanup()
-                except Exception:  # noqa: BLE001
-                    pass
+        if callable(self.cleanup):  # stopped before its first rollout finished (any rank's fault, its setup's
+            try:                    # too): nothing of the run is kept (the CLI's cleanup checks that)
+                self.cleanup()
+            except Exception:  # noqa: BLE001
+                pass
         if "who" in record:
             line = f"error: the {self.world_size}-rank run stopped: {record['cause']}{here}; every rank stopped"
         launcher = getattr(getattr(self.trainer, "strategy", None), "launcher", None)
