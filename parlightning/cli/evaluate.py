@@ -559,7 +559,8 @@ def evaluate_one(a: argparse.Namespace, cls: type, init_args: dict, quiet: bool 
     if callable(getattr(env, "scripted_action", None)):
         def scripted(which: str) -> Episodes:
             senv = build_env(cls, init_args, n, a.seed, split, a.device)
-            return run_episodes(senv, lambda o: scripted_action(senv, which, o), a.seed)
+            sgen = torch.Generator(device=senv.device).manual_seed(a.seed + 1)  # the documented call, as --policy's
+            return run_episodes(senv, lambda o: scripted_action(senv, which, o, sgen), a.seed)
 
         serial = ep if a.policy == "serial" else scripted("serial")
         best = getattr(__import__(cls.__module__, fromlist=["CEILING"]), "CEILING", None)
