@@ -3,7 +3,7 @@
 runs or is written (instead of a run that does nothing, loops forever or fails on a huge allocation).
 
 Counts: `positive_int`, `non_negative_int`, `bounded_int(low, high)`; counts that size an allocation:
-`actor_count`, `step_count`, `episode_count`; processes: `job_count`, `worker_count`. Numbers:
+`actor_count`, `step_count`, `episode_count`; processes: `job_count`, `worker_count`; `port_number`. Numbers:
 `finite_float`, `positive_float`, `non_negative_float`, `unit_interval`, `open_unit_interval`,
 `positive_fraction`, `bounded_float`. Seeds: `random_seed`, `bank_seed`. Paths: `existing_file`,
 `existing_folder`, `config_file`, `output_file`, `output_path`, `output_folder`, `as_path`. Lists and
@@ -83,6 +83,8 @@ random_seed = _typed("random_seed", bounded_int(0, SEED_MAX, f"a seed in 0..{SEE
                      "A training/evaluation seed: numpy and Lightning's seed_everything accept 0..2**32 - 1.")
 bank_seed = _typed("bank_seed", bounded_int(0, INT64_MAX, f"a bank seed in 0..{INT64_MAX}"),
                    "A task bank's seed: an integer in 0..2**63 - 1 (stored as int64).")
+port_number = _typed("port_number", bounded_int(0, 65535, "a port in 1..65535, or 0 for a free one"),
+                     "A TCP port to listen on: 1..65535, or 0 for a free one the system picks.")
 
 
 # ---- numbers ----

@@ -32,7 +32,7 @@ from parlightning.envs.base import action_mask_of, scripted_action
 from parlightning.errors import ConfigError, out_of_memory
 from parlightning.cli.arg_types import (actor_count, bounded_float, config_file, existing_file, output_file, positive_float, positive_int,
                                          random_seed, stall_seconds, step_count)
-from parlightning.cli.outputs import check_output_file, raise_write_error, written_whole
+from parlightning.cli.outputs import check_output_file, outputs_together, raise_write_error, written_whole
 from parlightning.cli.stop_signals import UNWRITTEN, Signalled, stop_on_signals, stopped
 from parlightning.cli.user_code import stall_watched, user_code_error
 from parlightning.runtime.rank_watch import STALL_TIMEOUT_S
@@ -230,8 +230,10 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         reads = [("--config", c) for c in a.config] + [("--teacher", a.teacher)]
         check_output_file("--out", a.out, reads)  # before the teacher plays or anything is written
         check_output_file("--json", a.json, reads + [("--out", a.out)])
-        # a world stuck for good, or a signal, ends the run with one line; --out and --json are written whole
-        with stop_on_signals(after=UNWRITTEN), stall_watched(a.stall_timeout):
+        # a world stuck for good, or a signal, ends the run with one line; --out and --json are written whole,
+        # both or neither (a failed --json write leaves no --out checkpoint either)
+        with stop_on_signals(after=UNWRITTEN), outputs_together() as outputs, \
+                stall_watched(a.stall_timeout, cleanup=outputs.discard):
             report = clone(a.config, a.teacher, a.out, a.rounds, a.num_envs, a.epochs, a.lr, a.minibatch,
                            a.label_smoothing, a.seed)
             if a.json:

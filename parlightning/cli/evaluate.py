@@ -32,7 +32,7 @@ from parlightning.errors import ConfigError, out_of_memory
 from parlightning.cli.arg_types import (bank_seed, config_file, device_name, episode_count, existing_file, output_file,
                                          random_seed, stall_seconds)
 from parlightning.envs.swarm_tasks import SPLITS
-from parlightning.cli.outputs import check_output_file, raise_write_error, written_whole
+from parlightning.cli.outputs import check_output_file, outputs_together, raise_write_error, written_whole
 from parlightning.cli.stop_signals import UNWRITTEN, Signalled, stop_on_signals, stopped
 from parlightning.cli.user_code import stall_watched, user_code_error
 from parlightning.runtime.rank_watch import STALL_TIMEOUT_S
@@ -559,7 +559,8 @@ def evaluate_one(a: argparse.Namespace, cls: type, init_args: dict, quiet: bool 
     if callable(getattr(env, "scripted_action", None)):
         def scripted(which: str) -> Episodes:
             senv = build_env(cls, init_args, n, a.seed, split, a.device)
-            return run_episodes(senv, lambda o: scripted_action(senv, which, o), a.seed)
+            sgen = torch.Generator(device=senv.device).manual_seed(a.seed + 1)  # the documented call, as --policy's
+            return run_episodes(senv, lambda o: scripted_action(senv, which, o, sgen), a.seed)
 
         serial = ep if a.policy == "serial" else scripted("serial")
         best = getattr(__import__(cls.__module__, fromlist=["CEILING"]), "CEILING", None)
@@ -661,8 +662,10 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     from parlightning.cli.packaged import resolve_config_args  # `--config swarm`: the packaged file, as in fit
 
     a = parse_args(resolve_config_args(sys.argv[1:] if argv is None else argv))
-    try:  # a world stuck for good, or a signal, ends the evaluation with one line; outputs are written whole
-        with stop_on_signals(after=UNWRITTEN), stall_watched(a.stall_timeout):
+    try:  # a world stuck for good, or a signal, ends the evaluation with one line; outputs are written whole,
+        # all of --json / --trace / --gantt / --video or none (one that fails leaves none of the others)
+        with stop_on_signals(after=UNWRITTEN), outputs_together() as outputs, \
+                stall_watched(a.stall_timeout, cleanup=outputs.discard):
             return evaluate(a)
     except ConfigError as err:
         raise SystemExit(f"error: {err}") from None

@@ -120,9 +120,11 @@ class ParlCLI(LightningCLI):
                 raise SystemExit(f"error: --torch_threads: {threads} threads on a machine with {os.cpu_count()} CPUs; "
                                  f"use at most {most} (intra-op threads per process; 1 suits small policies)")
             torch.set_num_threads(threads)
-        from parlightning.runtime.subclass_init import check_base_init
+        from parlightning.runtime.subclass_init import check_subclasses
 
-        skipped = check_base_init(config)  # a user's subclass whose __init__ never reaches the package base's
+        # a user's subclass whose __init__ never reaches the package base's, or that never defines a method
+        # the base leaves to it (Schedule.value): one line before anything is built or written
+        skipped = check_subclasses(config)
         if skipped is not None:
             raise SystemExit(f"error: {skipped}")
         for name, least in (("heartbeat_timeout", 3 * BEAT_S), ("stall_timeout", 3 * BEAT_S)):

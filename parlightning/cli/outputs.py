@@ -4,6 +4,8 @@ Plain Python (no torch, no Lightning): the light commands (plot) import it too."
 
 from __future__ import annotations
 
+import contextvars
+import glob
 import os
 from contextlib import contextmanager
 from typing import Iterable, Iterator, NoReturn, Optional, Tuple
@@ -65,10 +67,18 @@ def check_output_file(flag: str, path: Optional[str], inputs: Iterable[Tuple[str
                           "system); pick a writable path")
 
 
+def _partial_of(name: str, path: str) -> bool:
+    """`name` is `written_whole`'s partial file of `path` (`.partial-<name>` beside it, a suffix its
+    writer appended too), not another output's in the same folder."""
+    return (os.path.dirname(os.path.abspath(name)) == os.path.dirname(os.path.abspath(path))
+            and os.path.basename(name).startswith(f".partial-{os.path.basename(path)}"))
+
+
 def write_error(err: BaseException, outputs: Iterable[Tuple[str, Optional[str]]]) -> Optional[str]:
     """One line for a write of one of a command's `outputs` (`(flag, path)`) that failed after the
-    checks (a disk that filled, an I/O error): the flag, the file and why, with the free space;
-    None when `err` is not such a failure (its traceback is kept)."""
+    checks (a disk that filled, an I/O error): the flag, the file and why, with the free space (and,
+    for several outputs, written together by `outputs_together`, that none was written); None when
+    `err` is not such a failure (its traceback is kept)."""
     import errno
     import shutil
 
@@ -76,8 +86,8 @@ def write_error(err: BaseException, outputs: Iterable[Tuple[str, Optional[str]]]
     target = None
     if isinstance(err, OSError) and err.filename is not None:
         name = os.fsdecode(err.filename)
-        target = next(((flag, path) for flag, path in outputs if same_file(name, path) or os.path.dirname(
-            os.path.abspath(name)) == os.path.dirname(os.path.abspath(path)) and ".partial" in name), None)
+        target = next(((flag, path) for flag, path in outputs if _partial_of(name, path)), None) or next(
+            ((flag, path) for flag, path in outputs if same_file(name, path)), None)
     elif isinstance(err, RuntimeError) and "inline_container" in str(err) and len(outputs) == 1:
         target = outputs[0]  # torch's zip writer failing mid-file (its message names no file)
     if target is None:
@@ -90,8 +100,10 @@ def write_error(err: BaseException, outputs: Iterable[Tuple[str, Optional[str]]]
     except OSError:
         room = ""
     full = isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+    flags = list(dict.fromkeys(f for f, _ in outputs))
+    none = f"; nothing was written ({' and '.join(flags)}: all or none)" if len(flags) > 1 else ""
     return (f"{flag}: writing {path!r} failed ({why}{room}); {'free some space' if full else 'check the disk'} or "
-            "write it elsewhere")
+            f"write it elsewhere{none}")
 
 
 def raise_write_error(err: BaseException, outputs: Iterable[Tuple[str, Optional[str]]]) -> NoReturn:
@@ -103,24 +115,92 @@ def raise_write_error(err: BaseException, outputs: Iterable[Tuple[str, Optional[
     raise SystemExit(f"error: {line}") from None
 
 
+class OutputGroup:
+    """A command's outputs written together (`outputs_together`): each `written_whole` in it leaves its
+    finished partial file here; `commit` puts them all in place at the end, `discard` removes them."""
+
+    def __init__(self) -> None:
+        self.pending: dict[str, str] = {}  # path -> its finished partial file (a path written twice: the last)
+
+    def discard(self) -> None:
+        """Remove every finished partial file: no output of the group is written."""
+        while self.pending:
+            _path, tmp = self.pending.popitem()
+            if os.path.lexists(tmp):
+                os.unlink(tmp)
+
+    def commit(self) -> None:
+        """Replace each output by its partial file, in the order they were written (renames in their
+        own folders: no data is written, so a full disk cannot fail one half-way)."""
+        try:
+            while self.pending:
+                path, tmp = next(iter(self.pending.items()))
+                try:
+                    os.replace(tmp, path)
+                except OSError as err:
+                    if err.filename is None:
+                        err.filename = tmp
+                    raise
+                del self.pending[path]
+        finally:
+            self.discard()
+
+
+_GROUP: contextvars.ContextVar[Optional[OutputGroup]] = contextvars.ContextVar("parlightning_output_group",
+                                                                              default=None)
+
+
+@contextmanager
+def outputs_together() -> Iterator[OutputGroup]:
+    """A command with several outputs (bc's --out and --json, plot's --out and --csv, evaluate's
+    --json / --trace / --gantt / --video) writes all of them or none: every `written_whole` in the
+    block keeps its finished partial file until the block ends, then all replace their paths; a
+    block that fails (a full disk under the second output, an error, a signal, Ctrl-C) removes
+    every partial file, so no output of this run is left and files that were there are unchanged.
+    Give `group.discard` to a watch that may end the process (`stall_watched(cleanup=...)`)."""
+    group = OutputGroup()
+    token = _GROUP.set(group)
+    try:
+        yield group
+    except BaseException:
+        group.discard()
+        raise
+    finally:
+        _GROUP.reset(token)
+    group.commit()
+
+
 @contextmanager
 def written_whole(path: str) -> Iterator[str]:
     """Write an output whole or not at all: the block writes the path it is given (a hidden
     `.partial-<name>` beside `path`, same suffix, so writers that read the suffix pick the same
-    format); it replaces `path` when the block ends, and is removed when the block fails (an error,
-    a signal, Ctrl-C), so a file that was there is kept as it was. A failed write whose error names
-    no file (`f.write`, `close` on a full disk: ENOSPC, EDQUOT, EFBIG, EIO) is given the partial
+    format); it replaces `path` when the block ends (inside `outputs_together`: when that block
+    ends, with the command's other outputs), and is removed when the block fails (an error, a
+    signal, Ctrl-C), so a file that was there is kept as it was; a file the writer made by
+    appending a suffix to the partial name is removed too. A failed write whose error names no
+    file (`f.write`, `close` on a full disk: ENOSPC, EDQUOT, EFBIG, EIO) is given the partial
     file's name, so `write_error` names the output, its flag and the free space in one line."""
     folder, name = os.path.split(path)
     tmp = os.path.join(folder, f".partial-{name}")
+    suffixed = set(glob.glob(glob.escape(tmp) + ".*"))  # a writer that appends a suffix (savefig: NAME.png)
+    group = _GROUP.get()
     try:
         try:
             yield tmp
-            os.replace(tmp, path)
+            if group is None:
+                os.replace(tmp, path)
+            else:
+                if not os.path.lexists(tmp):  # nothing written under the name given: as os.replace would say
+                    raise FileNotFoundError(2, "No such file or directory", tmp)
+                group.pending.pop(path, None)  # written twice (evaluate's --trace per run): the last write
+                group.pending[path] = tmp
+                tmp = ""  # the group's now
         except OSError as err:
             if err.filename is None:
                 err.filename = tmp
             raise
     finally:
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
+        partial = os.path.join(folder, f".partial-{name}")
+        for left in [tmp, *(set(glob.glob(glob.escape(partial) + ".*")) - suffixed)]:  # none is ever left behind
+            if left and os.path.lexists(left):
+                os.unlink(left)

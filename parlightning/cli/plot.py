@@ -27,7 +27,7 @@ import numpy as np
 
 from parlightning.cli.arg_types import ScriptParser, bounded_int, comma_list, output_file, positive_int, text_item
 from parlightning.errors import ConfigError
-from parlightning.cli.outputs import check_output_file, raise_write_error, written_whole
+from parlightning.cli.outputs import check_output_file, outputs_together, raise_write_error, written_whole
 from parlightning.cli.stop_signals import UNWRITTEN, Signalled, stop_on_signals, stopped
 
 T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
@@ -210,10 +210,13 @@ def _check_title(title: Optional[str]) -> None:
 
 
 def _check_image_format(path: str) -> None:
-    """--out's suffix must be an image format matplotlib writes (it picks the format from it)."""
+    """--out's suffix must be an image format matplotlib writes (it picks the format from it); a name
+    without one is refused (matplotlib would write `NAME.png`, not the file named)."""
     suffix = os.path.splitext(path)[1].lstrip(".").lower()
     if not suffix:
-        return
+        raise ConfigError(f"--out: {path!r} has no suffix, and the suffix picks the image format (matplotlib would "
+                          f"write {path + '.png'!r}, not {path!r}); name the image with its format, e.g. "
+                          f"{path + '.png'!r}")
     try:
         from matplotlib.figure import Figure
     except ImportError:
@@ -260,11 +263,12 @@ def plot(a: argparse.Namespace) -> list[Curve]:
     _check_image_format(a.out)
     check_output_file("--csv", a.csv, run_files + [("--out", a.out)])
     curves = [group_curve(name, runs, a.tag, a.points, a.smooth, a.band) for name, runs in groups]
-    with written_whole(a.out) as tmp:
-        draw(curves, tmp, a.tag, a.title, a.band)
-    if a.csv:
-        with written_whole(a.csv) as tmp:
-            write_csv(curves, tmp)
+    with outputs_together():  # --out and --csv both or neither (a failed --csv write leaves no --out)
+        with written_whole(a.out) as tmp:
+            draw(curves, tmp, a.tag, a.title, a.band)
+        if a.csv:
+            with written_whole(a.csv) as tmp:
+                write_csv(curves, tmp)
     for c in curves:
         print(f"{c.name}: {len(c.runs)} runs, {a.tag} at {c.steps[-1]:,.0f} env steps: {c.mean[-1]:.3f} "
               f"[{c.low[-1]:.3f}, {c.high[-1]:.3f}] ({'95% CI' if a.band == 'ci' else '± 1 std'})")

@@ -18,7 +18,7 @@ from typing import Any, Callable, Literal, NamedTuple, Optional, Sequence
 import torch
 from torch import Tensor
 
-from parlightning.errors import ArgumentError, ConfigError
+from parlightning.errors import ArgumentError, ConfigError, check_call_shape
 from parlightning.method_args import Arg, Lifecycle, State, TensorArg, check_real_device, layout_fault, vouch, vouched
 
 
@@ -322,12 +322,26 @@ def _check_action_range(field: str, action: Tensor, spec: "ActionSpec") -> None:
 _SCRIPTED = ActionArg(same_device=False)
 
 
+_SCRIPTED_SHAPES: set = set()  # the scripted_action functions whose signature takes the package's call
+
+
 def scripted_action(env: Any, name: str, obs: Tensor, generator: Any = None) -> Tensor:
-    """`env.scripted_action(name, obs, generator)` (a world's scripted policy: evaluate's --policy, bc's
-    --teacher), its return checked as the world's `step(action)` is (`ActionArg`: [num_envs,
-    *action_shape], integer for discrete actions, float for continuous): a wrong one is one
+    """`env.scripted_action(name, obs, generator)` (a world's scripted policy: evaluate's --policy and
+    its baselines, bc's --teacher), its return checked as the world's `step(action)` is (`ActionArg`:
+    [num_envs, *action_shape], integer for discrete actions, float for continuous): a wrong one is one
     ArgumentError naming `World.scripted_action` and the shape and dtype it must return, before the
-    world's own step computes with it. Metadata only (O(1))."""
+    world's own step computes with it. The method's signature is probed once (`check_call_shape`): one
+    that cannot take `(name, obs, generator)` (the documented `scripted_action(self, name, obs,
+    generator=None)`) is one ConfigError naming it, not a TypeError from the call. O(1)."""
+    fn = env.scripted_action
+    args = ("name", "obs") if generator is None else ("name", "obs", "generator")
+    key = (getattr(fn, "__func__", fn), len(args))
+    if key not in _SCRIPTED_SHAPES:
+        owner = type(getattr(fn, "__self__", env)).__name__
+        check_call_shape("data.env", owner, "scripted_action", fn, args, caller="the package (evaluate --policy, bc --teacher)",
+                         define="scripted_action(self, name, obs, generator=None) (drawing any random action from "
+                                "generator, so --seed repeats it)")
+        _SCRIPTED_SHAPES.add(key)
     action = env.scripted_action(name, obs) if generator is None else env.scripted_action(name, obs, generator)
     _SCRIPTED.check(f"{type(env).__name__}.scripted_action({name!r})'s return", action, env, {})
     return action

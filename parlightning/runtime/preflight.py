@@ -89,9 +89,29 @@ class _StrictLoader(yaml.SafeLoader):
                               "(e.g. lr: 3.0e-4)") from None
 
 
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
 def _strict_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    """The mapping after the key checks (`_check_keys`); a YAML merge key (`<<: *base` or `<<: {...}`)
+    is merged as SafeLoader merges it (the mapping's own keys win), so a merged typo is named by the
+    config's validation like any other key."""
+    _check_keys(loader, node)
+    return loader.construct_mapping(node, deep=deep)
+
+
+def _check_keys(loader: _StrictLoader, node: yaml.MappingNode, merging: tuple = ()) -> None:
     seen: dict[Any, int] = {}
-    for key_node, _ in node.value:
+    for key_node, value_node in node.value:
+        if key_node.tag == _MERGE_TAG:  # `<<:` merges a mapping or a list of them: check their keys too
+            merged = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+            for sub in merged:
+                if sub is node or any(sub is m for m in merging):
+                    raise ConfigError(f"line {key_node.start_mark.line + 1}: the merge key << merges a mapping into "
+                                      "itself (through its own alias); merge another mapping or drop the <<")
+                if isinstance(sub, yaml.MappingNode):
+                    _check_keys(loader, sub, merging + (node,))
+            continue  # (SafeLoader's flatten_mapping refuses a merge of anything but mappings, with its line)
         key = loader.construct_object(key_node, deep=True)
         line = key_node.start_mark.line + 1
         try:
@@ -107,7 +127,6 @@ def _strict_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = 
         if key in seen:
             raise ConfigError(f"key {key!r} appears twice (lines {seen[key]} and {line}); keep one and merge the two")
         seen[key] = line
-    return loader.construct_mapping(node, deep=deep)
 
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _strict_mapping)

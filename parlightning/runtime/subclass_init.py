@@ -7,7 +7,11 @@ built, and refuses such a class with one line naming its field, the class and th
 
 The check reads the class's own `__init__` code (its bytecode names): an `__init__` that names neither
 `super` nor `__init__` cannot reach the base's. Only package bases whose `__init__` sets something
-count (a base without its own `__init__`, e.g. `Schedule`, needs no call)."""
+count (a base without its own `__init__`, e.g. `Schedule`, needs no call).
+
+`check_subclasses(config)` also refuses a class that leaves undefined a method its package base leaves
+to subclasses (a body that only raises NotImplementedError, e.g. `Schedule.value`), or such a base
+named itself, instead of a bare NotImplementedError at its first call, mid-run."""
 
 from __future__ import annotations
 
@@ -120,4 +124,53 @@ def check_base_init(config: Any) -> Optional[str]:
     return None
 
 
-__all__ = ["base_init_error", "check_base_init", "class_paths"]
+def _left_to_subclasses(fn: Any) -> bool:
+    """`fn` is a package method whose body only raises NotImplementedError (`def value(...): raise
+    NotImplementedError`, a docstring allowed): a method its subclasses must define."""
+    fn = fn.__func__ if isinstance(fn, (staticmethod, classmethod)) else fn
+    code = getattr(fn, "__code__", None)
+    return (isinstance(code, types.CodeType) and code.co_names == ("NotImplementedError",)
+            and str(getattr(fn, "__module__", "")).split(".")[0] == "parlightning")
+
+
+def undefined_method_error(field: str, cls: type) -> Optional[str]:
+    """The line for `cls` (named at `field`) when a method a package base leaves to its subclasses
+    (its body only raises NotImplementedError: `Schedule.value`) is not defined by `cls` or a class
+    between them: the run would fail with a bare NotImplementedError at the first call, mid-run."""
+    for base in cls.__mro__:
+        if not _package_class(base):
+            continue
+        for name, fn in vars(base).items():
+            if not _left_to_subclasses(fn):
+                continue
+            owner = next(c for c in cls.__mro__ if name in vars(c))
+            if owner is not base:
+                continue  # defined (overridden) further down
+            try:
+                params = [p for p in inspect.signature(fn).parameters]
+            except (TypeError, ValueError):
+                params = ["self", "..."]
+            define = f"{name}({', '.join(params)})"
+            base_name = f"{base.__module__}.{base.__qualname__}"
+            if _package_class(cls):
+                return (f"{field}: {cls.__module__}.{cls.__qualname__} is a base class: its {name} is left to "
+                        f"subclasses (it raises NotImplementedError); name a class that defines {define}")
+            return (f"{field}: {cls.__module__}.{cls.__qualname__} never defines {name}, which its base {base_name} "
+                    f"leaves to subclasses (it raises NotImplementedError): define {define} in it")
+    return None
+
+
+def check_subclasses(config: Any) -> Optional[str]:
+    """The first line for the parsed `config`'s classes (every `class_path`, nested ones too) that
+    skip their package base's `__init__` (`base_init_error`) or leave a method the base leaves to
+    subclasses undefined (`undefined_method_error`), or None. Reads the classes, builds nothing."""
+    for field, path in class_paths(config):
+        cls = _resolve(path)
+        if cls is not None:
+            line = base_init_error(field, cls) or undefined_method_error(field, cls)
+            if line is not None:
+                return line
+    return None
+
+
+__all__ = ["base_init_error", "check_base_init", "check_subclasses", "class_paths", "undefined_method_error"]

@@ -34,7 +34,14 @@ import threading
 import time
 from typing import Any, Optional
 
+from parlightning.config_types import NonNegativeFinite, PositiveInt, Seed, check_args, restricted_number_type
 from parlightning.errors import ConfigError
+
+PortNumber = restricted_number_type("PortNumber", int, [(">=", 0), ("<=", 65535)],
+                                    docstring="a TCP port in 0..65535 (0: a free one)")
+MAX_SIGMA = 10.0  # a lognormal sigma past this spreads latencies over e^+-30 (and lognormvariate can overflow)
+LatencySigma = restricted_number_type("LatencySigma", float, [(">=", 0.0), ("<=", MAX_SIGMA)],
+                                      docstring=f"a lognormal sigma in [0, {MAX_SIGMA:g}]")
 
 _DIRECTIVE = re.compile(r"@(status|flaky|ratelimit)=(\d+)(?::(\d+(?:\.\d+)?))?|@(hang|drop|garbage|hold)\b")
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 429: "Too Many Requests", 500: "Internal Server Error",
@@ -42,12 +49,15 @@ _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 429: "Too Many Requ
 
 
 class LocalChatServer:
-    """See the module docstring. `port=0` picks a free port; `base_url` is `http://127.0.0.1:PORT/v1`."""
+    """See the module docstring. `port=0` picks a free port; `base_url` is `http://127.0.0.1:PORT/v1`.
+    The arguments are checked here (`check_args`): a latency that is negative or not finite, a sigma
+    outside [0, 10], a port outside 0..65535, a seed outside 0..2**32 - 1 or a backlog below 1 is one
+    ConfigError naming `LocalChatServer.<argument>`."""
 
-    def __init__(self, latency: float = 0.0, latency_sigma: float = 0.0, port: int = 0, seed: int = 0,
-                 backlog: int = 4096) -> None:
-        if latency < 0 or latency_sigma < 0:
-            raise ValueError(f"LocalChatServer: latency and latency_sigma must be >= 0, got {latency}, {latency_sigma}")
+    def __init__(self, latency: NonNegativeFinite = 0.0, latency_sigma: LatencySigma = 0.0, port: PortNumber = 0,
+                 seed: Seed = 0, backlog: PositiveInt = 4096) -> None:
+        latency, latency_sigma, port, seed, backlog = check_args(
+            "LocalChatServer", LocalChatServer.__init__, locals()).values()
         self.latency, self.latency_sigma, self.backlog = latency, latency_sigma, backlog
         self._rng = random.Random(seed)
         self._requested_port = port
@@ -268,16 +278,25 @@ class LocalChatServer:
 
 
 def main(argv: Optional[list[str]] = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--latency", type=float, default=0.2, help="seconds per request (median when lognormal)")
-    parser.add_argument("--latency-sigma", type=float, default=0.0, help="lognormal sigma (0: fixed latency)")
-    parser.add_argument("--seed", type=int, default=0)
+    from parlightning.cli.arg_types import bounded_float, non_negative_float, port_number, random_seed
+
+    parser = argparse.ArgumentParser(prog="python -m parlightning.subagents.chat_server", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--port", type=port_number, default=0, help="the port to listen on (default 0: a free one)")
+    parser.add_argument("--latency", type=non_negative_float, default=0.2,
+                        help="seconds per request (median when lognormal)")
+    parser.add_argument("--latency-sigma", type=bounded_float(0.0, MAX_SIGMA), default=0.0,
+                        help=f"lognormal sigma in [0, {MAX_SIGMA:g}] (0: fixed latency)")
+    parser.add_argument("--seed", type=random_seed, default=0, help="seeds the lognormal latencies")
     args = parser.parse_args(argv)
     server = LocalChatServer(args.latency, args.latency_sigma, args.port, args.seed)
 
     async def run() -> None:
-        await server.serve()
+        try:
+            await server.serve()
+        except OSError as err:  # the port is taken, or not ours to bind
+            raise ConfigError(f"--port: cannot listen on 127.0.0.1:{args.port} ({err.strerror or type(err).__name__}); "
+                              "pass --port 0 for a free port, or stop what holds this one") from None
         print(f"listening on {server.base_url}", flush=True)
         await asyncio.Event().wait()
 
@@ -288,4 +307,6 @@ def main(argv: Optional[list[str]] = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from parlightning.cli.script_main import run_main
+
+    run_main(main)
