@@ -186,7 +186,8 @@ def test_ctrl_c_pressed_twice_ends_fit_with_its_one_line_and_code_130(tmp_path):
     env = dict(os.environ, R14_MARK=str(mark), PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]))
     proc = subprocess.Popen([sys.executable, "-m", "parlightning.fit", "--config", SWARM, *TINY,
                              "--data.env", "r14_slow.SlowStep", "--trainer.max_epochs", "2"], cwd=tmp_path, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as from a terminal
     try:
         deadline = time.monotonic() + 240
         while not mark.exists() and proc.poll() is None and time.monotonic() < deadline:
