@@ -94,6 +94,7 @@ BEAT_KEY = "beat/{}"
 BEAT_S = 1.0  # how often a rank writes its beat and samples its own stacks
 HEARTBEAT_TIMEOUT_S = 20.0  # a peer whose beat has not moved this long is frozen
 STALL_TIMEOUT_S = 30.0  # a main thread on the same line this long, not waiting for peers nor in a declared wait, is stuck
+SAME_ERROR_WAIT_S = 2.0  # a rank other than 0 failing with a one-line error waits this long for rank 0 meeting the same
 PAUSED_S = 5.0  # a watch loop that slept this much longer than asked was paused itself (Ctrl-Z, load)
 # besides the main thread: threads whose stacks count as progress (the thread and process transports'
 # collector and link threads, the per-actor asynchronous collector's thread)
@@ -343,6 +344,15 @@ class RankWatch(RolloutCallback):
         except (RuntimeError, ValueError, OSError):
             return None
 
+    def _wait_for_record(self, seconds: float) -> Optional[dict]:
+        """The job's record once another rank writes it within `seconds`, else None."""
+        deadline = time.monotonic() + seconds
+        while True:
+            record = self._read()
+            if record is not None or time.monotonic() >= deadline:
+                return record
+            time.sleep(0.05)
+
     def _claim(self, cause: str, code: int) -> dict:
         """Write this rank's record unless another rank wrote first; returns the one that stands."""
         mine = {"rank": self.rank, "pid": os.getpid(), "host": socket.gethostname(), "cause": cause, "code": code}
@@ -441,6 +451,12 @@ class RankWatch(RolloutCallback):
         self._stop.set()
         record = self._read()
         symptom = _is_peer_symptom(err)
+        if record is None and not symptom and self.rank != 0 and message is not None:
+            record = self._wait_for_record(SAME_ERROR_WAIT_S)  # a check every rank runs: rank 0's line comes
+        if record is not None and self.rank != 0 and message is not None and _same_error(record.get("cause"), message):
+            print(f"(rank {self.rank} stopped too: {message[:160]})", file=_stderr())  # every rank met this error:
+            _flush()                                                                  # rank 0 prints the job's line
+            raise SystemExit(1)
         if record is None and not symptom:
             cause, code = self._cause(err, message)
             if message is None and not isinstance(err, (SystemExit, KeyboardInterrupt, FloatingPointError)):
@@ -558,6 +574,12 @@ class _LocalStore:
             if key not in self._data or self._data[key] == expected.encode():
                 self._data[key] = value.encode()
             return self._data[key]
+
+
+def _same_error(a: Any, b: Any) -> bool:
+    """Two ranks' one-line errors are the same error (an object's address differs per process)."""
+    strip = lambda text: re.sub(r" at 0x[0-9a-fA-F]+", "", str(text))  # noqa: E731
+    return isinstance(a, str) and isinstance(b, str) and strip(a) == strip(b)
 
 
 def _stderr() -> Any:
