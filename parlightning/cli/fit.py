@@ -258,17 +258,15 @@ def _main(args: list[str], watch: RankWatch, began: Optional[int]) -> ParlCLI:
                        getattr(cli.trainer, "current_epoch", 1) == 0 and not _wrote_checkpoint(fresh))  # iteration, unsaved
             if message is not None and (before_any or setting):
                 remove_new_outputs(fresh)  # a failed start leaves nothing behind (logs, config.yaml)
-            if watch.active:  # DDP: record this rank's cause, stop every rank, rank 0 prints one line
-                try:
-                    watch.stop_job(err, message)  # never returns: the helpers and children end on the way out
-                finally:
-                    stop_helpers()
-                    end_processes(started)
-            launcher = cli.trainer.strategy.launcher
-            if callable(getattr(launcher, "kill", None)):
-                launcher.kill(signal.SIGKILL)  # DDP: the ranks this process launched must not wait for it
-            stop_helpers()  # the fork server and resource tracker of a collector or world process end with the run
-            end_processes(started)  # what the run's worlds started and left running (a stuck step's child program)
+            try:
+                if watch.active:  # DDP: record this rank's cause, stop every rank, rank 0 prints one line
+                    watch.stop_job(err, message)  # never returns: the helpers and children still end below
+                launcher = cli.trainer.strategy.launcher
+                if callable(getattr(launcher, "kill", None)):
+                    launcher.kill(signal.SIGKILL)  # DDP: the ranks this process launched must not wait for it
+            finally:
+                stop_helpers()  # the fork server and resource tracker of a collector or world process end with the run
+                end_processes(started)  # what the run's worlds started and left running (a stuck step's child program)
             stopped_by = (err.signum if isinstance(err, Signalled) else signal.SIGTERM if isinstance(err, SIGTERMException)
                           else signal.SIGINT if message is None and _interrupted(err, cli.trainer) else None)
             if stopped_by is not None:  # a signal (or Ctrl-C) at any phase of the fit: the line says what that phase kept
@@ -603,9 +601,6 @@ def _check_instance_hooks(cb: Any, field: str) -> None:
         positional = tuple(p for p in params if p not in keywords)
         check_call_shape(field, f"{type(cb).__name__}({hook}={shown})", hook, fn, positional, keywords,
                          caller="Lightning", define=f"a function def {hook}({', '.join(params)}) and pass that")
-
-
-_TUNERS = {"LearningRateFinder": "lr_find", "BatchSizeFinder": "scale_batch_size"}
 
 
 def _check_tuner(cb: Any, field: str) -> None:

@@ -422,7 +422,6 @@ class WorldRunner:
                                      actor, declared)
             if why is not None:
                 raise ConfigError(why)
-        out["first_actor"] = first_actor
         return out
 
     def run_all(self, method: str, args: Mapping[int, tuple]) -> dict[int, Any]:

@@ -576,10 +576,12 @@ class _LocalStore:
             return self._data[key]
 
 
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")  # an object's repr: its address differs per process
+
+
 def _same_error(a: Any, b: Any) -> bool:
-    """Two ranks' one-line errors are the same error (an object's address differs per process)."""
-    strip = lambda text: re.sub(r" at 0x[0-9a-fA-F]+", "", str(text))  # noqa: E731
-    return isinstance(a, str) and isinstance(b, str) and strip(a) == strip(b)
+    """Two ranks' one-line errors are the same error (read without objects' addresses)."""
+    return isinstance(a, str) and isinstance(b, str) and _ADDRESS.sub("", a) == _ADDRESS.sub("", b)
 
 
 def _stderr() -> Any:
