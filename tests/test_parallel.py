@@ -562,6 +562,11 @@ def _ddp_worker(rank: int, world: int, store: str, out: dict) -> None:
         dist.all_reduce(counters, op=dist.ReduceOp.SUM)
         tp.merge_stats(counters)
         out.put((rank, plan, changed.tolist(), params.tolist(), tp.section_violations))  # plain data: no shared memory
+        # DDP's reducer holds the process group: freed first, and no rank tears the group down while the other is
+        # still in a collective (a rank that did died once in gloo's teardown: "terminate called without an
+        # active exception", SIGABRT)
+        del ddp, opt, loss
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
