@@ -17,7 +17,7 @@ from torch import Tensor
 
 from parlightning.config_types import PositiveInt, check_allocation, check_value
 from parlightning.envs.base import EpisodeParts
-from parlightning.errors import ConfigError
+from parlightning.errors import ArgumentError, ConfigError
 from parlightning.method_args import IndexArg, Lifecycle, State, TensorArg, checked, checked_methods
 
 _TN = TensorArg("number", ("T", "N"), device="same")
@@ -199,13 +199,19 @@ class RolloutBuffer:
             if store is None:  # an optional column, allocated by its first write
                 store = self._allocate(name, value if isinstance(value, Tensor) else None)
                 setattr(self, name, store)
-            if name == "parts":
-                self.has_parts = True
-                torch.stack(tuple(value), -1, out=store[t])  # promoted and cast to float in one call
-            elif isinstance(value, int):  # one value for every actor (e.g. the policy version)
-                store[t].fill_(value)
-            else:
-                store[t].copy_(value)
+            try:
+                if name == "parts":
+                    self.has_parts = True
+                    torch.stack(tuple(value), -1, out=store[t])  # promoted and cast to float in one call
+                elif isinstance(value, int):  # one value for every actor (e.g. the policy version)
+                    store[t].fill_(value)
+                else:
+                    store[t].copy_(value)
+            except (RuntimeError, TypeError) as err:  # checked only when the copy fails: nothing on the step's path
+                shape = tuple(getattr(value, "shape", ())) if name != "parts" else "EpisodeParts"
+                raise ArgumentError(f"RolloutBuffer.write({name}): must be a tensor of shape {tuple(store.shape[1:])} "
+                                    f"([num_envs, ...] as the buffer was allocated), got {shape} "
+                                    f"({' '.join(str(err).split())[:120]})") from None
 
     def finished_parts(self) -> Optional[EpisodeParts]:
         """EpisodeParts of every episode that ended in this rollout ([E] each); one host sync."""

@@ -638,7 +638,12 @@ def main(argv: Optional[list[str]] = None) -> list[dict]:
     if a.quick:
         extra = ["--trainer.max_epochs=2", "--data.num_envs=16", "--data.num_steps=8", *extra]
     seeds = a.seeds if a.seeds is not None else (2 if a.quick else 3)
-    axes = dict(parse_axis(x) for x in a.axis)
+    parsed = [parse_axis(x) for x in a.axis]
+    twice = next((key for i, (key, _) in enumerate(parsed) if key in [k for k, _ in parsed[:i]]), None)
+    if twice is not None:
+        raise SystemExit(f"error: --axis: {twice} is given twice (--axis {twice}=... appears more than once); give "
+                         f"every value of one key in one --axis, e.g. --axis {twice}=1e-3,3e-4,1e-2")
+    axes = dict(parsed)
     check_fit_args(configs, axes, extra)  # an unknown key or a bad value: one line, before any run or folder
     plan = grid_plan(configs, axes, range(seeds), extra, bank_seeds(a.banks), range(a.eval_seeds),
                      a.episodes or (1 if a.quick else None), a.launch or default_launch(a.quick))

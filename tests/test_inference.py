@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 import torch
 
+from parlightning.runtime.checkpoint import CHECKSUM_KEY, stamp_checkpoint
+
 import parlightning
 from parlightning.errors import ConfigError
 from parlightning.cli.evaluate import main as evaluate_main
@@ -110,11 +112,13 @@ def test_load_policy_refuses_bad_checkpoints_with_one_error(swarm_ckpt, tmp_path
         parlightning.load_policy(tmp_path / "junk.ckpt")
     ckpt = torch.load(swarm_ckpt, weights_only=True)
     ckpt["hyper_parameters"]["policy"] = "gru"
-    torch.save(ckpt, tmp_path / "gru.ckpt")
+    torch.save(stamp_checkpoint(ckpt), tmp_path / "gru.ckpt")  # as a recurrent run would have saved it
     with pytest.raises(ConfigError, match="load_policy runs mlp and slots policies"):
         parlightning.load_policy(tmp_path / "gru.ckpt")
     del ckpt["policy_spaces"]
     ckpt["hyper_parameters"]["policy"] = "mlp"
-    torch.save(ckpt, tmp_path / "old.ckpt")
+    old = stamp_checkpoint(ckpt)
+    old[CHECKSUM_KEY] = {"sha256": old[CHECKSUM_KEY]["sha256"]}  # an older version's checksum: tensors only
+    torch.save(old, tmp_path / "old.ckpt")
     with pytest.raises(ConfigError, match="no policy_spaces"):
         PPOModule.load_from_checkpoint(tmp_path / "old.ckpt")

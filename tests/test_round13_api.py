@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from parlightning.runtime.checkpoint import stamp_checkpoint
+
 from parlightning.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,7 +42,7 @@ def swarm_ckpt(tmp_path_factory) -> str:
 def _edited(src: str, dst: Path, **hparams) -> str:
     ck = torch.load(src, weights_only=False, map_location="cpu")
     ck["hyper_parameters"].update(hparams)
-    torch.save(ck, dst)
+    torch.save(stamp_checkpoint(ck), dst)  # re-stamped: the values are checked, not the edit (see below)
     return str(dst)
 
 
@@ -86,6 +88,18 @@ def test_1b_an_override_replaces_the_edited_value(swarm_ckpt, tmp_path) -> None:
 
     path = _edited(swarm_ckpt, tmp_path / "e.ckpt", lr="fast")
     assert PPOModule.load_from_checkpoint(path, lr=1e-3).hparams.lr == 1e-3
+
+
+def test_1b_an_edit_the_checksum_did_not_see_is_refused_naming_the_setting_and_the_override(swarm_ckpt, tmp_path):
+    from parlightning.ppo.module import PPOModule
+
+    ck = torch.load(swarm_ckpt, weights_only=False, map_location="cpu")
+    ck["hyper_parameters"]["lr"] = 0.5  # a valid value, edited in the file
+    torch.save(ck, tmp_path / "e.ckpt")
+    with pytest.raises(ConfigError) as err:
+        PPOModule.load_from_checkpoint(tmp_path / "e.ckpt", lr=1e-3)
+    _one_line(err, "e.ckpt", "was changed after it was saved: hyper_parameters.lr changed",
+              "load_from_checkpoint(path, lr=...)")
 
 
 def test_1c_subclass_argument_missing_from_the_checkpoint_names_it(swarm_ckpt) -> None:

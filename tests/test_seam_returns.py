@@ -167,8 +167,8 @@ def test_a_strategys_plan_is_checked(units, says) -> None:
     (None, r"returned None \(a missing `return`\?\)"),
     ("done", r"returned str 'done'"),
     ({"success": "no"}, r"returned success='no'; success must be a bool"),
-    ({"success": True, "steps": math.nan}, r"returned steps=nan; steps must be a finite number >= 0"),
-    ({"success": True, "steps": -1}, r"returned steps=-1; steps must be a finite number >= 0"),
+    ({"success": True, "steps": math.nan}, r"returned steps=nan; steps must be a whole number >= 0"),
+    ({"success": True, "steps": -1}, r"returned steps=-1; steps must be a whole number >= 0"),
     ({"success": True, "steps": 10**400 if False else math.inf}, r"returned steps=inf"),
 ], ids=["none", "type", "dtype", "nan", "negative", "inf"])
 def test_a_subagent_functions_return_is_checked(value, says) -> None:

@@ -132,6 +132,7 @@ class ComponentGuard:
             module = args[1] if len(args) > 1 and isinstance(args[1], torch.nn.Module) else None
             params = guard._parameters(module, refresh=not per_step) if module is not None else None
             versions = [p._version for p in params] if params else None
+            trainable = [p.requires_grad for p in params] if params else None
             checkpoint = args[2] if hook == "on_save_checkpoint" and len(args) > 2 else None
             kept = dict(checkpoint) if isinstance(checkpoint, dict) else None
             policy = getattr(module, "policy", _ABSENT) if module is not None else _ABSENT
@@ -164,6 +165,12 @@ class ComponentGuard:
                 raise ComponentFault(f"{where} replaced rollout.buffer (with {type(rollout.buffer).__name__}); the "
                                      "update's minibatches are cut from it after the rollout hooks: leave it in place "
                                      "(read from it; the next round reuses its memory)", lightning)
+            if trainable is not None and [p.requires_grad for p in params] != trainable:
+                frozen = sum(1 for p, was in zip(params, trainable) if was and not p.requires_grad)
+                if frozen and not any(p.requires_grad for p in params):  # some frozen is fine-tuning; all is no update
+                    raise ComponentFault(f"{where} froze every parameter of the module ({frozen} set to "
+                                         "requires_grad=False); the PPO loss then has no gradient and the update "
+                                         "fails: leave some trainable (freeze layers, not the whole policy)", lightning)
             if versions is not None and [p._version for p in params] != versions:  # it wrote into them: read once
                 _check_finite_parameters(where, module, lightning)
             if kept is not None:

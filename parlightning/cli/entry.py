@@ -134,23 +134,77 @@ def run_program(name: str) -> None:
                 found = shadowing_files(err.__traceback__)
                 if found:
                     raise SystemExit(shadow_line(found)) from None
+                _refuse_library_environment(err)
                 raise
     except (Signalled, KeyboardInterrupt) as err:
         stopped(err, STARTING)
     found = shadowing_files()
     if found:
         raise SystemExit(shadow_line(found))
+    _quiet_thread_write_failures()
     try:
         run_guarded(module.main)  # a standard output that fails on write (> /dev/full, | head -1) is one line
     except SystemExit as done:
         if _stopped_by_a_signal(done.code):
             exit_now(done.code)
+        if done.code not in (None, 0) and _threads_left():  # a thread the user's code started (a world's) must
+            _print_exit(done.code)  # not keep the process alive after its one line
+            exit_now(done.code if isinstance(done.code, int) else 1)
         raise
+    except Exception as err:  # noqa: BLE001  a library refusing an environment variable's value: one line
+        _refuse_library_environment(err)
+        raise
+
+
+WRITE_FAILURES = ("ENOSPC", "EDQUOT", "EFBIG", "EROFS")  # a full disk or quota, a file-size limit, a read-only mount
+
+
+def _quiet_thread_write_failures() -> None:
+    """A library's writer thread (TensorBoard's event writer) that dies on a full disk prints its
+    traceback from the thread, then the program's main thread meets the same failure and prints its
+    one line: the thread's traceback is left out for those write failures (other errors keep it)."""
+    import errno
+    import threading
+
+    codes = {getattr(errno, name) for name in WRITE_FAILURES if hasattr(errno, name)}
+    default = threading.excepthook
+
+    def hook(args: "threading.ExceptHookArgs") -> None:
+        if isinstance(args.exc_value, OSError) and args.exc_value.errno in codes:
+            return
+        default(args)
+
+    threading.excepthook = hook
+
+
+def _refuse_library_environment(err: BaseException) -> None:
+    from parlightning.errors import tracebacks_wanted
+    from parlightning.runtime.launch_env import library_environment_error
+
+    line = None if tracebacks_wanted() else library_environment_error(err, os.environ)
+    if line is not None:
+        raise SystemExit(f"error: {line}") from None
+
+
+def _threads_left() -> bool:
+    """A non-daemon thread other than the main one is alive: the interpreter would wait for it at exit."""
+    import threading
+
+    return any(t.is_alive() and not t.daemon and t is not threading.main_thread() for t in threading.enumerate())
+
+
+def _print_exit(code: object) -> None:
+    """What the interpreter prints for SystemExit(code): a message to stderr (an int prints nothing)."""
+    if code is not None and not isinstance(code, int):
+        try:
+            print(code, file=sys.stderr)
+        except Exception:  # noqa: BLE001
+            pass
 
 
 def _stopped_by_a_signal(code: object) -> bool:
     return isinstance(code, int) and not isinstance(code, bool) and code - 128 in (
-        signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+        signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGXCPU)
 
 
 def exit_now(code: int) -> NoReturn:

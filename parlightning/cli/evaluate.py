@@ -265,14 +265,23 @@ def checked_config(path: str) -> dict:
     for key in doc:
         if key not in CONFIG_KEYS:
             refuse(key, "", CONFIG_KEYS)
-    model = doc.get("model")
-    if isinstance(model, dict) and "class_path" not in model:
-        from parlightning.ppo.module import PPOModule
+    from parlightning.config_types import check_value
+    from parlightning.ppo.data import RolloutDataModule
+    from parlightning.ppo.module import PPOModule
 
-        params = [p for p in inspect.signature(PPOModule.__init__).parameters if p != "self"]
-        for key in model:
+    for section, cls in (("model", PPOModule), ("data", RolloutDataModule)):
+        values = doc.get(section)
+        if not isinstance(values, dict) or "class_path" in values:
+            continue
+        signature = inspect.signature(cls.__init__).parameters
+        params = [p for p in signature if p != "self"]
+        for key, value in values.items():
             if key not in params:
-                refuse(key, "model.", params)
+                refuse(key, f"{section}.", params)
+            annotation = signature[key].annotation
+            if isinstance(annotation, str):  # postponed annotations: the class's module resolves them
+                annotation = inspect.get_annotations(cls.__init__, eval_str=True).get(key, annotation)
+            check_value(f"--config {path}: {section}.{key}", annotation, value)  # a range fit would refuse
     return doc
 
 

@@ -229,7 +229,7 @@ def _main(args: list[str], watch: RankWatch, began: Optional[int]) -> ParlCLI:
     try:
         # SIGHUP, SIGUSR1 / SIGUSR2 end the fit with one line (Lightning handles SIGTERM and SIGINT); fit() from the
         # Python API leaves the caller's handlers as they were
-        with stop_on_signals((signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2), after=KEPT), \
+        with stop_on_signals((signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGXCPU), after=KEPT), \
                 warnings.catch_warnings():
             # Lightning only warns (each iteration, saving nothing) when a ModelCheckpoint's monitor is never logged
             # and a validation loop might log it later; a PPO run has none, so it is the config's error
@@ -287,6 +287,8 @@ def _main(args: list[str], watch: RankWatch, began: Optional[int]) -> ParlCLI:
                 print(f"(rank {rank} stopped too: {message[:160]})", file=sys.stderr)  # rank 0 prints the one error line
                 raise SystemExit(1) from None
             raise SystemExit(f"error: {message}") from None
+    if watch.active and getattr(cli.trainer, "global_rank", 0) == 0:
+        watch.wait_for_launched_ranks(STALL_TIMEOUT_S if stall is None else stall)  # a rank failing in its last hooks
     return cli
 
 

@@ -12,7 +12,8 @@ from typing import Iterator, NoReturn, Sequence
 
 from parlightning.errors import ReportedError
 
-KILLING = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)  # default action: end without a word
+# default action: end without a word (SIGXCPU: the soft CPU-time limit, `ulimit -t`, reached; the hard one kills next)
+KILLING = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGXCPU)
 
 
 class Signalled(ReportedError):
@@ -21,6 +22,10 @@ class Signalled(ReportedError):
     def __init__(self, signum: int, after: str = "") -> None:
         self.signum = signum
         self.code = 128 + signum  # the shell's code for a process ended by this signal
+        if signum == signal.SIGXCPU:
+            super().__init__(f"SIGXCPU: the process used up its CPU-time limit (`ulimit -t`, RLIMIT_CPU: the soft limit "
+                             f"sends this signal, the hard one kills){after}; raise the limit or train for less time")
+            return
         super().__init__(f"{signal.Signals(signum).name}: stopped by a signal (from a scheduler, a shell, or user code "
                          f"such as a world){after}")
 
@@ -64,6 +69,11 @@ def holding_signals(err: BaseException) -> Iterator[None]:
     the previous handlers return afterwards. Other errors, and threads other than the main one, are
     left as they are."""
     held = {}
+    if isinstance(err, Signalled) and err.signum == signal.SIGXCPU:  # sent again each CPU second past the limit:
+        try:  # ignored for the rest of the process's (short) life, whose end it stops
+            signal.signal(signal.SIGXCPU, signal.SIG_IGN)
+        except ValueError:
+            pass
     if isinstance(err, (KeyboardInterrupt, Signalled)) or type(err).__name__ == "SIGTERMException":
         for signum in (signal.SIGINT, signal.SIGTERM):
             try:

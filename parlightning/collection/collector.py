@@ -32,7 +32,7 @@ from parlightning.collection.trajectories import TrajectoryTransport
 from parlightning.collection.transports import InlineTransport, ProcessTransport, ThreadTransport
 from parlightning.envs.base import solved_threshold_of
 from parlightning.errors import ConfigError
-from parlightning.method_args import check_real_tensors, vouch_values
+from parlightning.method_args import check_real_tensors, check_state, vouch_values
 from parlightning.rollout import Rollout
 from parlightning.distribution.samplers import as_batched
 
@@ -201,6 +201,10 @@ class Collector:
         return {**learner, **step_side}  # where the child picks, its sampler and task stream are the real ones
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        own = {"task_generator": self.task_generator.get_state(), "minibatch_generator": self.minibatch_generator.get_state()}
+        check_state("RolloutDataModule", {k: state[k] for k in own if isinstance(state, dict) and k in state}, own,
+                    optional=("task_generator",), hint="; the RNG streams' states are fixed-size byte tensors: resume "
+                    "from an unedited checkpoint")
         self.transport.load_state_dict(state)
         if "task_generator" in state:  # checkpoints before separate streams picked tasks with the action stream
             self.task_generator.set_state(state["task_generator"])

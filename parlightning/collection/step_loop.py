@@ -182,6 +182,9 @@ def checked_signals(name: str, signals: Any) -> dict[str, Tensor]:
             raise refuse(f"{key!r}: a {str(value.dtype).removeprefix('torch.')} tensor {list(value.shape)}")
         out[key] = (value.detach().reshape(()).float().clone() if isinstance(value, Tensor)
                     else torch.tensor(float(value)))
+    if out and not bool(torch.isfinite(torch.stack([v.cpu() for v in out.values()])).all()):  # once per round
+        bad = next(k for k, v in out.items() if not bool(torch.isfinite(v)))
+        raise refuse(f"{bad!r}: {float(out[bad])} (not a finite number: it would be logged as sampler/{bad})")
     return out
 
 

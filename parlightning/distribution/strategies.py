@@ -32,7 +32,8 @@ from parlightning.method_args import IndexArg, Is, ItemsArg, Lifecycle, State, T
 from parlightning.runtime.torch_state import global_state, state_change
 
 PLAN_SPECS = {"n_workers": IndexArg(lo=1, text="the number of workers"), "round_index": IndexArg(),
-              "keys": ItemsArg(str, min_len=1, text="the round's task ids or artifact keys: a plan needs one to give out")}
+              "keys": ItemsArg(str, unique=True, min_len=1,
+                                text="the round's task ids or artifact keys (distinct): a plan needs one to give out")}
 SECTION = IndexArg("n_sections", text="a section of the key table")
 
 __all__ = [

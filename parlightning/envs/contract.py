@@ -84,12 +84,23 @@ def same_device(have: torch.device, want: torch.device) -> bool:
     return have.type == want.type and (have.index is None or want.index is None or have.index == want.index)
 
 
+def _own_torch_function(kind: type) -> bool:
+    """A Tensor subclass that routes every operation through its own `__torch_function__` (a plain
+    subclass and `nn.Parameter` do not)."""
+    impl = getattr(kind.__torch_function__, "__func__", kind.__torch_function__)
+    return impl not in (Tensor.__torch_function__.__func__, torch._C._disabled_torch_function_impl)
+
+
 def tensor_problem(value: Any, shape: Sequence[int], want: Want, device: torch.device,
                    shape_note: str = "") -> Optional[Problem]:
     """Whether `value` is a dense tensor of `shape` whose dtype `want` accepts, on `device`; metadata
     only. `shape_note` is added to a wrong shape's words (e.g. "observation_shape is [3]")."""
     if not isinstance(value, Tensor):
         return Problem(f"as {type_name(value)}, not a torch.Tensor", f" (e.g. {want.make})")
+    if type(value) is not Tensor and _own_torch_function(type(value)):
+        return Problem(f"as a {type(value).__name__} (a torch.Tensor subclass with its own __torch_function__, which "
+                       "every operation on it goes through), not a plain torch.Tensor",
+                       " (return value.as_subclass(torch.Tensor))")
     try:  # a subclass whose metadata cannot be read (an uninitialized parameter) is named, not a traceback
         layout, got, dtype, where = value.layout, tuple(value.shape), value.dtype, value.device
     except Exception as err:  # noqa: BLE001

@@ -122,12 +122,18 @@ class CriticalSteps(Metric):
     def _add_totals(self, critical: Any, serial: Any, mask: Optional[Tensor]) -> None:
         if not isinstance(critical, Tensor) or not isinstance(serial, Tensor) or critical.shape != serial.shape:
             raise ValueError("CriticalSteps.update_totals: critical and serial must be tensors of the same shape [E]")
+        if mask is not None:
+            _check("mask", mask, tuple(critical.shape), bool_mask=True)
+        for name, t in (("critical", critical), ("serial", serial)):  # one host read per update (a rollout's end)
+            t = t if mask is None else t[mask]  # entries the mask drops may hold anything
+            if t.numel() and bool(((t < 0) | ~torch.isfinite(t)).any()):
+                raise ValueError(f"CriticalSteps.update_totals({name}): must be step counts >= 0 (finite) per episode, "
+                                 f"got {t.min().item() if bool(torch.isfinite(t).all()) else 'NaN or inf'}")
         if mask is None:
             self.critical_sum += critical.sum(dtype=torch.float64)
             self.serial_sum += serial.sum(dtype=torch.float64)
             self.episodes += critical.numel()
             return
-        _check("mask", mask, tuple(critical.shape), bool_mask=True)
         self.critical_sum += critical.masked_fill(~mask, 0).sum(dtype=torch.float64)
         self.serial_sum += serial.masked_fill(~mask, 0).sum(dtype=torch.float64)
         self.episodes += mask.sum()

@@ -243,7 +243,14 @@ class ActorCritic(nn.Module):
                  mask: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor]:
         """Score stored actions under the current parameters: (log-prob, entropy, value)."""
         x = obs.flatten(1)
-        logprob, entropy = self.head.log_prob_entropy(self._forward(self.actor, x, key), action, mask)
+        try:
+            logprob, entropy = self.head.log_prob_entropy(self._forward(self.actor, x, key), action, mask)
+        except (IndexError, RuntimeError) as err:  # checked only when scoring fails: no host read per minibatch
+            if "out of bounds" not in str(err) and "out of range" not in str(err):
+                raise
+            raise ArgumentError(f"{type(self).__name__}.evaluate(action): must hold a category of each action dimension "
+                                f"(nvec {list(self.action_spec.nvec or ())}: 0..n-1), got a value outside them "
+                                f"({' '.join(str(err).split())[:100]})") from None
         return logprob, entropy, self._forward(self.critic, x, key).squeeze(-1)
 
     def prior_layer(self) -> nn.Linear:

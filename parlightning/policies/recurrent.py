@@ -17,6 +17,7 @@ from torch import Tensor, nn
 
 from parlightning.buffer import RolloutBuffer
 from parlightning.envs.base import ActionSpec
+from parlightning.errors import ArgumentError
 from parlightning.policies.actor_critic import ACTIVATIONS, CategoricalHead, GaussianHead, layer_init, mlp
 
 CELLS = {"gru": nn.GRUCell, "lstm": nn.LSTMCell}
@@ -75,7 +76,20 @@ class RecurrentActorCritic(nn.Module):
 
     def initial_state(self, num_envs: int, device: Any = None) -> Tensor:
         """A fresh (zero) hidden state for `num_envs` actors: [N, S, H]."""
+        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 0:
+            raise ArgumentError(f"{type(self).__name__}.initial_state(num_envs): must be an int >= 0 (the number of "
+                                f"actors), got {num_envs!r}")
         return torch.zeros(num_envs, self.state_layers, self.rnn_hidden, device=device)
+
+    def _check_state(self, state: Any, obs: Any, method: str) -> None:
+        """`state` is [N, S, H] for this policy's cell (metadata only: no host read)."""
+        want = (getattr(obs, "shape", (None,))[0], self.state_layers, self.rnn_hidden)
+        got = tuple(getattr(state, "shape", ()))
+        if not isinstance(state, Tensor) or got != want:
+            raise ArgumentError(f"{type(self).__name__}.{method}(state): must be the hidden state [N, S, H] = "
+                                f"{list(want)} (N actors as in obs, S = {self.state_layers} for the {self.cell} cell, "
+                                f"H = rnn_hidden {self.rnn_hidden}; initial_state(N) makes a fresh one), got "
+                                f"{list(got) if isinstance(state, Tensor) else type(state).__name__}")
 
     def _step(self, x: Tensor, state: Tensor) -> tuple[Tensor, Tensor]:
         """One cell step: x [B, F], state [B, S, H] -> (features [B, H], new state [B, S, H])."""
@@ -103,6 +117,7 @@ class RecurrentActorCritic(nn.Module):
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """One rollout step for N actors: (action, log-prob, value, new state); `mask` the world's
         action mask (see `CategoricalHead._log_probs`)."""
+        self._check_state(state, obs, "act")
         features, state = self.unroll(obs.unsqueeze(1), state, episode_start.unsqueeze(1))
         features = features[:, 0]
         action, logprob = self.head.sample(self.actor(features), generator, mask)

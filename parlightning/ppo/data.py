@@ -423,6 +423,12 @@ class RolloutDataModule(pl.LightningDataModule):
                                      self.artifact_key, type(collector.env).__name__)
             if collector.task_ids is not None:
                 self._check_thresholds(collector.env)
+            elif type(self.sampler) is not RoundRobin:  # the default (swarm.yaml's too) is harmless; a chosen one
+                raise ConfigError(  # would never be asked: the user believes tasks are being picked for them
+                    f"data.sampler: {type(getattr(self.sampler, 'sampler', self.sampler)).__name__} picks each actor's "
+                    f"next task from the world's task bank, and {type(collector.env).__name__} has none (no task_ids): "
+                    "it would never be asked; drop data.sampler, or use a world with tasks (SwarmEnv, an external "
+                    "world with a task bank)")
             collector.start(self.sampler, self.planner, round_index=0)
             self._check_reward_cap(collector.env)
         except BaseException:

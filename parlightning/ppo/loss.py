@@ -8,7 +8,8 @@ import torch
 from torch import Tensor
 
 from parlightning.config_types import NonNegativeFinite, PositiveFinite
-from parlightning.method_args import TensorArg, checked
+from parlightning.errors import ArgumentError
+from parlightning.method_args import TensorArg, checked, vouched
 
 _SAMPLE = TensorArg("float", "same", device="same", text="one entry per sample")
 
@@ -21,6 +22,9 @@ class PPOLoss(NamedTuple):
     approx_kl: Tensor  # (r - 1) - log r estimator
     old_approx_kl: Tensor  # -log r estimator
     clip_fraction: Tensor
+
+
+WEIGHTS = "importance weights >= 0"  # the claim the module vouches its lag-corrected weights with
 
 
 @checked(new_logprob=_SAMPLE, entropy=_SAMPLE, new_value=_SAMPLE, old_logprob=_SAMPLE, old_value=_SAMPLE,
@@ -55,6 +59,10 @@ def ppo_loss(
     Checked at entry (`checked`: metadata and Python numbers only, no host sync): every tensor float
     (`sample_mask` bool) with `new_logprob`'s shape and device (one entry per sample: nothing
     broadcasts), clip_coef > 0, ent_coef and vf_coef >= 0 (finite); an ArgumentError names the argument."""
+    if is_weight is not None and vouched(is_weight) != WEIGHTS and is_weight.numel() and bool(
+            ((is_weight < 0) | ~torch.isfinite(is_weight)).any()):  # the package's own weights are vouched: no read
+        raise ArgumentError("ppo_loss(is_weight): must be importance weights >= 0 (finite), one per sample (a lagged "
+                            "sample's truncated ratio pi/mu), got a negative, NaN or inf weight")
     if sample_mask is not None:
         return _masked_loss(new_logprob, entropy, new_value, old_logprob, old_value, advantages, returns, clip_coef,
                             ent_coef, vf_coef, norm_adv, clip_vloss, is_weight, sample_mask)

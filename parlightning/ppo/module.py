@@ -25,8 +25,8 @@ from parlightning.callbacks.planner import find_planner
 from parlightning.config_types import NonNegativeFinite, PositiveFinite, PositiveInt, check_args
 from parlightning.envs.base import ActionSpec, action_mask_of
 from parlightning.errors import ArgumentError, ConfigError
-from parlightning.method_args import IndexArg, Is, Lifecycle, MappingArg, State, checked_methods, require
-from parlightning.ppo.loss import ppo_loss
+from parlightning.method_args import IndexArg, Is, Lifecycle, MappingArg, State, checked_methods, require, vouch
+from parlightning.ppo.loss import WEIGHTS, ppo_loss
 from parlightning.policies.actor_critic import ACTIVATIONS, ActorCritic, set_action_prior
 from parlightning.policies.recurrent import CELLS, RecurrentActorCritic
 
@@ -560,7 +560,7 @@ class PPOModule(pl.LightningModule):
         out = ppo_loss(
             new_logprob, entropy, new_value, batch["logprobs"], batch["values"], batch["advantages"],
             batch["returns"], hp.clip_coef, hp.ent_coef, hp.vf_coef, hp.norm_adv, hp.clip_vloss,
-            is_weight=batch.get("is_weights"),  # stale rollouts (data.max_policy_lag > 0) only
+            is_weight=_weights(batch.get("is_weights")),  # stale rollouts (data.max_policy_lag > 0) only
             sample_mask=batch.get("sample_mask"),  # per-actor collection: samples within the staleness bound
         )
         self._note_nonfinite(out.loss, out.policy_loss, out.value_loss, out.entropy)
@@ -705,3 +705,9 @@ def spaces_from_checkpoint(spaces: dict[str, Any]) -> tuple[tuple[int, ...], Any
     a = spaces["action_spec"]
     spec = ActionSpec(a["kind"], tuple(a["nvec"]), tuple(a["shape"]), a["low"], a["high"])
     return tuple(int(d) for d in spaces["observation_shape"]), spec
+
+
+def _weights(is_weights: Optional[Tensor]) -> Optional[Tensor]:
+    """The lag correction's truncated importance weights (>= 0 and finite by construction), vouched so
+    `ppo_loss` does not read them back to check."""
+    return None if is_weights is None else vouch(is_weights, WEIGHTS)

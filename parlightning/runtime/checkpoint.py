@@ -192,32 +192,86 @@ def _alive(pid: int) -> bool:
 
 
 # ---------------------------------------------------------------------------------- integrity
-CHECKSUM_KEY = "parlightning_checksum"  # {"sha256": hex} over every tensor of the checkpoint, by path
+CHECKSUM_KEY = "parlightning_checksum"  # {"sha256": hex over every tensor, "leaves": {path: digest} of every part}
 UNCHECKED_ENV = "PARLIGHTNING_UNCHECKED_CHECKPOINTS"  # "1": load a checkpoint without a checksum (another writer's)
+_PLAIN = (type(None), bool, int, float, complex, str, bytes)
 
 
-def state_checksum(checkpoint: dict[str, Any]) -> dict[str, str]:
+def state_checksum(checkpoint: dict[str, Any]) -> dict[str, Any]:
     """SHA-256 over every tensor in `checkpoint` (its key path, dtype, shape and bytes), walking
-    containers in order; plain values are covered by the pickle's own consistency."""
+    containers in order, and a short digest of every part by its key path (`leaves`): each tensor, and
+    each plain value (a number, string, None), so a value edited, added or removed after the save is
+    found and named, not only flipped tensor bytes. Objects of other types count by their type only
+    (their repr may hold a memory address)."""
     digest = hashlib.sha256()
-    for where, tensor in _tensors(checkpoint, ""):
-        t = tensor.detach().to("cpu")
-        t = (t if t.layout == torch.strided else t.to_dense()).contiguous()  # a sparse tensor: its values
-        digest.update(f"{where}|{t.dtype}|{tuple(t.shape)}|".encode())
-        if t.numel():
-            digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
-    return {"sha256": digest.hexdigest()}
+    leaves: dict[str, str] = {}
+    for where, value in _leaves(checkpoint, ""):
+        if isinstance(value, torch.Tensor):
+            t = value.detach().to("cpu")
+            t = (t if t.layout == torch.strided else t.to_dense()).contiguous()  # a sparse tensor: its values
+            head = f"{where}|{t.dtype}|{tuple(t.shape)}|".encode()
+            data = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+            digest.update(head)
+            digest.update(data)
+            leaves[where] = "t" + hashlib.sha256(head + data).hexdigest()[:16]  # "t": a tensor's bytes
+        else:
+            leaves[where] = hashlib.sha256(_plain_text(value).encode()).hexdigest()[:16]
+    return {"sha256": digest.hexdigest(), "leaves": leaves}
+
+
+def stamp_checkpoint(checkpoint: dict[str, Any]) -> dict[str, Any]:
+    """`checkpoint` with a fresh checksum over its current contents: for a checkpoint a program edits on
+    purpose (a migration, a test), so the check at load time trusts the edit."""
+    plain = {k: v for k, v in checkpoint.items() if k != CHECKSUM_KEY}
+    return {**plain, CHECKSUM_KEY: state_checksum(plain)}
+
+
+def _plain_text(value: Any) -> str:
+    if isinstance(value, _PLAIN) or isinstance(value, (np.generic, torch.dtype, torch.device)):
+        return f"{type(value).__qualname__}:{value!r}"
+    if isinstance(value, np.ndarray):
+        return f"ndarray:{value.dtype}:{value.shape}:{hashlib.sha256(np.ascontiguousarray(value).tobytes()).hexdigest()}"
+    if isinstance(value, (set, frozenset)):  # a set's order depends on the process's hash seed
+        return f"{type(value).__qualname__}:{sorted(_plain_text(v) for v in value)}"
+    return f"object:{type(value).__module__}.{type(value).__qualname__}"
+
+
+def _leaves(obj: Any, where: str):
+    """(key path, leaf) for every tensor and value of `obj`, containers walked in order; the stored
+    checksum itself is left out. An empty container is a leaf of its own (removing its items shows)."""
+    if isinstance(obj, dict):
+        if not obj:
+            yield where, type(obj)()
+        for key, value in obj.items():
+            if not where and key == CHECKSUM_KEY:
+                continue
+            yield from _leaves(value, f"{where}/{key}")
+    elif isinstance(obj, (list, tuple)):
+        if not obj:
+            yield where, type(obj)()
+        for i, value in enumerate(obj):
+            yield from _leaves(value, f"{where}/{i}")
+    else:
+        yield where, obj
 
 
 def _tensors(obj: Any, where: str):
-    if isinstance(obj, torch.Tensor):
-        yield where, obj
-    elif isinstance(obj, dict):
-        for key, value in obj.items():
-            yield from _tensors(value, f"{where}/{key}")
-    elif isinstance(obj, (list, tuple)):
-        for i, value in enumerate(obj):
-            yield from _tensors(value, f"{where}/{i}")
+    for path, value in _leaves(obj, where):
+        if isinstance(value, torch.Tensor):
+            yield path, value
+
+
+def _changed_parts(stored: dict[str, str], now: dict[str, str]) -> str:
+    """The parts of a checkpoint that differ from those its checksum recorded, first three by path."""
+    def name(p: str) -> str:
+        return p.lstrip("/").replace("/", ".")
+
+    changed = [f"{name(p)} changed" for p in now if p in stored and stored[p] != now[p]]
+    added = [f"{name(p)} was added" for p in now if p not in stored]
+    removed = [f"{name(p)} was removed" for p in stored if p not in now]
+    found = changed + removed + added
+    more = f" (and {len(found) - 3} more)" if len(found) > 3 else ""
+    return "; ".join(found[:3]) + more
 
 
 def verify_checkpoint(checkpoint: dict[str, Any], path: str) -> None:
@@ -229,9 +283,23 @@ def verify_checkpoint(checkpoint: dict[str, Any], path: str) -> None:
         raise ConfigError(f"--ckpt_path: {path!r} has no {CHECKSUM_KEY} (every save of python -m parlightning.fit "
                           "stores one), so its tensors cannot be trusted: it was written by another program or edited; "
                           f"{fix}, or set {UNCHECKED_ENV}=1 to load it unchecked")
-    if stored is not None and (not isinstance(stored, dict) or stored.get("sha256") != state_checksum(checkpoint)["sha256"]):
-        raise ConfigError(f"--ckpt_path: {path!r} is corrupt: its tensors do not match the checksum stored when it "
-                          f"was saved (flipped or overwritten bytes); {fix}")
+    if stored is not None:
+        now = state_checksum(checkpoint)
+        if isinstance(stored, dict) and isinstance(stored.get("leaves"), dict) and stored["leaves"] != now["leaves"]:
+            parts = _changed_parts(stored["leaves"], now["leaves"])
+            if stored["leaves"].keys() == now["leaves"].keys() and all(
+                    now["leaves"][p].startswith("t") for p in now["leaves"] if stored["leaves"][p] != now["leaves"][p]):
+                raise ConfigError(f"--ckpt_path: {path!r} is corrupt: its tensors do not match the checksum stored when "
+                                  f"it was saved (flipped or overwritten bytes: {parts}); {fix}")
+            setting = next((p.split("/")[2] for p in sorted(set(stored["leaves"]) | set(now["leaves"]))
+                            if p.startswith("/hyper_parameters/") and stored["leaves"].get(p) != now["leaves"].get(p)), None)
+            how = (f"; a setting is changed by passing it, not by editing the file: load_from_checkpoint(path, {setting}=...) "
+                   f"or --model.{setting} when resuming" if setting else "")
+            raise ConfigError(f"--ckpt_path: {path!r} was changed after it was saved: {parts} (the checksum stored "
+                              f"with it covers every tensor and value){how}; {fix}")
+        if not isinstance(stored, dict) or stored.get("sha256") != now["sha256"]:
+            raise ConfigError(f"--ckpt_path: {path!r} is corrupt: its tensors do not match the checksum stored when it "
+                              f"was saved (flipped or overwritten bytes); {fix}")
     bad = [k for k, v in (checkpoint.get("state_dict") or {}).items()
            if isinstance(v, torch.Tensor) and v.is_floating_point() and not bool(torch.isfinite(v).all())]
     if bad:
@@ -618,6 +686,9 @@ def check_output_dirs(trainer: Any) -> None:
             places.append(("trainer.logger", root))
     for cb in trainer.checkpoint_callbacks:
         places.append(("ModelCheckpoint.dirpath", getattr(cb, "dirpath", None)))
+    profiler = getattr(trainer, "profiler", None)  # a profiler writes its report into dirpath at the end
+    if getattr(profiler, "dirpath", None) is not None:
+        places.append((f"trainer.profiler ({type(profiler).__name__}.dirpath)", profiler.dirpath))
     for field, folder in places:
         if folder is None or "://" in str(folder):
             continue

@@ -42,6 +42,25 @@ def _shown(value: str) -> str:
 def distributed_environment_error(environ: Any) -> Optional[str]:
     """The one line (without `error: `) for the first distributed variable of `environ` that torch or
     Lightning would misread or fail on at start-up, else None."""
+    debug = environ.get("TORCH_DISTRIBUTED_DEBUG")
+    if debug is not None and debug.strip().upper() not in ("OFF", "INFO", "DETAIL"):
+        return (f"TORCH_DISTRIBUTED_DEBUG={_shown(debug)} in the environment: torch.distributed reads it when a "
+                "multi-process run starts and it must be OFF, INFO or DETAIL; unset it or give one of them")
+    for name in ("GLOO_SOCKET_IFNAME",):  # gloo binds to these network interfaces: each must exist here
+        value = environ.get(name)
+        if value is None or not value.strip():
+            continue
+        import socket
+
+        try:
+            have = [n for _, n in socket.if_nameindex()]
+        except OSError:
+            continue
+        missing = [n for n in value.split(",") if n.strip() and n.strip() not in have]
+        if missing:
+            return (f"{name}={_shown(value)} in the environment: gloo binds a multi-process run to these network "
+                    f"interfaces, and this machine has no {missing[0]!r} (it has {', '.join(have)}); unset it or name "
+                    "one of those")
     values: dict[str, int] = {}
     for name in VARIABLES:
         value = environ.get(name)
@@ -65,4 +84,32 @@ def distributed_environment_error(environ: Any) -> Optional[str]:
     if world is not None and local is not None and local > world:
         return (f"LOCAL_WORLD_SIZE={local} in the environment is more than WORLD_SIZE={world}: a node cannot run more "
                 "processes than the whole job; fix them together, or unset both (a one-process run needs neither)")
+    return None
+
+
+# the environment variables libraries under the package read at start-up or on first use (torch, gloo, NCCL,
+# tqdm, matplotlib, OpenMP / MKL, Lightning): a value one of them refuses surfaces as its own traceback
+LIBRARY_PREFIXES = ("TORCH", "PYTORCH_", "GLOO_", "NCCL_", "TQDM_", "MPL", "OMP_", "MKL_", "KMP_", "CUDA_",
+                    "LIGHTNING_", "PL_", "TORCHINDUCTOR_", "TORCHDYNAMO_", "TENSORBOARD", "TF_")
+
+
+def library_environment_error(err: BaseException, environ: Any) -> Optional[str]:
+    """One line for an error a library raised because of an environment variable it reads
+    (`TORCH_LOGS=+nothing`, `TQDM_MININTERVAL=fast`, `MPLBACKEND=nonsense`,
+    `GLOO_SOCKET_IFNAME=nosuch0`, `TORCH_DISTRIBUTED_DEBUG=VERBOSE`): a variable of a library's prefix
+    whose name, or whose value (3 characters or more, not a number), is in the error's message; else
+    None."""
+    try:
+        text = " ".join(str(err).split())
+    except Exception:  # noqa: BLE001
+        return None
+    for name, value in sorted(environ.items()):
+        if not name.startswith(LIBRARY_PREFIXES):
+            continue
+        shown = value.strip()
+        by_value = len(shown) >= 3 and not shown.replace(".", "", 1).lstrip("+-").isdigit() and shown in text
+        if name in text or by_value:
+            first = text[:200] + ("..." if len(text) > 200 else "")
+            return (f"{name}={_shown(value)} in the environment: the library that reads it refused it ({type(err).__name__}: "
+                    f"{first}); unset it (`unset {name}`) or give a value that library accepts")
     return None

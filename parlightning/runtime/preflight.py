@@ -124,12 +124,28 @@ def _check_keys(loader: _StrictLoader, node: yaml.MappingNode, merging: tuple = 
         if hidden is not None:  # a byte-order mark from concatenated files, a zero-width space from a web page
             raise ConfigError(f"line {line}: the key {key!r} holds an invisible character (U+{ord(hidden):04X}, "
                               f"{unicodedata.name(hidden, 'a control character')}); delete it (retype the key)")
+        if value_node.tag.rsplit(":", 1)[-1] in ("set", "omap", "pairs") and value_node.tag.startswith("tag:yaml.org"):
+            raise ConfigError(f"line {line}: {key}: a YAML !!{value_node.tag.rsplit(':', 1)[-1]} is not a value any "
+                              "setting takes (a set has no order; every list setting is a plain list); write a list, "
+                              f"e.g. {key}: [a, b]")
         if key in seen:
             raise ConfigError(f"key {key!r} appears twice (lines {seen[key]} and {line}); keep one and merge the two")
         seen[key] = line
 
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _strict_mapping)
+
+
+def _no_setting_takes(loader: _StrictLoader, node: yaml.Node) -> Any:
+    """`!!set`, `!!omap`, `!!pairs`: YAML collections no setting is typed as (a set has no order: as a
+    list, `hidden_sizes: !!set {32, 16}` trained layers in hash order)."""
+    kind = node.tag.rsplit(":", 1)[-1]
+    raise ConfigError(f"line {node.start_mark.line + 1}: a YAML !!{kind} is not a value any setting takes (a set has no "
+                      "order; every list setting is a plain list); write a plain list, e.g. [a, b]")
+
+
+for _tag in ("set", "omap", "pairs"):
+    _StrictLoader.add_constructor(f"tag:yaml.org,2002:{_tag}", _no_setting_takes)
 
 
 def read_yaml_file(path: Any, field: str = "--config", fix: str = "pass a YAML file") -> Any:
@@ -396,6 +412,24 @@ def _check_precision(precision: Any) -> None:
                           "16-mixed / bf16-mixed for mixed precision")
 
 
+def _duration_seconds(value: Any) -> Optional[float]:
+    """A duration as seconds: a timedelta, a number, or "H:MM:SS" / "D:HH:MM:SS" text; None otherwise."""
+    if hasattr(value, "total_seconds"):
+        return float(value.total_seconds())
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str) and value.strip():
+        try:
+            parts = [float(p) for p in value.strip().split(":")]
+        except ValueError:
+            return None
+        seconds = 0.0
+        for part, scale in zip(reversed(parts), (1, 60, 3600, 86400)):
+            seconds += part * scale
+        return seconds
+    return None
+
+
 def _int(value: Any) -> Optional[int]:
     """`value` as an int when it is one (not a bool)."""
     return value if isinstance(value, int) and not isinstance(value, bool) else None
@@ -442,6 +476,24 @@ def _check_strategy_devices(trainer: Any) -> None:
         if accelerator == "cpu" or not torch.cuda.is_available() or not dist.is_nccl_available():
             raise ConfigError("trainer.strategy.init_args.process_group_backend: nccl needs CUDA GPUs, and this run is "
                               "on the CPU; use gloo (or drop it: Lightning picks gloo on the CPU, nccl on GPUs)")
+    if isinstance(backend, str):
+        import torch.distributed as dist
+
+        for part in backend.lower().replace(" ", "").split(","):  # "gloo", or "cpu:gloo,cuda:nccl"
+            name_ = part.rpartition(":")[2]
+            available = getattr(dist, f"is_{name_}_available", None)
+            if name_ and (not callable(available) or not available()):
+                built = [b for b in ("gloo", "nccl", "mpi", "ucc", "xccl")
+                         if callable(getattr(dist, f"is_{b}_available", None)) and getattr(dist, f"is_{b}_available")()]
+                raise ConfigError(f"trainer.strategy.init_args.process_group_backend: {name_!r} is not built into this "
+                                  f"torch (it has {', '.join(built) or 'none'}); use gloo on the CPU (or drop it: "
+                                  "Lightning picks gloo on the CPU, nccl on GPUs)")
+    timeout = args.get("timeout", args.get("_timeout"))
+    seconds = _duration_seconds(timeout)
+    if seconds is not None and not seconds > 0:
+        raise ConfigError(f"trainer.strategy.init_args.timeout: must be a positive duration (how long a collective "
+                          f"waits for the other ranks, e.g. 0:30:00), got {timeout!r}: with it every rendezvous and "
+                          "collective fails at once; drop it (30 minutes) or give a positive one")
 
 
 def _check_trainer_bounds(trainer: Any) -> None:
@@ -494,7 +546,8 @@ INT64_MAX = 2**63 - 1
 
 # Lightning callbacks whose counts it does not check itself: (class name, argument, least value)
 _CALLBACK_LEAST = (("EarlyStopping", "patience", 0), ("ModelCheckpoint", "every_n_epochs", 0),
-                   ("ModelCheckpoint", "every_n_train_steps", 0))
+                   ("ModelCheckpoint", "every_n_train_steps", 0), ("TQDMProgressBar", "refresh_rate", 0),
+                   ("RichProgressBar", "refresh_rate", 0), ("EnvStepsProgressBar", "refresh_rate", 0))
 
 
 def _check_callback_args(entry: Any) -> None:

@@ -495,6 +495,23 @@ class RankWatch(RolloutCallback):
         return {"rank": None, "pid": None, "cause": f"a peer rank vanished ({type(err).__name__}: {text})",
                 "code": 1, "host": socket.gethostname()}
 
+    def wait_for_launched_ranks(self, timeout: float) -> None:
+        """Rank 0 after its fit returned: the ranks it launched (Lightning's script launcher) may still be
+        in their end-of-fit hooks. Wait for them (the job's store, which rank 0 holds, stays up meanwhile)
+        so a rank that fails there (an `on_train_end` that raises) ends the job non-zero with its one
+        line, instead of rank 0 exiting 0 and the rank losing the store mid-report. Returns when every
+        launched rank ended with 0 (or is still running after `timeout` s: it is left to finish)."""
+        launcher = getattr(getattr(self.trainer, "strategy", None), "launcher", None)
+        procs = list(getattr(launcher, "procs", None) or [])
+        deadline = time.monotonic() + timeout
+        for rank, proc in enumerate(procs, start=1):
+            try:
+                code = proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except Exception:  # noqa: BLE001 (still running at the deadline)
+                continue
+            if code:
+                self.launched_rank_ended(rank, proc.pid, code, len(procs) + 1)
+
     def launched_rank_ended(self, rank: int, pid: int, code: int, world_size: int) -> None:
         """Lightning's child observer on rank 0 found launched rank `rank` (pid `pid`) ended with
         status `code`: end the job with the same one line the main thread would print, whichever of

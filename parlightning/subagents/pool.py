@@ -133,11 +133,12 @@ def sync_function_problem(fn: Any) -> Optional[str]:
 
 
 def _steps(value: Any, what: str = "returned steps") -> int:
-    """A subagent's step count: a finite number from 0 to MAX_STEPS (NaN, inf, strings, negatives
-    and counts no step counter can hold are refused)."""
+    """A subagent's step count: a whole number from 0 to MAX_STEPS (NaN, inf, strings, negatives,
+    fractions such as 2.5 and counts no step counter can hold are refused; 3.0 is 3)."""
     if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0
-            or value > MAX_STEPS):
-        raise TypeError(f"{what}={value!r:.40}; steps must be a finite number >= 0 and <= {MAX_STEPS}")
+            or value > MAX_STEPS or value != int(value)):
+        raise TypeError(f"{what}={value!r:.40}; steps must be a whole number >= 0 and <= {MAX_STEPS} (a count of "
+                        "the subagent's steps)")
     return int(value)
 
 
