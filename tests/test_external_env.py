@@ -452,7 +452,7 @@ def test_a_pool_times_calls_from_when_a_ready_worker_takes_them():
 
 
 @pytest.mark.parametrize("instruction, says", [
-    ({"exit": True}, "tests.subagent_fns:solve ended its worker process (exit code 3; os._exit"),
+    ({"exit": True}, "tests.subagent_fns:solve ended its worker process (exit code 3; os._exit, a crash or a signal"),
     ({"steps": float("nan")}, "tests.subagent_fns:solve returned steps=nan; steps must be a whole number"),
     ({"steps": "three"}, "returned steps='three'"),
     ({"raise": True}, "tests.subagent_fns:solve raised RuntimeError: subagent crashed"),

@@ -174,7 +174,7 @@ def test_a_killed_collector_process_ends_the_run_with_a_clear_error(tmp_cwd):
 
     dm = RolloutDataModule(env=swarm, num_envs=8, num_steps=4, update_epochs=1, num_minibatches=1,
                            max_policy_lag=1, collect_in="process")
-    with pytest.raises(RuntimeError, match=r"the collector process \(pid \d+\) died \(exit code -9\)"):
+    with pytest.raises(RuntimeError, match=r"the collector process \(pid \d+\) died \(killed by SIGKILL, exit code -9\)"):
         _fit(dm, 6, [Kill()])
     assert dm.round_index <= 3
 

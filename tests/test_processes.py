@@ -80,7 +80,7 @@ def test_a_killed_child_is_process_died_with_pid_and_signal():
         child.wait_ready(60.0)
         os.kill(child.pid, signal.SIGKILL)
         child.process.join(30.0)
-        with pytest.raises(ProcessDied, match=rf"the echo process \(pid {child.pid}\) died \(exit code -9\)"):
+        with pytest.raises(ProcessDied, match=rf"the echo process \(pid {child.pid}\) died \(killed by SIGKILL, exit code -9\)"):
             child.receive()
     finally:
         child.close()

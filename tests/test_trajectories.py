@@ -353,7 +353,7 @@ def test_a_killed_worker_process_ends_the_stream_with_one_error_naming_it():
                 env.receive(lambda mask: torch.zeros(4, dtype=torch.long), 0.1)
         text = str(info.value)
         assert "\n" not in text and text == (f"external world ActorWorld: worker process 1 (actors 2-3, pid {pids[1]}) "
-                                             "died (exit code -9) with 2 calls in flight")
+                                             "died (killed by SIGKILL, exit code -9) with 2 calls in flight")
     finally:
         env.close()
     assert not any(_alive(p) for p in pids)
@@ -378,7 +378,7 @@ def test_a_killed_worker_process_ends_a_per_actor_run_with_one_error(tmp_cwd):
     dm = RolloutDataModule(env=external(workers=2), num_envs=3, num_steps=3, update_epochs=1, num_minibatches=1,
                            collect="trajectories", max_policy_lag=2, actors_in_flight=4)
     with pytest.raises(ExternalWorldError, match=r"^external world ActorWorld: worker process 1 \(actors 2-3, pid "
-                                                 r"\d+\) died \(exit code -9\)"):
+                                                 r"\d+\) died \(killed by SIGKILL, exit code -9\)"):
         pl.Trainer(max_epochs=8, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                    enable_model_summary=False, callbacks=[Kill()]).fit(PPOModule(anneal_lr=False), datamodule=dm)
     dm.teardown("fit")

@@ -202,9 +202,17 @@ class Collector:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         own = {"task_generator": self.task_generator.get_state(), "minibatch_generator": self.minibatch_generator.get_state()}
+        with self.transport.consistent():  # the step loop's own tensors (observations, episode counters): same
+            own.update({k: v for k, v in self.transport.state_dict().items() if isinstance(v, torch.Tensor)})
         check_state("RolloutDataModule", {k: state[k] for k in own if isinstance(state, dict) and k in state}, own,
-                    optional=("task_generator",), hint="; the RNG streams' states are fixed-size byte tensors: resume "
-                    "from an unedited checkpoint")
+                    optional=tuple(own), hint="; the checkpoint's rollout state does not fit this run (edited, or "
+                    "saved with other data settings): resume from an unedited checkpoint of this config")
+        bad = next((k for k in own if isinstance(state, dict) and isinstance(state.get(k), torch.Tensor)
+                    and state[k].is_floating_point() and not bool(torch.isfinite(state[k]).all())), None)
+        if bad is not None:  # a NaN carried into the next rollout's returns and observations
+            raise ConfigError(f"RolloutDataModule.load_state_dict(state): state[{bad!r}] holds NaN or inf; the rollout "
+                              "state of a run is finite (a world's values are checked at every step): resume from an "
+                              "unedited checkpoint")
         self.transport.load_state_dict(state)
         if "task_generator" in state:  # checkpoints before separate streams picked tasks with the action stream
             self.task_generator.set_state(state["task_generator"])

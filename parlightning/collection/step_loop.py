@@ -29,7 +29,9 @@ from torch import Tensor
 
 from parlightning.buffer import RolloutBuffer
 from parlightning.collection.context import RoundContext, RoundResult, StepHook
-from parlightning.envs.base import EpisodeParts, action_mask_of, check_action_mask, task_ids_of, vouch_actions
+from parlightning.envs.base import (
+    EpisodeParts, action_mask_of, check_action_mask, task_ids_of, vouch_actions, world_label,
+)
 from parlightning.envs import contract
 from parlightning.errors import ConfigError, NonFiniteError, ReportedError, error_text, named_by_package
 from parlightning.method_args import OneOf, checked
@@ -562,7 +564,7 @@ class StepLoop:
             if bool(bad.any()):
                 t, actor = (int(i) for i in bad.nonzero()[0])
                 world = getattr(self.env, "world_name", None)  # an external world: name the user's class
-                source = f"external world {world} ({type(self.env).__name__})" if world else type(self.env).__name__
+                source = f"external world {world} ({type(self.env).__name__})" if world else world_label(self.env)
                 raise NonFiniteError(
                     f"data.env: non-finite {name}: NaN or inf from {source}.step in rollout "
                     f"{round_index} (first at step {t} of {self.num_steps}, actor {actor}; "

@@ -485,3 +485,17 @@ def check_action_mask(mask: Any, spec: ActionSpec, num_envs: int, where: str = "
             actor, dim = (int(i) for i in empty.nonzero()[0])
             raise ValueError(f"{name}: actor {actor}'s action dimension {dim} has no live category; every dimension "
                              "needs at least one (mask the whole dimension with a [N, D] mask instead)")
+
+
+def world_label(env: Any) -> str:
+    """The name a message gives a world: its class, with the user's own class inside where the
+    package's class only carries it (an external world's `world_name`: `ExternalBatchedEnv(MySim)`;
+    a wrapper's `env`: `NormalizeEnv(MyWorld)`), so a fault is named after the code that holds it."""
+    kind = type(env).__name__
+    world = getattr(env, "world_name", None)
+    if isinstance(world, str) and world and world != kind:
+        return f"{kind}({world})"
+    inner = getattr(env, "env", None)
+    if inner is not None and inner is not env and callable(getattr(inner, "step", None)):
+        return f"{kind}({world_label(inner)})"
+    return kind

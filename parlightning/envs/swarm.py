@@ -659,6 +659,11 @@ class SwarmEnv(BatchedEnv):
         check_state("SwarmEnv", state, self.state_dict(), optional=("noise_generator",),
                     hint=f" (num_envs={self.num_envs}, max_width={self.max_width}); load it into a SwarmEnv built "
                          "with the num_envs and max_width it was saved from")
+        mine = self.state_dict().get("split")
+        if "split" in state and state["split"] != mine:  # the task bank the actors' tasks index into
+            raise ConfigError(f"SwarmEnv.load_state_dict(state): state['split'] is {state['split']!r}, this SwarmEnv's "
+                              f"split is {mine!r}: the saved tasks index another bank; resume with the split it was "
+                              "saved with (data.env.init_args.split), or start fresh")
         for name, value in state.items():
             if name == "generator":
                 self.generator.set_state(value)

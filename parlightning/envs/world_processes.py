@@ -43,7 +43,7 @@ from parlightning.envs.world_runner import (
 )
 from parlightning.errors import ConfigError
 from parlightning.runtime.processes import (
-    Child, ProcessDied, ProcessStartError, receive, send, sendable_error, start_method, stop, watch_parent,
+    Child, ProcessDied, ProcessStartError, exit_text, receive, send, sendable_error, start_method, stop, watch_parent,
 )
 from parlightning.runtime.waits import expected_wait
 
@@ -355,7 +355,7 @@ class WorkerProcesses:
             message = self._children[w].receive()
         except ProcessDied as err:
             raise WorldCallFailed(self.blocks[w][0], method, f"worker process {w} (actors {self._span(w)}) "
-                                                            f"died (exit code {err.exitcode})") from None
+                                                            f"died ({exit_text(err.exitcode)})") from None
         if message[0] == "error":  # the worker failed (and exits): what it said, in the one line
             raise WorldCallFailed(self.blocks[w][0], method, f"worker process {w} (actors {self._span(w)}) failed: "
                                                             f"{_said(message[1])}")
@@ -379,7 +379,7 @@ class WorkerProcesses:
                 self._children[w].send((seq, method, calls))
             except ProcessDied as err:
                 raise WorldCallFailed(self.blocks[w][0], method, f"worker process {w} (actors {self._span(w)}) "
-                                                                f"died (exit code {err.exitcode})") from None
+                                                                f"died ({exit_text(err.exitcode)})") from None
         # the workers time each call out themselves; this is the backstop for a worker that hangs or dies
         timeout = self.step_timeout * (self.retries + 1) + 10.0
         deadline = time.monotonic() + timeout
@@ -426,7 +426,7 @@ class WorkerProcesses:
             try:
                 self._children[w].send(("submit", mine))
             except ProcessDied as err:
-                raise self._lost(w, f"died (exit code {err.exitcode})") from None
+                raise self._lost(w, f"died ({exit_text(err.exitcode)})") from None
             if not self._pending[w]:
                 self._quiet_since[w] = now
             self._pending[w] += len(mine)
@@ -453,7 +453,7 @@ class WorkerProcesses:
                 try:
                     message = child.receive()
                 except ProcessDied as err:
-                    raise self._lost(w, f"died (exit code {err.exitcode})") from None
+                    raise self._lost(w, f"died ({exit_text(err.exitcode)})") from None
                 except BaseException as err:  # what it reported before it went
                     raise self._lost(w, f"failed ({type(err).__name__}: {err})") from None
                 if message[0] == "answers":
@@ -476,7 +476,7 @@ class WorkerProcesses:
         try:
             self._children[w].send(("replace", i))
         except ProcessDied as err:
-            raise self._lost(w, f"died (exit code {err.exitcode})") from None
+            raise self._lost(w, f"died ({exit_text(err.exitcode)})") from None
 
     def raised(self, first: BaseException, attempts: int = 0, last: Optional[BaseException] = None) -> str:
         return describe_raised(first, attempts, last, self.retries)

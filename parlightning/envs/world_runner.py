@@ -238,9 +238,9 @@ class StreamAnswer:
 def describe_raised(first: BaseException, attempts: int = 0, last: Optional[BaseException] = None,
                     retries: int = 0) -> str:
     """What a failed call's message says of its exception(s) (`retries`: the calls' retry budget)."""
-    text = f"raised {type(first).__name__}: {' '.join(str(first).split())[:300]}"
+    text = f"raised {type(first).__name__}: {error_text(first)[:300]}"
     if attempts:
-        again = "" if last is None or last is first else f"; the last raised {type(last).__name__}: {last}"
+        again = "" if last is None or last is first else f"; the last raised {type(last).__name__}: {error_text(last)[:300]}"
         text += f" (the first error; retried {attempts} times{again})"
     elif retries and last is not None:
         text += (f" (not retried: {type(first).__name__} is not in the world's `retryable`, default "
@@ -330,7 +330,7 @@ class WorldRunner:
             except Exception as err:
                 self.close()
                 raise ConfigError(f"data.env.world: {self.world_name}(**world_kwargs) failed for actor {i}: "
-                                  f"{type(err).__name__}: {err}") from err
+                                  f"{type(err).__name__}: {error_text(err)}") from err
         self.first = self.worlds[actors[0]]
         self.is_async = inspect.iscoroutinefunction(self.first.step)
         if self.is_async:
@@ -387,7 +387,7 @@ class WorldRunner:
                 return getattr(first, attr, missing)
             except Exception as err:  # noqa: BLE001 (the world's own property: named, whatever it raised)
                 raise ConfigError(f"data.env.world: reading {self.world_name}.{attr} raised {type(err).__name__}: "
-                                  f"{' '.join(str(err).split())[:200]}; fix the world's `{attr}` (it must be readable "
+                                  f"{error_text(err)[:200]}; fix the world's `{attr}` (it must be readable "
                                   "once the world is constructed)") from None
 
         for attr in ("observation_shape", "action_spec"):

@@ -310,6 +310,11 @@ def verify_checkpoint(checkpoint: dict[str, Any], path: str) -> None:
     if moments:
         raise ConfigError(f"--ckpt_path: {path!r} holds non-finite optimizer state (NaN or inf in {len(moments)} "
                           f"tensors, first {moments[0]}: Adam's moments would turn every weight NaN); {fix}")
+    steps = [where for where, v in _tensors(checkpoint.get("optimizer_states") or [], "optimizer_states")
+             if where.endswith("/step") and v.numel() and bool((v < 0).any())]
+    if steps:
+        raise ConfigError(f"--ckpt_path: {path!r} holds a negative optimizer step count ({steps[0]}): Adam's bias "
+                          f"correction divides by 1 - beta**step, which a negative step breaks; {fix}")
 
 
 def use_atomic_checkpoints(trainer: Any, named: bool = False) -> Optional[str]:
@@ -677,8 +682,14 @@ def check_output_dirs(trainer: Any) -> None:
     writable: checked without creating anything, so a bad path fails before any rollout."""
     places = [("trainer.default_root_dir", trainer.default_root_dir)]
     for logger in trainer.loggers:
-        places.append(("trainer.logger.save_dir", getattr(logger, "save_dir", None) or getattr(logger, "root_dir", None)))
-        root = getattr(logger, "root_dir", None)  # save_dir/name (lightning_logs): a file there blocks every version_N
+        try:  # a user logger's properties are its code: one that raises is named, not a traceback
+            save_dir, root = getattr(logger, "save_dir", None), getattr(logger, "root_dir", None)
+        except Exception as err:  # noqa: BLE001
+            text = " ".join(str(err).split())[:200]
+            raise ConfigError(f"trainer.logger: reading {type(logger).__name__}'s save_dir / root_dir raised "
+                              f"{type(err).__name__}: {text}; fix the logger (Lightning reads them to place the run's "
+                              "logs and checkpoints)") from None
+        places.append(("trainer.logger.save_dir", save_dir or root))  # save_dir/name (lightning_logs): a file there blocks every version_N
         if root is not None and os.path.exists(str(root)) and not os.path.isdir(str(root)):
             raise ConfigError(f"trainer.logger: {str(root)!r} is a file, but the logger keeps its runs in a folder of "
                               "that name; move the file or set trainer.default_root_dir / trainer.logger.save_dir")
@@ -801,15 +812,30 @@ def rng_state() -> dict[str, Any]:
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
-    """Restore `rng_state()`."""
-    torch.set_rng_state(state["torch"])
-    np_state = state["numpy"]
-    np.random.set_state((np_state["kind"], np_state["keys"].numpy().astype(np.uint32), np_state["pos"],
-                         np_state["has_gauss"], np_state["gauss"]))
-    py = state["python"]
-    random.setstate((py["version"], tuple(py["internal"]), py["gauss_next"]))
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    """Restore `rng_state()`; a stream whose saved state does not fit (edited, another version) is one
+    ConfigError naming it, before any stream is changed."""
+    saved = (torch.get_rng_state(), np.random.get_state(), random.getstate())
+    stream = "torch"
+    try:
+        torch.set_rng_state(state["torch"])
+        stream = "numpy"
+        np_state = state["numpy"]
+        np.random.set_state((np_state["kind"], np_state["keys"].numpy().astype(np.uint32), np_state["pos"],
+                             np_state["has_gauss"], np_state["gauss"]))
+        stream = "python"
+        py = state["python"]
+        random.setstate((py["version"], tuple(py["internal"]), py["gauss_next"]))
+        stream = "cuda"
+        if "cuda" in state and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["cuda"])
+    except (ValueError, TypeError, KeyError, RuntimeError, AttributeError) as err:
+        torch.set_rng_state(saved[0])
+        np.random.set_state(saved[1])
+        random.setstate(saved[2])
+        text = " ".join(str(err).split())[:160]
+        raise ConfigError(f"--ckpt_path: the checkpoint's {stream} RNG state (rng.{stream}) cannot be restored "
+                          f"({type(err).__name__}: {text}): it was edited or comes from another version; resume from "
+                          "an unedited checkpoint or start fresh without --ckpt_path") from None
 
 
 def to_cpu(obj: Any) -> Any:

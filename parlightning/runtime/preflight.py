@@ -36,6 +36,7 @@ from parlightning.errors import (
 )
 from parlightning.envs import contract
 from parlightning.envs.contract import same_device
+from parlightning.envs.base import world_label
 from parlightning.method_args import check_real_tensors
 
 SEED_RANGE = (0, 2**32 - 1)  # numpy's (and Lightning's seed_everything's) seed range
@@ -684,13 +685,20 @@ def _raised(err: BaseException) -> str:
 
 def _call_world(name: str, method: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """One call of the user's world in the probe; anything it raises (SystemExit too) is one line."""
+    from parlightning.runtime.torch_state import global_state, state_change
+
+    before = global_state()
     try:
-        return fn(*args, **kwargs)
-    except (Exception, SystemExit) as err:
-        if named_by_package(err):  # already one line naming the world (e.g. ExternalWorldError)
-            raise
+        out = fn(*args, **kwargs)
+    except BaseException as err:  # a BaseException subclass of the user's (not an interrupt) too
+        if isinstance(err, (KeyboardInterrupt, GeneratorExit)) or named_by_package(err):
+            raise  # an interrupt; or already one line naming the world (e.g. ExternalWorldError)
         raise ConfigError(f"data.env: {name}.{method} raised {_raised(err)} in the preflight probe "
                           f"({PROBE_ACTORS} actors, before anything ran); fix the world's {method}") from None
+    changed = state_change(before)  # a world that turns autograd off (or sets a default dtype) for the whole process
+    if changed is not None:
+        raise ConfigError(f"data.env: {name}.{method} {changed} (in the preflight probe, before anything ran)")
+    return out
 
 
 def _check_spaces(name: str, env: Any) -> None:
@@ -792,7 +800,7 @@ def check_env(env: Any, num_envs: int, seed: int) -> None:
     the CPU): attributes, and every value it returns (`parlightning.envs.contract`, the checks the
     step loop runs at every step): type, layout, shape, dtype, device, then the values (observations
     and rewards finite, the parts of an episode that ended in range) and the action masks."""
-    name = type(env).__name__
+    name = world_label(env)  # a wrapper's or an external world's own class inside: NormalizeEnv(MyWorld)
     sets = {"num_envs": "self.num_envs = num_envs", "device": "self.device = torch.device(device)",
             "observation_shape": "self.observation_shape = (d,)",
             "action_spec": "self.action_spec = ActionSpec('discrete', nvec=(n,))"}
@@ -1086,6 +1094,13 @@ def check_datamodule(dm: Any, device: Optional[torch.device] = None, ranks_here:
                     close()
                 except WorldCloseWarning as warned:
                     raise ConfigError(f"{warned} (closing the preflight's {n}-actor probe env)") from None
+                except Exception as err:  # noqa: BLE001  the world's own close: named, not a traceback
+                    if checked and not named_by_package(err):
+                        raise ConfigError(f"data.env: {world_label(env)}.close raised {_raised(err)} when the "
+                                          f"preflight closed its {n}-actor probe env (close also runs when every run "
+                                          "ends); fix the world's close") from None
+                    if checked:
+                        raise
 
 
 def _probe_env(dm: Any, env: Any, n: int, device: Optional[torch.device], ranks_here: int) -> dict[str, Any]:
@@ -1148,7 +1163,7 @@ def time_env_step(env: Any, n: int) -> float:
     """Seconds of one step of the probe env (its second step: the first one warmed it up)."""
     with torch.random.fork_rng(devices=[]):  # a world drawing from the global generator keeps the run's seed
         start = time.perf_counter()
-        _call_world(type(env).__name__, "step", env.step, probe_action(env.action_spec, n),
+        _call_world(world_label(env), "step", env.step, probe_action(env.action_spec, n),
                     None if getattr(env, "task_ids", None) is None else torch.zeros(n, dtype=torch.long))
         return time.perf_counter() - start
 

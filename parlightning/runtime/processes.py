@@ -35,6 +35,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import pickle
+import signal
 import threading
 import time
 import traceback
@@ -45,11 +46,22 @@ from parlightning.errors import ConfigError
 from parlightning.runtime import waits
 
 
+def exit_text(code: Optional[int]) -> str:
+    """A child's exit status in words: "exit code 3", or "killed by SIGTERM, exit code -15" for a
+    process a signal ended (multiprocessing's negative code)."""
+    if isinstance(code, int) and code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}, exit code {code}"
+        except ValueError:
+            return f"killed by signal {-code}, exit code {code}"
+    return f"exit code {code}"
+
+
 class ProcessDied(RuntimeError):
-    """A child process went away without saying why: `what` (pid N) died (exit code X)."""
+    """A child process went away without saying why: `what` (pid N) died (exit code X, or the signal)."""
 
     def __init__(self, what: str, pid: Optional[int], exitcode: Optional[int]) -> None:
-        super().__init__(f"{what} (pid {pid}) died (exit code {exitcode})")
+        super().__init__(f"{what} (pid {pid}) died ({exit_text(exitcode)})")
         self.what, self.pid, self.exitcode = what, pid, exitcode
 
 

@@ -33,7 +33,7 @@ from typing import Any, Optional
 
 from parlightning.config_types import PositiveFinite, PositiveInt, check_args
 from parlightning.errors import ConfigError, check_call_shape
-from parlightning.runtime.processes import Child, receive, send, sendable_error, watch_parent
+from parlightning.runtime.processes import Child, exit_text, receive, send, sendable_error, watch_parent
 from parlightning.runtime.waits import expected_wait
 from parlightning.method_args import AllOf, Serialisable, checked_methods
 from parlightning.subagents.pool import POOL_SPECS, PoolBase, PoolClosedError, SubagentResult, normalize, sync_function_problem
@@ -287,8 +287,8 @@ class ProcessPool(PoolBase):
                 w.job = None
                 continue
             if not w.process.is_alive():
-                self._replace(i, f"{self.fn} ended its worker process (exit code {w.process.exitcode}; os._exit "
-                                 "or a crash) while running this subagent", by_function=True)
+                self._replace(i, f"{self.fn} ended its worker process ({exit_text(w.process.exitcode)}; os._exit, "
+                                 "a crash or a signal) while running this subagent", by_function=True)
             elif self.timeout is not None and now - start > self.timeout:
                 self._replace(i, f"timed out after {self.timeout:g}s")
         if self._broken is not None:
