@@ -691,8 +691,9 @@ def _call_world(name: str, method: str, fn: Callable[..., Any], *args: Any, **kw
     try:
         out = fn(*args, **kwargs)
     except BaseException as err:  # a BaseException subclass of the user's (not an interrupt) too
-        if isinstance(err, (KeyboardInterrupt, GeneratorExit)) or named_by_package(err):
-            raise  # an interrupt; or already one line naming the world (e.g. ExternalWorldError)
+        if isinstance(err, (KeyboardInterrupt, GeneratorExit)) or named_by_package(err) or any(
+                c.__name__ == "SIGTERMException" for c in type(err).__mro__):
+            raise  # an interrupt or a signal; or already one line naming the world (e.g. ExternalWorldError)
         raise ConfigError(f"data.env: {name}.{method} raised {_raised(err)} in the preflight probe "
                           f"({PROBE_ACTORS} actors, before anything ran); fix the world's {method}") from None
     changed = state_change(before)  # a world that turns autograd off (or sets a default dtype) for the whole process
