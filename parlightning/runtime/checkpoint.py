@@ -483,8 +483,9 @@ def load_checkpoint_file(path: str) -> dict[str, Any]:
 
 
 def _check_structure(checkpoint: dict[str, Any], path: str, fix: str) -> None:
-    """The non-tensor parts the checksum does not cover, as Lightning writes them: a counter or a
-    loop's state edited into another type or a negative count is refused before Lightning trips on it."""
+    """The non-tensor parts as Lightning writes them, for a checkpoint whose checksum does not cover its
+    values (an older version's, tensors only, or one loaded unchecked): a counter or a loop's state of
+    another type or a negative count is refused before Lightning trips on it."""
     wrong = None
     for key in ("epoch", "global_step"):
         value = checkpoint.get(key, 0)

@@ -30,6 +30,7 @@ from torch import Tensor
 from parlightning.config_types import available_memory, size_text
 from parlightning.runtime.checkpoint import dangling_link_error, not_a_file
 from parlightning.runtime.launch_env import distributed_environment_error
+from parlightning.runtime.torch_state import global_state, state_change
 from parlightning.errors import (
     ConfigError, ReportedError, WorldCloseWarning, check_call_shape, error_text, named_by_package,
     package_environment_error,
@@ -685,8 +686,6 @@ def _raised(err: BaseException) -> str:
 
 def _call_world(name: str, method: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """One call of the user's world in the probe; anything it raises (SystemExit too) is one line."""
-    from parlightning.runtime.torch_state import global_state, state_change
-
     before = global_state()
     try:
         out = fn(*args, **kwargs)
