@@ -284,7 +284,7 @@ def _main(args: list[str], watch: RankWatch, began: Optional[int]) -> ParlCLI:
                 raise
             rank = getattr(cli.trainer, "global_rank", 0)
             if rank and not watch.active and cli.trainer.world_size > 1:  # every rank met the same setup error:
-                print(f"(rank {rank} stopped too: {message[:160]})", file=sys.stderr)  # rank 0 prints the one error line
+                sys.stderr.write(f"(rank {rank} stopped too: {message[:160]})\n")  # one write, not split by rank 0's line
                 raise SystemExit(1) from None
             raise SystemExit(f"error: {message}") from None
     if watch.active and getattr(cli.trainer, "global_rank", 0) == 0:

@@ -454,7 +454,7 @@ class RankWatch(RolloutCallback):
         if record is None and not symptom and self.rank != 0 and message is not None:
             record = self._wait_for_record(SAME_ERROR_WAIT_S)  # a check every rank runs: rank 0's line comes
         if record is not None and self.rank != 0 and message is not None and _same_error(record.get("cause"), message):
-            print(f"(rank {self.rank} stopped too: {message[:160]})", file=_stderr())  # every rank met this error:
+            _stderr().write(f"(rank {self.rank} stopped too: {message[:160]})\n")  # one write: every rank met this error,
             _flush()                                                                  # rank 0 prints the job's line
             raise SystemExit(1)
         if record is None and not symptom:
