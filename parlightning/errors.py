@@ -3,6 +3,7 @@
 import itertools
 import math
 import re
+import sys
 from typing import Any
 
 _PARSER_NOISE = (
@@ -90,6 +91,16 @@ def named_by_package(err: BaseException) -> bool:
         tb = tb.tb_next
     package = os.path.dirname(os.path.abspath(__file__))
     return os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(package + os.sep)
+
+
+def is_stop_signal(err: BaseException) -> bool:
+    """Whether `err` is a signal arriving, not a fault: Lightning's `SIGTERMException` or an exception
+    carrying the signal number (a rank's `RankSignal`). Read through `sys.modules`, so a process
+    that never imported Lightning (a collector child) does not import it for this check."""
+    exceptions = sys.modules.get("lightning.pytorch.utilities.exceptions")
+    if exceptions is not None and isinstance(err, exceptions.SIGTERMException):
+        return True
+    return isinstance(getattr(err, "signum", None), int)
 
 
 def error_text(err: BaseException) -> str:

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from typing import Iterable, Iterator, NoReturn, Optional, Tuple
 
 from parlightning.errors import ConfigError
-from parlightning.runtime.checkpoint import dangling_link_error
+from parlightning.paths import dangling_link_error
 
 
 def same_file(a: str, b: str) -> bool:

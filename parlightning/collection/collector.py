@@ -23,7 +23,7 @@ from typing import Any, Callable, Optional
 import torch
 from torch import Tensor
 
-from parlightning.runtime.checkpoint import rng_state, set_rng_state
+from parlightning.runtime.rng import rng_state, set_rng_state
 from parlightning.collection.context import RoundContext, RoundHooks
 from parlightning.collection.finish import finish_round
 from parlightning.collection.schedules import LagBudget, LockStep, Trajectories

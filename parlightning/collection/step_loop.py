@@ -24,7 +24,6 @@ from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 import torch
-from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch import Tensor
 
 from parlightning.buffer import RolloutBuffer
@@ -33,7 +32,7 @@ from parlightning.envs.base import (
     EpisodeParts, action_mask_of, check_action_mask, task_ids_of, vouch_actions, world_label,
 )
 from parlightning.envs import contract
-from parlightning.errors import ConfigError, NonFiniteError, ReportedError, error_text, named_by_package
+from parlightning.errors import ConfigError, NonFiniteError, ReportedError, error_text, is_stop_signal, named_by_package
 from parlightning.method_args import OneOf, checked
 from parlightning.policies.recurrent import RecurrentRollout
 
@@ -435,7 +434,7 @@ class StepLoop:
         return check() if check is not None else None
 
     def _world_error(self, method: str, err: BaseException, t: Optional[int]) -> ReportedError:
-        if isinstance(err, SIGTERMException) or isinstance(getattr(err, "signum", None), int):
+        if is_stop_signal(err):
             raise err  # a signal that arrived while the world ran (a rank's or the CLI's handler): not the world's fault
         text = error_text(err)[:300]
         where = f"at step {t} of a rollout" if t is not None else f"at the reset of its {self.num_envs} actors"

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from parlightning.method_args import vouch_values
-from parlightning.runtime.checkpoint import gather_ranks
+from parlightning.runtime.ranks import gather_ranks
 from parlightning.errors import ConfigError, ReportedError, check_call_shape
 from parlightning.runtime.torch_state import global_state, state_change
 from parlightning.distribution.strategies import DataParallel, ParallelStrategy, TensorParallel, WorkUnit, checked_plan

@@ -24,7 +24,7 @@ from torch import Tensor
 from parlightning.buffer import UPDATE_EPOCH_END, gather_rows
 from parlightning.callbacks.base import rollout_callbacks
 from parlightning.callbacks.planner import StrategyPlanner
-from parlightning.runtime.checkpoint import gather_ranks
+from parlightning.runtime.ranks import gather_ranks
 from parlightning.collection import Collector, RoundHooks, make_collector
 from parlightning.distribution.planning import RoundPlanner
 from parlightning.config_types import ClosedUnitInterval, NonNegativeInt, PositiveInt, Seed, check_args

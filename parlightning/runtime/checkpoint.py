@@ -10,8 +10,8 @@
 - Stale hidden `.<name>.<pid>.*.partial` files of killed saves are removed by the next save in
   that folder and at start (`clean_stale_partials`); `claim_version` gives concurrent runs in one
   folder distinct `version_N` folders (an atomic `mkdir`).
-- `rng_state` / `set_rng_state` capture the global torch, CUDA, numpy and Python generators as
-  tensors and plain containers; `gather_ranks` collects one state per rank under DDP.
+- `rng_state` / `set_rng_state` (the global generators) live in `parlightning.runtime.rng` and
+  `gather_ranks` in `parlightning.runtime.ranks` (neither imports Lightning); imported here too.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import collections
 import errno
 import hashlib
 import os
-import random
 import re
 import shutil
 import tempfile
@@ -37,6 +36,8 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 from parlightning.errors import ConfigError, ReportedError
 from parlightning.paths import dangling_link, dangling_link_error, not_a_file  # noqa: F401 (their old home)
 from parlightning.runtime.waits import expected_wait
+from parlightning.runtime.rng import rng_state, set_rng_state  # noqa: F401 (their old home)
+from parlightning.runtime.ranks import gather_ranks, to_cpu  # noqa: F401 (their old home)
 
 WRITE_BASE_S = 60.0  # a checkpoint write's declared bound: this much ...
 WRITE_BYTES_PER_S = 10e6  # ... plus its tensors' bytes at this rate (a slow network disk)
@@ -793,69 +794,3 @@ def remove_new_outputs(dirs: list[tuple[str, bool]]) -> None:
 def _is_virtual(path: str) -> bool:
     """Pseudo filesystems (procfs, sysfs) grant root W_OK yet refuse new files."""
     return any(path == p or path.startswith(p + os.sep) for p in ("/proc", "/sys"))
-
-
-# ---------------------------------------------------------------------------------- RNG and ranks
-def rng_state() -> dict[str, Any]:
-    """The global generators (torch CPU and CUDA, numpy, Python `random`) as tensors and plain
-    containers, so they load with `torch.load(weights_only=True)`."""
-    kind, keys, pos, has_gauss, gauss = np.random.get_state()
-    version, internal, gauss_next = random.getstate()
-    state: dict[str, Any] = {
-        "torch": torch.get_rng_state(),
-        "numpy": {"kind": str(kind), "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
-                  "has_gauss": int(has_gauss), "gauss": float(gauss)},
-        "python": {"version": int(version), "internal": list(internal), "gauss_next": gauss_next},
-    }
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    """Restore `rng_state()`; a stream whose saved state does not fit (edited, another version) is one
-    ConfigError naming it, before any stream is changed."""
-    saved = (torch.get_rng_state(), np.random.get_state(), random.getstate())
-    stream = "torch"
-    try:
-        torch.set_rng_state(state["torch"])
-        stream = "numpy"
-        np_state = state["numpy"]
-        np.random.set_state((np_state["kind"], np_state["keys"].numpy().astype(np.uint32), np_state["pos"],
-                             np_state["has_gauss"], np_state["gauss"]))
-        stream = "python"
-        py = state["python"]
-        random.setstate((py["version"], tuple(py["internal"]), py["gauss_next"]))
-        stream = "cuda"
-        if "cuda" in state and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(state["cuda"])
-    except (ValueError, TypeError, KeyError, RuntimeError, AttributeError) as err:
-        torch.set_rng_state(saved[0])
-        np.random.set_state(saved[1])
-        random.setstate(saved[2])
-        text = " ".join(str(err).split())[:160]
-        raise ConfigError(f"--ckpt_path: the checkpoint's {stream} RNG state (rng.{stream}) cannot be restored "
-                          f"({type(err).__name__}: {text}): it was edited or comes from another version; resume from "
-                          "an unedited checkpoint or start fresh without --ckpt_path") from None
-
-
-def to_cpu(obj: Any) -> Any:
-    """`obj` with every tensor moved to the CPU (containers rebuilt)."""
-    if isinstance(obj, torch.Tensor):
-        return obj.detach().cpu()
-    if isinstance(obj, dict):
-        return {k: to_cpu(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(to_cpu(v) for v in obj)
-    return obj
-
-
-def gather_ranks(state: Any, world_size: int) -> list[Any]:
-    """One `state` per rank, in rank order (a collective under DDP: every rank must call it,
-    as they all do when Lightning dumps a checkpoint)."""
-    state = to_cpu(state)
-    if world_size <= 1 or not torch.distributed.is_available() or not torch.distributed.is_initialized():
-        return [state]
-    out: list[Any] = [None] * world_size
-    torch.distributed.all_gather_object(out, state)
-    return out
