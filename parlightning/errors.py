@@ -103,6 +103,14 @@ def is_stop_signal(err: BaseException) -> bool:
     return isinstance(getattr(err, "signum", None), int)
 
 
+def check_loaded_checkpoint(function: str, checkpoint: Any) -> None:
+    """A function that takes a loaded checkpoint given a path (or anything but the dict): one ArgumentError."""
+    if not isinstance(checkpoint, dict):
+        raise ArgumentError(f"{function}(checkpoint): must be the loaded checkpoint, a dict (torch.load(path, "
+                            f"weights_only=True) or parlightning.runtime.checkpoint.load_checkpoint_file(path)), got "
+                            f"{type(checkpoint).__name__} {checkpoint!r:.60}")
+
+
 def error_text(err: BaseException) -> str:
     """`str(err)` on one line; an exception whose own `__str__` fails (user code) is named instead of
     raising a second error from the report."""
@@ -253,6 +261,9 @@ def parser_error_line(message: str) -> str:
         return (f"{key}: {path} must declare that it returns a BatchedEnv: annotate it "
                 f"`def {path.rpartition('.')[2]}(num_envs: int, device: str, seed: int) -> BatchedEnv:` "
                 "(from parlightning.envs import BatchedEnv), or name a BatchedEnv class")
+    unusable = _unusable_class_path(key, message)
+    if unusable is not None:  # a union slot (a logger: a Logger, a list, a bool or null) given a class it cannot use
+        return unusable
     restricted = _restriction_line(key, message)
     if restricted is not None:  # a value outside a constrained type: the range it must lie in
         return restricted
@@ -273,6 +284,33 @@ def parser_error_line(message: str) -> str:
     elif any(s in text for s in ("has no attribute", "No module named", "not accessible", "Import")):
         text += " (a class_path must name an importable class, e.g. package.module.Class)"
     return text
+
+
+_IMPORT_FAILURE = re.compile(r"has no attribute|No module named|cannot import|not accessible|Error")
+
+
+def _unusable_class_path(key: str, message: str) -> "str | None":
+    """A class_path that does not import, or imports something of the wrong kind, as one line naming the
+    path and why; jsonargparse buries it among a union's other members (`must be true or false`)."""
+    problem = re.search(r"Problem with given class_path '([^']+)':\s*(.+)", message)
+    if problem is not None and _IMPORT_FAILURE.search(problem.group(2)) and not problem.group(2).startswith("Parser key"):
+        return (f"{key}: class_path {problem.group(1)!r} cannot be imported ({problem.group(2).strip().rstrip('.')}); "
+                "a class_path must name an importable class, e.g. package.module.Class (is its package installed?)")
+    nested = re.search(r"Given value: NestedArg\(key='([^']+)', val=(.*)\)\s*$", message, re.M)
+    abstract = re.search(r"but (\S+) is abstract", message)
+    if nested is not None and abstract is not None:  # --trainer.logger.init_args.X where no class is named yet
+        arg = nested.group(1)
+        return (f"{key}.init_args.{arg}: {key} names no class yet to give {arg} to (only the abstract "
+                f"{abstract.group(1)}); name the class first: --{key} package.module.Class --{key}.init_args.{arg} "
+                f"{nested.group(2).strip(chr(39))} (or set class_path and init_args in the config)")
+    kind = re.search(r"Import path does not correspond to a subclass of (\w+)", message)
+    given = re.search(r"Given value: (\S+)", message)
+    if kind is not None and given is not None:
+        example = {"Logger": ", e.g. lightning.pytorch.loggers.TensorBoardLogger",
+                   "Callback": ", e.g. lightning.pytorch.callbacks.ModelCheckpoint"}.get(kind.group(1), "")
+        return (f"{key}: {given.group(1)} is not a {kind.group(1)} class (it imports, but {key} takes a subclass of "
+                f"{kind.group(1)}); name one{example}")
+    return None
 
 
 _PLAIN_NEEDS = {"bool": "true or false", "int": "an integer", "float": "a number", "str": "a string"}

@@ -165,7 +165,8 @@ def test_a_lambda_callback_hook_of_the_wrong_shape_is_one_line(tmp_path, capsys,
 def test_a_lambda_callback_hook_that_raises_is_named_by_the_guard(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     code, err = _fit(tmp_path, [], capsys, LAMBDA.format(hook="on_train_start", fn=f"{ME}.start_raises"))
-    _one_line(code, err, "trainer.callbacks[", "LambdaCallback.on_train_start raised KeyError", "label_map")
+    _one_line(code, err, "trainer.callbacks[", "LambdaCallback.on_train_start: start_raises (test_round13_components.py:",
+              "raised KeyError", "label_map")
     _nothing_left(tmp_path)
 
 

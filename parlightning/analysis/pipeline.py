@@ -129,6 +129,10 @@ class PipelineChain:
         for name in ("state_dict", "load_state_dict", "reset", "step"):
             if not callable(getattr(env, name, None)):
                 raise ConfigError(f"PipelineChain: the env has no `{name}`; snapshots need state_dict/load_state_dict")
+        for name, fn in (("policy", policy), ("reference", reference), ("stage_of", stage_of), ("kind_of", kind_of)):
+            if not callable(fn):  # called at every step of every replay: refused here, not at the first step
+                raise ConfigError(f"PipelineChain: {name} must be callable (a policy: obs -> action), got "
+                                  f"{type(fn).__name__} {fn!r:.40}")
         self.env, self.policy, self.reference = env, policy, reference
         self.stage_of, self.kind_of = stage_of, kind_of
         self.max_steps = int(max_steps or getattr(env, "max_episode_steps", 0) or 10_000)
@@ -203,6 +207,10 @@ def blame_by_kind(pairs: list[StageBlame]) -> dict[str, dict[str, float]]:
     """Per stage kind: how many stages, mean and total critical steps lost to the original decisions,
     and the share of stages whose replacement changed the outcome."""
     out: dict[str, dict[str, float]] = {}
+    wrong = next((p for p in pairs if not isinstance(p, StageBlame)), None)
+    if wrong is not None:
+        raise ConfigError(f"blame_by_kind(pairs): every entry must be a StageBlame (PipelineChain.blame's), got "
+                          f"{type(wrong).__name__} {wrong!r:.40}")
     for p in pairs:
         row = out.setdefault(p.kind, {"stages": 0, "time_lost_total": 0.0, "outcome_changed": 0})
         row["stages"] += 1

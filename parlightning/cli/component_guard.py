@@ -133,6 +133,7 @@ class ComponentGuard:
             params = guard._parameters(module, refresh=not per_step) if module is not None else None
             versions = [p._version for p in params] if params else None
             trainable = [p.requires_grad for p in params] if params else None
+            grads = _grad_marks(params) if params and hook in _GRADIENT_HOOKS else None
             checkpoint = args[2] if hook == "on_save_checkpoint" and len(args) > 2 else None
             kept = dict(checkpoint) if isinstance(checkpoint, dict) else None
             policy = getattr(module, "policy", _ABSENT) if module is not None else _ABSENT
@@ -173,6 +174,8 @@ class ComponentGuard:
                                          "fails: leave some trainable (freeze layers, not the whole policy)", lightning)
             if versions is not None and [p._version for p in params] != versions:  # it wrote into them: read once
                 _check_finite_parameters(where, module, lightning)
+            if grads is not None and _grad_marks(params) != grads:  # it wrote (or replaced) gradients: read once
+                _check_finite_gradients(where, module, lightning)
             if kept is not None:
                 _check_checkpoint(where, kept, checkpoint, lightning)
             if hook == "state_dict":
@@ -233,6 +236,14 @@ class ComponentGuard:
             if user is None or user.startswith(f"{base}: {_name(component)}."):
                 return user if user is None else field + user[len(base):]
             return f"{where}: {user}"  # the user's frame is another object's (a helper the hook called)
+        from parlightning.cli.user_code import user_code_error
+
+        user = user_code_error(err)  # the user's own code under Lightning's hook (a logger property it read)
+        if user is not None and user.startswith(("trainer.", "data.", "model.")):  # the user's object has a field:
+            head, sep, tail = user.partition("; the error is in that code")  # it first, then the hook that reached it
+            return f"{head} (called by {where}){sep}{tail}" if sep else f"{user} (called by {where})"
+        if user is not None:  # a function of the user's the component was given (a LambdaCallback's)
+            return f"{where}: {user}"
         given = _init_args(entry, type(component))
         zeros = [k for k, v in given.items() if isinstance(v, (int, float)) and not isinstance(v, bool) and v == 0]
         if isinstance(err, ZeroDivisionError) and zeros:
@@ -277,6 +288,24 @@ def _check_checkpoint(where: str, kept: dict, checkpoint: dict, lightning: bool)
                              "checkpoints load with torch.load(weights_only=True): store tensors (on a real "
                              "device), numbers, strings and plain containers (e.g. a datetime as .isoformat())",
                              lightning)
+
+
+_GRADIENT_HOOKS = ("on_after_backward", "on_before_optimizer_step")  # the hooks that see this step's gradients
+
+
+def _grad_marks(params: list) -> list:
+    """Each parameter's gradient as (object id, version counter): host-side ints, no tensor data read."""
+    return [(id(p.grad), p.grad._version) if p.grad is not None else None for p in params]
+
+
+def _check_finite_gradients(where: str, module: torch.nn.Module, lightning: bool) -> None:
+    """The module's gradients after a hook wrote into them: one host read."""
+    bad = [name for name, p in module.named_parameters()
+           if p.grad is not None and p.grad.is_floating_point() and not bool(torch.isfinite(p.grad).all())]
+    if bad:
+        raise ComponentFault(f"{where} left NaN or inf in the gradients ({len(bad)} tensors, first {bad[0]}) when it "
+                             "wrote into them; the optimizer step would turn every weight NaN: fix the hook (clip or "
+                             "scale gradients with finite values)", lightning)
 
 
 def _check_finite_parameters(where: str, module: torch.nn.Module, lightning: bool, quiet: bool = False) -> None:

@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from parlightning.envs import contract
-from parlightning.envs.base import action_mask_of, checked_device, scripted_action, solved_threshold_of
+from parlightning.envs.base import action_mask_of, checked_device, scripted_action, solved_threshold_of, world_label
 from parlightning.errors import ConfigError, out_of_memory
 from parlightning.cli.arg_types import (bank_seed, config_file, device_name, episode_count, existing_file, output_file,
                                          random_seed, stall_seconds)
@@ -61,7 +61,7 @@ def checked_step(env: Any, t: int, *args: Any) -> Any:
     contract fit's step loop holds it to (`envs.contract`: types, shapes, dtypes, device) and its
     observations and rewards finite: a world that goes wrong later is one line naming it and the
     step, not a traceback from the policy (host reads are fine here: this is not the hot path)."""
-    name = type(env).__name__
+    name = world_label(env)
     res = env.step(*args)
     problem = contract.result_problem(res)
     wrong = next(contract.step_problems(res, env.num_envs, tuple(env.observation_shape), torch.device(env.device)),
@@ -130,7 +130,7 @@ def run_episodes(env: Any, act: Callable[..., Tensor], seed: int, max_rounds: in
         for t in range(max_rounds):
             res = checked_step(env, t, act(obs, masks(t)) if masked else act(obs), task)
             if res.parts is None:  # read at every step here (fit's step loop: once a task world reported them)
-                raise ConfigError(f"data.env: {type(env).__name__}.step returned parts None at step {t}; return "
+                raise ConfigError(f"data.env: {world_label(env)}.step returned parts None at step {t}; return "
                                   "EpisodeParts at every step (read where an episode ends)")
             if trace is not None and not bool(got[trace]):
                 rounds.append(env.last_round)
@@ -249,8 +249,8 @@ CONFIG_KEYS = ("seed_everything", "seed", "trainer", "model", "data", "ckpt_path
 
 
 def checked_config(path: str) -> dict:
-    """`check_config_file(path)` whose top-level keys, and `model:` keys (PPOModule's arguments),
-    are ones `fit` knows: a misspelt key (`modle:`) would otherwise be ignored here while fit refuses
+    """`check_config_file(path)` whose top-level keys, `model:` and `data:` keys (and values) and
+    `trainer:` keys are ones `fit` knows: a misspelt key (`modle:`) would otherwise be ignored here while fit refuses
     it. One line naming the file and the key, with the close match."""
     import difflib
     import inspect
@@ -282,6 +282,14 @@ def checked_config(path: str) -> dict:
             if isinstance(annotation, str):  # postponed annotations: the class's module resolves them
                 annotation = inspect.get_annotations(cls.__init__, eval_str=True).get(key, annotation)
             check_value(f"--config {path}: {section}.{key}", annotation, value)  # a range fit would refuse
+    trainer = doc.get("trainer")
+    if isinstance(trainer, dict):  # evaluate runs no Trainer, but fit would refuse a misspelt one of this file
+        from lightning.pytorch import Trainer
+
+        params = [p for p in inspect.signature(Trainer.__init__).parameters if p != "self"]
+        for key in trainer:  # (`callbacks+:` appends to a list, as fit reads it)
+            if str(key).removesuffix("+") not in params:
+                refuse(key, "trainer.", params)
     return doc
 
 
@@ -520,6 +528,10 @@ def evaluate_one(a: argparse.Namespace, cls: type, init_args: dict, quiet: bool 
     if a.gantt and not tasks:  # before anything runs: the timeline is of an orchestration episode's rounds
         raise ConfigError(f"--gantt: {cls.__name__} has no tasks and no subagents to draw (a timeline is of an "
                           "orchestration world's rounds, e.g. SwarmEnv); drop --gantt")
+    if a.gantt and not isinstance(getattr(probe, "last_round", None), dict):  # SwarmEnv's trace / last_round
+        raise ConfigError(f"--gantt: {cls.__name__} does not record its rounds (it has no last_round: the timeline is "
+                          "drawn from a world that keeps each round of one actor in last_round when trace is set, "
+                          "as SwarmEnv does); drop --gantt for this world")
     n = len(tasks) * a.episodes if tasks else a.episodes
     env = build_env(cls, init_args, n, a.seed, split, a.device)
     policy = load_policy(a.ckpt_path, env) if a.ckpt_path else None

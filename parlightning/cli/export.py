@@ -94,7 +94,13 @@ def load_policy(ckpt_path: str | os.PathLike) -> tuple[ActorCritic, tuple[int, .
     spec = ActionSpec(a["kind"], tuple(a["nvec"]), tuple(a["shape"]), a["low"], a["high"])
     obs_shape = tuple(spaces["observation_shape"])
     policy = ActorCritic(obs_shape, spec, hp.get("hidden_sizes", (64, 64)), hp.get("activation", "tanh"))
-    policy.load_state_dict(weights)
+    try:
+        policy.load_state_dict(weights)
+    except RuntimeError as err:  # a key or shape the checkpoint's own hyper-parameters do not build
+        detail = " ".join(str(err).strip().splitlines()[-1].split())[:240]
+        raise ConfigError(f"--ckpt_path: {str(ckpt_path)!r} holds policy weights its hyper_parameters do not build "
+                          f"({detail}): it was edited or comes from another version; export an unedited checkpoint "
+                          "of python -m parlightning.fit") from None
     policy.mask_width = spaces.get("action_mask_width")
     return policy.eval(), obs_shape
 

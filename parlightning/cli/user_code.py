@@ -129,12 +129,17 @@ def _field_of(owner: Any) -> str:
     from parlightning.distribution.strategies import ParallelStrategy
     from parlightning.envs.base import BatchedEnv
 
-    kinds = ((lightning.Callback, "trainer.callbacks"), (BatchedEnv, "data.env"), (TaskSampler, "data.sampler"),
-             (ParallelStrategy, STRATEGY), (Logger, "trainer.logger"), (CheckpointIO, "trainer.plugins"))
-    try:  # the runtime protocols read the object's attributes: one that raises names no field
-        return next((f"{name}: " for kind, name in kinds if isinstance(owner, kind)), "")
-    except Exception:  # noqa: BLE001
-        return ""
+    # classes first, then the runtime protocols, which read the object's attributes (one that raises is
+    # that protocol's miss, not the end of the search)
+    kinds = ((lightning.Callback, "trainer.callbacks"), (Logger, "trainer.logger"), (CheckpointIO, "trainer.plugins"),
+             (BatchedEnv, "data.env"), (TaskSampler, "data.sampler"), (ParallelStrategy, STRATEGY))
+    for kind, name in kinds:
+        try:
+            if isinstance(owner, kind):
+                return f"{name}: "
+        except Exception:  # noqa: BLE001
+            continue
+    return ""
 
 
 @contextmanager

@@ -258,7 +258,7 @@ class StepLoop:
         if mask is not None:  # a masked world: its mask checked once per reset, before any step
             try:
                 check_action_mask(mask, self.env.action_spec, self.num_envs,
-                                  f"{type(self.env).__name__}.action_masks()", self.device)
+                                  f"{world_label(self.env)}.action_masks()", self.device)
             except ValueError as err:
                 raise ReportedError(f"data.env: {err} (at the reset of its {self.num_envs} actors; the preflight "
                                     "probe's were right)") from None
@@ -271,12 +271,12 @@ class StepLoop:
         note = f"num_envs {self.num_envs}, observation_shape is {list(shape[1:])}"
         problem = contract.tensor_problem(obs, shape, contract.OBS, self.device, note)
         if problem is not None:
-            raise ReportedError(f"data.env: {type(self.env).__name__}.reset returned observations {problem.says} at "
+            raise ReportedError(f"data.env: {world_label(self.env)}.reset returned observations {problem.says} at "
                                 f"the reset of its {self.num_envs} actors (the preflight probe's 2-actor reset was "
                                 f"right); return {contract.OBS.text}{problem.hint}")
         actor = contract.non_finite(obs)
         if actor is not None:
-            raise ReportedError(f"data.env: {type(self.env).__name__}.reset returned observations holding NaN or inf "
+            raise ReportedError(f"data.env: {world_label(self.env)}.reset returned observations holding NaN or inf "
                                 f"(actor {actor}) at the reset of its {self.num_envs} actors; return finite numbers")
 
     def _pick(self, context: RoundContext, reset_mask: Tensor) -> Tensor:
@@ -406,7 +406,7 @@ class StepLoop:
         (one host read of the flag)."""
         if self.task_ids is None:
             return
-        name = type(self.env).__name__
+        name = world_label(self.env)
         now = task_ids_of(self.env)
         if now is None or tuple(now) != tuple(self.task_ids):
             was, now = list(self.task_ids), list(now or [])
@@ -438,7 +438,7 @@ class StepLoop:
             raise err  # a signal that arrived while the world ran (a rank's or the CLI's handler): not the world's fault
         text = error_text(err)[:300]
         where = f"at step {t} of a rollout" if t is not None else f"at the reset of its {self.num_envs} actors"
-        return ReportedError(f"data.env: {type(self.env).__name__}.{method} raised {type(err).__name__}"
+        return ReportedError(f"data.env: {world_label(self.env)}.{method} raised {type(err).__name__}"
                              f"{': ' + text if text else ''} {where}; fix the world (a checkpoint "
                              "written before is intact: resume it with --ckpt_path)")
 
@@ -447,7 +447,7 @@ class StepLoop:
         """`passed`: the world handed `what` to the package (next_task's argument), not returned it."""
         where = f" at step {t} of a rollout" if t is not None else " during a rollout"
         problem = f" {problem}" if problem else ""
-        return ReportedError(f"data.env: {type(self.env).__name__}.{method} {'passed' if passed else 'returned'} "
+        return ReportedError(f"data.env: {world_label(self.env)}.{method} {'passed' if passed else 'returned'} "
                              f"{what}{problem}{where} (the preflight probe's first steps were right); "
                              f"{'call' if passed else 'return'} {want} at every step")
 
@@ -500,7 +500,7 @@ class StepLoop:
         field, row, need = bad
         names = EpisodeParts._fields
         shown = ", ".join(f"{k}={float(v):g}" for k, v in zip(names, rows[row].tolist()))
-        raise ReportedError(f"data.env: {type(self.env).__name__}.step returned episode parts with {field} not "
+        raise ReportedError(f"data.env: {world_label(self.env)}.step returned episode parts with {field} not "
                             f"{need} in rollout {round_index} ({shown}); fix the parts the world reports where an "
                             "episode ends")
 
@@ -511,7 +511,7 @@ class StepLoop:
         now = (self.env.action_spec, tuple(self.env.observation_shape))
         for name, was, is_ in zip(("action_spec", "observation_shape"), self.spaces, now):
             if is_ != was:
-                raise ReportedError(f"data.env: {type(self.env).__name__}.{name} changed during rollout {round_index} "
+                raise ReportedError(f"data.env: {world_label(self.env)}.{name} changed during rollout {round_index} "
                                     f"(now {is_}, was {was} when the policy was built); a world's spaces are fixed "
                                     "for a run: keep them constant")
 
@@ -527,7 +527,7 @@ class StepLoop:
         if bool(live.all()):
             return
         t, actor, dim = (int(i) for i in (~live).nonzero()[0])
-        raise ReportedError(f"data.env: {type(self.env).__name__}.action_masks() left actor {actor}'s action "
+        raise ReportedError(f"data.env: {world_label(self.env)}.action_masks() left actor {actor}'s action "
                             f"dimension {dim} without a live category at step {t} of rollout {round_index}; every "
                             "dimension needs at least one (mask a whole dimension with a [N, D] mask instead)")
 
@@ -563,7 +563,7 @@ class StepLoop:
             if bool(bad.any()):
                 t, actor = (int(i) for i in bad.nonzero()[0])
                 world = getattr(self.env, "world_name", None)  # an external world: name the user's class
-                source = f"external world {world} ({type(self.env).__name__})" if world else world_label(self.env)
+                source = f"external world {world} ({world_label(self.env)})" if world else world_label(self.env)
                 raise NonFiniteError(
                     f"data.env: non-finite {name}: NaN or inf from {source}.step in rollout "
                     f"{round_index} (first at step {t} of {self.num_steps}, actor {actor}; "

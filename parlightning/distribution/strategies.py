@@ -547,6 +547,9 @@ class TensorParallel(_AgreedStatistics):
         if isinstance(keys, str):
             raise ValueError(f"keys: got the string {keys!r}; pass a sequence of artifact keys")
         keys = tuple(keys)
+        if not keys:
+            raise ConfigError("TensorParallel: keys is empty; declare the artifact key space (at least n_sections "
+                              "keys, e.g. keys: [k0, k1]) or leave keys out to declare it later with declare_keys")
         if len(set(keys)) != len(keys):
             raise ConfigError("keys: the artifact key space must be a sequence of unique keys")
         if self.keys is not None and self.keys != keys:  # twice with another key space: the table has its rows

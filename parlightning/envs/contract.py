@@ -194,18 +194,22 @@ def non_finite(value: Tensor) -> Optional[int]:
 def parts_rows_problem(rows: Tensor, bank: Optional[int]) -> Optional[tuple[str, int, str]]:
     """(field, row, what it must be) for the first of `rows` ([E, 7] float: EpisodeParts of finished
     episodes, task first) whose task is not an index into a bank of `bank` tasks, outcome not in
-    [0, 1], or a count or step total not finite and >= 0; None when all are (one host read)."""
+    [0, 1], a count or step total not finite and >= 0, or more completed than assigned subtasks; None
+    when all are (one host read)."""
     if not rows.numel():
         return None
     task, outcome, rest = rows[:, 0], rows[:, 1], rows[:, 2:]
     bad_task = (task < 0) | (task != task.round())
     if bank is not None:
         bad_task = bad_task | (task >= bank)
+    over = rows[:, 4] > rows[:, 3]  # completed counts assigned subtasks the subagents completed: at most assigned
     bad = torch.cat([bad_task[:, None], ~((outcome >= 0) & (outcome <= 1))[:, None],
-                     ~(torch.isfinite(rest) & (rest >= 0))], 1)  # [E, 7]
+                     ~(torch.isfinite(rest) & (rest >= 0)), over[:, None]], 1)  # [E, 8]
     if not bool(bad.any()):
         return None
     row, col = (int(i) for i in bad.nonzero()[0])
+    if col == len(PART_FIELDS):
+        return "completed", row, "at most assigned (the subtasks assigned that subagents completed)"
     need = ((f"an index into its {bank}-task bank" if bank is not None else "an index >= 0") if col == 0 else
             "in [0, 1]" if col == 1 else "finite and >= 0")
     return PART_FIELDS[col], row, need

@@ -34,17 +34,23 @@ from typing import Any, Callable, Optional
 import torch
 from torch import Tensor, nn
 
-from parlightning.config_types import ClosedUnitInterval, PositiveFinite, PositiveInt, Seed, check_args, check_value
+from parlightning.config_types import ClosedUnitInterval, NonNegativeFinite, PositiveFinite, PositiveInt, Seed, check_args, check_value
 from parlightning.envs.base import BatchedEnv, StepResult, world_lifecycle, world_specs
 from parlightning.method_args import Passed, TensorArg, check_state, checked_methods, mark
-from parlightning.errors import ArgumentError, ConfigError
+from parlightning.errors import ArgumentError, ConfigError, check_loaded_checkpoint
 
 EnvFactory = Callable[[int, str, int], BatchedEnv]
 
 
 def normalize_obs(obs: Tensor, mean: Tensor, var: Tensor, epsilon: float, clip: float) -> Tensor:
     """The one copy of the observation transform (training world, evaluate, predict and export):
-    float32 stats, `clip((obs - mean) / sqrt(var + eps), -clip, clip)`."""
+    float32 stats, `clip((obs - mean) / sqrt(var + eps), -clip, clip)`. `epsilon` >= 0 and `clip` > 0
+    (Python numbers: two comparisons, no tensor read)."""
+    if not (isinstance(epsilon, (int, float)) and 0 <= epsilon < float("inf")):
+        raise ArgumentError(f"normalize_obs(epsilon): must be a finite number >= 0, got {epsilon!r:.40}")
+    if not (isinstance(clip, (int, float)) and 0 < clip < float("inf")):
+        raise ArgumentError(f"normalize_obs(clip): must be a finite number > 0 (observations are clipped to "
+                            f"[-clip, clip]), got {clip!r:.40}")
     return torch.clamp((obs - mean) / torch.sqrt(var + epsilon), -clip, clip)
 
 
@@ -53,6 +59,10 @@ class RunningMeanStd:
     `device`, started at count `epsilon` (SB3's `RunningMeanStd`). Updates are tensor ops only."""
 
     def __init__(self, shape: tuple[int, ...], device: torch.device, epsilon: float = 1e-4) -> None:
+        if isinstance(shape, int) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+            raise ArgumentError(f"RunningMeanStd(shape): must be a tuple of sizes >= 0 (the observation shape, e.g. "
+                                f"(4,)), got {shape!r:.60}")
+        check_value("RunningMeanStd(epsilon)", NonNegativeFinite, epsilon)
         self.mean = torch.zeros(shape, dtype=torch.float64, device=device)
         self.var = torch.ones(shape, dtype=torch.float64, device=device)
         self.count = torch.full((), epsilon, dtype=torch.float64, device=device)
@@ -227,6 +237,7 @@ class ObsNormalizer(nn.Module):
 
 def saved_world_state(checkpoint: dict[str, Any]) -> Optional[dict[str, Any]]:
     """Rank 0's world state in a `parlightning.fit` checkpoint (the data module's `ranks[0]["env"]`)."""
+    check_loaded_checkpoint("saved_world_state", checkpoint)
     for value in checkpoint.values():
         if isinstance(value, dict) and isinstance(value.get("ranks"), list) and value["ranks"]:
             first = value["ranks"][0]
@@ -238,6 +249,7 @@ def saved_world_state(checkpoint: dict[str, Any]) -> Optional[dict[str, Any]]:
 def normalizer_from_checkpoint(checkpoint: dict[str, Any]) -> Optional[ObsNormalizer]:
     """The frozen `ObsNormalizer` of a run trained in a `NormalizeEnv` with `norm_obs` (rank 0's
     statistics), or None when its observations were not normalised."""
+    check_loaded_checkpoint("normalizer_from_checkpoint", checkpoint)
     state = saved_world_state(checkpoint)
     if state is None or "obs_rms" not in state or not state.get("norm_obs", True):
         return None

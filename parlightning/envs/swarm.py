@@ -664,6 +664,17 @@ class SwarmEnv(BatchedEnv):
             raise ConfigError(f"SwarmEnv.load_state_dict(state): state['split'] is {state['split']!r}, this SwarmEnv's "
                               f"split is {mine!r}: the saved tasks index another bank; resume with the split it was "
                               "saved with (data.env.init_args.split), or start fresh")
+        for name in self._STATE:  # counters and indices: >= 0 (and finite) at every step; a task indexes the bank
+            value = state[name]
+            if value.dtype == torch.bool:
+                continue
+            high = len(self.task_ids) if name == "task" else None
+            if (value.is_floating_point() and not bool(torch.isfinite(value).all())) or bool((value < 0).any()) or (
+                    high is not None and bool((value >= high).any())):
+                within = f" in 0..{high - 1} (its task bank)" if high is not None else " >= 0 and finite"
+                raise ConfigError(f"SwarmEnv.load_state_dict(state): state[{name!r}] holds a value outside what a step "
+                                  f"writes (it is{within}): the checkpoint was edited or damaged; resume from an "
+                                  "unedited checkpoint (--ckpt_path) or start fresh")
         for name, value in state.items():
             if name == "generator":
                 self.generator.set_state(value)

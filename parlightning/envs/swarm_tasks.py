@@ -16,7 +16,7 @@ from typing import Sequence
 
 import torch
 
-from parlightning.errors import ConfigError
+from parlightning.errors import ArgumentError, ConfigError
 
 PLAIN, HARD, LOCAL = 0, 1, 2
 N_KINDS = 3
@@ -49,7 +49,12 @@ SPLITS = ("train", "heldout")
 
 
 def oracle_split_index(size: torch.Tensor, splits: torch.Tensor) -> torch.Tensor:
-    """Index of the largest split granularity that leaves no shard empty (k <= size)."""
+    """Index of the largest split granularity that leaves no shard empty (k <= size). `splits`: the
+    world's split granularities, ascending, at least one (metadata checks only: no tensor read)."""
+    if not isinstance(splits, torch.Tensor) or splits.dim() != 1 or splits.numel() == 0:
+        raise ArgumentError(f"oracle_split_index(splits): must be a 1-D tensor of at least one split granularity "
+                            f"(e.g. torch.tensor([1, 2, 4])), got "
+                            f"{list(splits.shape) if isinstance(splits, torch.Tensor) else type(splits).__name__}")
     return ((splits <= size.unsqueeze(-1)).sum(-1) - 1).clamp(min=0)
 
 

@@ -293,9 +293,9 @@ class PARLReward:
         return {"position": int(self.position)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if "position" not in state:
+        if not isinstance(state, dict) or "position" not in state:
             raise ValueError("PARLReward.load_state_dict: missing 'position'; pass a dict from PARLReward.state_dict()")
-        self.advance_to(int(state["position"]))
+        self.advance_to(state["position"])  # an integer >= 0 (a word, NaN or a fraction: named there)
 
     def __repr__(self) -> str:
         return (

@@ -30,7 +30,7 @@ from parlightning.distribution.planning import RoundPlanner
 from parlightning.config_types import ClosedUnitInterval, NonNegativeInt, PositiveInt, Seed, check_args
 from parlightning.envs.base import BatchedEnv, task_ids_of
 from parlightning.method_args import IndexArg, Is, Lifecycle, State, checked_methods, require
-from parlightning.errors import ConfigError, ReportedError, check_call_shape
+from parlightning.errors import ConfigError, ReportedError, check_call_shape, error_text
 from parlightning.distribution.strategies import family_of
 from parlightning.runtime.preflight import check_datamodule, env_signature
 from parlightning.parl.reward import PARLReward, check_reward_overrides
@@ -555,11 +555,27 @@ class RolloutDataModule(pl.LightningDataModule):
                               f"{self.num_envs}; resume with data.num_envs: {saved}")
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore `state_dict()`. A part that does not load (a key missing, a value of another type or
+        range: an edited checkpoint, or one of another version) is one ConfigError naming the part."""
         self.check_state(state)
-        self.round_index = int(state["round_index"])
-        self.env_steps = int(state["env_steps"])
-        if "reward" in state and self.reward is not None:
-            self.reward.load_state_dict(state["reward"])
+        part = "RolloutDataModule"
+        try:
+            self.round_index = int(state["round_index"])
+            self.env_steps = int(state["env_steps"])
+            part = "RolloutDataModule.reward"
+            if "reward" in state and self.reward is not None:
+                self.reward.load_state_dict(state["reward"])
+            part = f"RolloutDataModule.ranks[{self.rank}]"
+            self._load_ranks(state)
+        except (ConfigError, ReportedError):  # named already (a lifecycle misuse, a state check's line)
+            raise
+        except (KeyError, ValueError, TypeError, RuntimeError, IndexError, AttributeError) as err:
+            raise ConfigError(f"--ckpt_path: the checkpoint's {part} cannot be restored ({type(err).__name__}: "
+                              f"{' '.join(error_text(err).split())[:200]}): it was edited, or written by another "
+                              "version or config; resume from an unedited checkpoint of this config, or start fresh "
+                              "without --ckpt_path") from None
+
+    def _load_ranks(self, state: dict[str, Any]) -> None:
         ranks = state.get("ranks") or ([state] if "env" in state else [])
         if not ranks:
             return

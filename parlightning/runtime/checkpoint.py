@@ -33,7 +33,7 @@ from lightning.fabric.utilities.cloud_io import get_filesystem
 from lightning.fabric.plugins.io.checkpoint_io import CheckpointIO
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from parlightning.errors import ConfigError, ReportedError
+from parlightning.errors import ConfigError, ReportedError, check_loaded_checkpoint
 from parlightning.paths import dangling_link, dangling_link_error, not_a_file  # noqa: F401 (their old home)
 from parlightning.runtime.waits import expected_wait
 from parlightning.runtime.rng import rng_state, set_rng_state  # noqa: F401 (their old home)
@@ -223,6 +223,7 @@ def state_checksum(checkpoint: dict[str, Any]) -> dict[str, Any]:
 def stamp_checkpoint(checkpoint: dict[str, Any]) -> dict[str, Any]:
     """`checkpoint` with a fresh checksum over its current contents: for a checkpoint a program edits on
     purpose (a migration, a test), so the check at load time trusts the edit."""
+    check_loaded_checkpoint("stamp_checkpoint", checkpoint)
     plain = {k: v for k, v in checkpoint.items() if k != CHECKSUM_KEY}
     return {**plain, CHECKSUM_KEY: state_checksum(plain)}
 
@@ -311,11 +312,21 @@ def verify_checkpoint(checkpoint: dict[str, Any], path: str) -> None:
     if moments:
         raise ConfigError(f"--ckpt_path: {path!r} holds non-finite optimizer state (NaN or inf in {len(moments)} "
                           f"tensors, first {moments[0]}: Adam's moments would turn every weight NaN); {fix}")
-    steps = [where for where, v in _tensors(checkpoint.get("optimizer_states") or [], "optimizer_states")
-             if where.endswith("/step") and v.numel() and bool((v < 0).any())]
-    if steps:
-        raise ConfigError(f"--ckpt_path: {path!r} holds a negative optimizer step count ({steps[0]}): Adam's bias "
-                          f"correction divides by 1 - beta**step, which a negative step breaks; {fix}")
+    negative = [where for where, v in _tensors(checkpoint.get("optimizer_states") or [], "optimizer_states")
+                if where.rpartition("/")[2] in _NON_NEGATIVE_STATE and v.numel() and bool((v < 0).any())]
+    if negative:
+        what, why = _NON_NEGATIVE_STATE[negative[0].rpartition("/")[2]]
+        raise ConfigError(f"--ckpt_path: {path!r} holds a negative {what} ({negative[0]}), which no optimizer step "
+                          f"writes ({why}): it was edited or damaged; {fix}")
+
+
+# Optimizer state that is >= 0 by construction: a count, or a running mean / sum of squares
+_NON_NEGATIVE_STATE = {
+    "step": ("optimizer step count", "Adam's bias correction divides by 1 - beta**step"),
+    "exp_avg_sq": ("second moment", "a running mean of squared gradients, whose square root divides each step"),
+    "max_exp_avg_sq": ("second moment", "AMSGrad's running maximum of squared gradients"),
+    "square_avg": ("running mean of squared gradients", "RMSprop's"),
+    "sum": ("sum of squared gradients", "Adagrad's")}
 
 
 def use_atomic_checkpoints(trainer: Any, named: bool = False) -> Optional[str]:

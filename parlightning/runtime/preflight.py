@@ -529,6 +529,9 @@ def _check_trainer_bounds(trainer: Any) -> None:
                           "so drop it")
     for entry in trainer.get("callbacks") or []:
         _check_callback_args(entry)
+    loggers = trainer.get("logger")
+    for entry in loggers if isinstance(loggers, list) else [loggers]:
+        _check_callback_args(entry, "trainer.logger")
     nodes = _int(trainer.get("num_nodes"))
     if nodes is not None and nodes < 1:
         raise ConfigError(f"trainer.num_nodes: must be >= 1, got {nodes}")
@@ -546,15 +549,18 @@ def _check_trainer_bounds(trainer: Any) -> None:
 
 INT64_MAX = 2**63 - 1
 
-# Lightning callbacks whose counts it does not check itself: (class name, argument, least value)
-_CALLBACK_LEAST = (("EarlyStopping", "patience", 0), ("ModelCheckpoint", "every_n_epochs", 0),
-                   ("ModelCheckpoint", "every_n_train_steps", 0), ("TQDMProgressBar", "refresh_rate", 0),
-                   ("RichProgressBar", "refresh_rate", 0), ("EnvStepsProgressBar", "refresh_rate", 0))
+# Lightning callbacks and loggers whose numbers it does not check itself: (class name, argument, least
+# value, whether the least value itself is refused)
+_CALLBACK_LEAST = (("EarlyStopping", "patience", 0, False), ("ModelCheckpoint", "every_n_epochs", 0, False),
+                   ("ModelCheckpoint", "every_n_train_steps", 0, False), ("TQDMProgressBar", "refresh_rate", 0, False),
+                   ("RichProgressBar", "refresh_rate", 0, False), ("EnvStepsProgressBar", "refresh_rate", 0, False),
+                   ("TensorBoardLogger", "flush_secs", 0, True), ("TensorBoardLogger", "max_queue", 1, False),
+                   ("CSVLogger", "flush_logs_every_n_steps", 1, False))
 
 
-def _check_callback_args(entry: Any) -> None:
-    """A Lightning callback's count argument below what it means (EarlyStopping `patience: -1`
-    stops at the first check), named before anything is built."""
+def _check_callback_args(entry: Any, field: str = "trainer.callbacks") -> None:
+    """A Lightning callback's or logger's number below what it means (EarlyStopping `patience: -1`
+    stops at the first check; TensorBoardLogger `flush_secs: -5`), named before anything is built."""
     get = getattr(entry, "get", None)
     if not callable(get) or not isinstance(get("class_path"), str):
         return
@@ -562,10 +568,11 @@ def _check_callback_args(entry: Any) -> None:
     args = get("init_args") or {}
     if not callable(getattr(args, "get", None)):
         return
-    for cls, arg, least in _CALLBACK_LEAST:
+    for cls, arg, least, strict in _CALLBACK_LEAST:
         value = args.get(arg)
-        if name == cls and isinstance(value, (int, float)) and not isinstance(value, bool) and not value >= least:
-            raise ConfigError(f"trainer.callbacks: {cls} {arg}: must be >= {least}, got {value}")
+        if name == cls and isinstance(value, (int, float)) and not isinstance(value, bool) and (
+                not value > least if strict else not value >= least):
+            raise ConfigError(f"{field}: {cls} {arg}: must be {'>' if strict else '>='} {least}, got {value}")
 
 
 def _check_finite(node: Any, key: str = "") -> None:
@@ -1107,8 +1114,10 @@ def _probe_env(dm: Any, env: Any, n: int, device: Optional[torch.device], ranks_
     """`check_datamodule`'s checks on its probe env."""
     check_env(env, n, dm.seed)
     step_seconds = time_env_step(env, n)  # for estimate_iteration
-    check_state("data.env", type(env).__name__, env, load_back=True)  # every checkpoint saves it, every resume loads it
+    check_state("data.env", world_label(env), env, load_back=True)  # every checkpoint saves it, every resume loads it
     check_state("data.sampler", type(dm.sampler).__name__, dm.sampler)
+    if getattr(dm, "reward", None) is not None:  # saved with every checkpoint, loaded back by every resume
+        check_state("data.reward", type(dm.reward).__name__, dm.reward, load_back=True)
     dm._check_reward_cap(env)
     need = rollout_bytes(dm.num_steps, dm.num_envs, env.observation_shape, env.action_spec, dm.num_minibatches)
     need += env_bytes(env, n, dm.num_envs)

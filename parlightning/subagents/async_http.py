@@ -18,7 +18,9 @@ switches pools by `class_path` alone; `workers` here is the number of requests i
 - an unreachable endpoint is one clear error naming the URL, never thousands of silent failures:
   `probe` (default on) opens a TCP connection to the host when the pool is built (a config error
   before any rollout), and `max_connect_failures` consecutive failed connection attempts (no answer
-  of any kind in between) make every later `poll`/`wait`/`spawn` raise `PoolUnreachable`;
+  of any kind in between) make every later `poll`/`wait`/`spawn` raise `PoolUnreachable`, and so do
+  `max_endpoint_failures` calls in a row that got no usable answer after their retries (a server
+  answering 503 to everything, a wrong path);
 - `stats`: counters read at any time (calls, retries, 429s, 5xx, timeouts, in flight, peak).
 
 `async def` worlds can `await pool.acall(instruction)` from any event loop (no handle, no thread).
@@ -124,6 +126,10 @@ class AsyncHTTPPool(PoolBase):
         probe: open a TCP connection to the endpoint when the pool is built (fails fast on a wrong
             port or host; `false` for an endpoint that comes up later).
         extra_body: more fields for every request (e.g. `{temperature: 0.0}`).
+        max_endpoint_failures: calls in a row that ended without a usable answer after their retries (an
+            HTTP error status, timeouts, a reply that is not a chat completion) after which every later
+            `poll`/`wait`/`spawn` raises `PoolUnreachable` naming the URL and the last error (as the
+            threaded `HTTPPool`); null tolerates any number.
     A result's `steps` are the reply's `usage.completion_tokens` (1 when absent); `output` its text.
     """
 
@@ -132,11 +138,13 @@ class AsyncHTTPPool(PoolBase):
                  success_marker: Optional[str] = None, max_tokens: PositiveInt = 256, retries: NonNegativeInt = 3,
                  backoff: NonNegativeFinite = 0.5, max_backoff: NonNegativeFinite = 8.0,
                  max_retry_after: NonNegativeFinite = 60.0, max_connect_failures: PositiveInt = 8, probe: bool = True,
-                 extra_body: Optional[dict[str, Any]] = None) -> None:
+                 extra_body: Optional[dict[str, Any]] = None,
+                 max_endpoint_failures: Optional[PositiveInt] = 8) -> None:
         typed = check_args("AsyncHTTPPool", AsyncHTTPPool.__init__, locals())  # the annotated ranges (config_types)
         workers, timeout, max_tokens, retries, backoff, max_backoff, max_retry_after, max_connect_failures = (
             typed[k] for k in ("workers", "timeout", "max_tokens", "retries", "backoff", "max_backoff",
                                "max_retry_after", "max_connect_failures"))
+        max_endpoint_failures = typed["max_endpoint_failures"]
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
             raise ValueError(f"AsyncHTTPPool: base_url must start with http:// or https://, got {base_url!r}")
         if max_backoff < backoff:
@@ -162,6 +170,7 @@ class AsyncHTTPPool(PoolBase):
                                     "connect_errors", "in_flight", "peak_in_flight"), 0)
         self._rng = random.Random()
         self._consecutive_connect_failures = 0
+        self.max_endpoint_failures, self._failed_calls_in_a_row = max_endpoint_failures, 0
         self._unreachable: Optional[str] = None
         self._futures: dict[int, concurrent.futures.Future] = {}
         self._ids = itertools.count()
@@ -282,6 +291,7 @@ class AsyncHTTPPool(PoolBase):
                     error = f"{self.url}: {err}"
                     break
                 self.stats["succeeded"] += 1
+                self._failed_calls_in_a_row = 0  # a usable answer: the endpoint works
                 success = self.success_marker is None or self.success_marker in text
                 return SubagentResult(success, steps, time.perf_counter() - start, text)
             if status is not None:
@@ -297,8 +307,21 @@ class AsyncHTTPPool(PoolBase):
                 made += 1
                 await asyncio.sleep(self._delay(attempt, asked))
         self.stats["failed"] += 1
+        self._call_failed(error)
         return SubagentResult(False, 0, time.perf_counter() - start,
                               error=f"{error} (after {made} retries)" if made else error)
+
+    def _call_failed(self, error: str) -> None:
+        """A call that ended, after its retries, without a usable answer; `max_endpoint_failures` of them in
+        a row (any status, timeout or unreadable reply, no usable answer in between) make the pool refuse
+        every later call naming the URL, instead of training on with every subagent failing."""
+        self._failed_calls_in_a_row += 1
+        limit = self.max_endpoint_failures
+        if limit is not None and self._failed_calls_in_a_row >= limit and self._unreachable is None:
+            shown = " ".join(str(error).split())[:200]
+            self._unreachable = (f"AsyncHTTPPool: {self.url}: {self._failed_calls_in_a_row} calls in a row got no usable "
+                                 f"answer after their retries (last: {shown}); fix base_url / model or the server "
+                                 "(max_endpoint_failures: null tolerates this)")
 
     async def acall(self, instruction: Any) -> SubagentResult:
         """`await pool.acall(instruction)` from any event loop (an `async def` world's)."""
