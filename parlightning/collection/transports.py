@@ -288,7 +288,7 @@ class _ChildLoop:
 
     def facts(self) -> dict[str, Any]:
         """What the learner needs of the world without stepping it (spaces, bank, caps, signature)."""
-        from parlightning.runtime.preflight import env_signature
+        from parlightning.envs.base import env_signature
 
         env = self.loop.env
         return {

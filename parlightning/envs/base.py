@@ -9,6 +9,8 @@ new one, so truncation can bootstrap.
 from __future__ import annotations
 
 import abc
+import hashlib
+import inspect
 import math
 import numbers
 from collections.abc import Iterable
@@ -499,3 +501,33 @@ def world_label(env: Any) -> str:
     if inner is not None and inner is not env and callable(getattr(inner, "step", None)):
         return f"{kind}({world_label(inner)})"
     return kind
+
+
+def env_signature(env: Any) -> dict[str, Any]:
+    """What a checkpoint's world must share with the world it resumes into: class, spaces, the
+    task bank and every plain constructor setting the env keeps as an attribute (not num_envs,
+    device or seed). A world stepping in a collector process reports its own (`remote_signature`)."""
+    if isinstance(getattr(env, "remote_signature", None), dict):
+        return dict(env.remote_signature)
+    sig: dict[str, Any] = {
+        "class": f"{type(env).__module__}.{type(env).__qualname__}",
+        "observation_shape": [int(d) for d in getattr(env, "observation_shape", ())],
+        "action_spec": repr(getattr(env, "action_spec", None)),
+    }
+    tasks = getattr(env, "task_ids", None)
+    if tasks is not None:
+        sig["task_ids"] = hashlib.sha256("\n".join(map(str, tasks)).encode()).hexdigest()[:16]
+    try:
+        params = inspect.signature(type(env).__init__).parameters
+    except (TypeError, ValueError):
+        params = {}
+    for name in params:
+        if name in ("self", "num_envs", "device", "seed") or not hasattr(env, name):
+            continue
+        value = getattr(env, name)
+        if isinstance(value, tuple):
+            value = list(value)
+        if value is None or isinstance(value, (bool, int, float, str)) or (
+                isinstance(value, list) and all(isinstance(v, (bool, int, float, str)) for v in value)):
+            sig[name] = value
+    return sig

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import inspect
 import io
 import math
@@ -37,7 +36,7 @@ from parlightning.errors import (
 )
 from parlightning.envs import contract
 from parlightning.envs.contract import same_device
-from parlightning.envs.base import world_label
+from parlightning.envs.base import env_signature, world_label  # noqa: F401 (env_signature: its old home)
 from parlightning.method_args import check_real_tensors
 
 SEED_RANGE = (0, 2**32 - 1)  # numpy's (and Lightning's seed_everything's) seed range
@@ -993,36 +992,6 @@ def _check_task_ids(name: str, tasks: Any) -> None:
     problem = contract.task_ids_problem(tasks)
     if problem is not None:
         raise ConfigError(f"data.env: {name}.task_ids {problem}")
-
-
-def env_signature(env: Any) -> dict[str, Any]:
-    """What a checkpoint's world must share with the world it resumes into: class, spaces, the
-    task bank and every plain constructor setting the env keeps as an attribute (not num_envs,
-    device or seed). A world stepping in a collector process reports its own (`remote_signature`)."""
-    if isinstance(getattr(env, "remote_signature", None), dict):
-        return dict(env.remote_signature)
-    sig: dict[str, Any] = {
-        "class": f"{type(env).__module__}.{type(env).__qualname__}",
-        "observation_shape": [int(d) for d in getattr(env, "observation_shape", ())],
-        "action_spec": repr(getattr(env, "action_spec", None)),
-    }
-    tasks = getattr(env, "task_ids", None)
-    if tasks is not None:
-        sig["task_ids"] = hashlib.sha256("\n".join(map(str, tasks)).encode()).hexdigest()[:16]
-    try:
-        params = inspect.signature(type(env).__init__).parameters
-    except (TypeError, ValueError):
-        params = {}
-    for name in params:
-        if name in ("self", "num_envs", "device", "seed") or not hasattr(env, name):
-            continue
-        value = getattr(env, name)
-        if isinstance(value, tuple):
-            value = list(value)
-        if value is None or isinstance(value, (bool, int, float, str)) or (
-                isinstance(value, list) and all(isinstance(v, (bool, int, float, str)) for v in value)):
-            sig[name] = value
-    return sig
 
 
 # ---------------------------------------------------------------------------------- memory
