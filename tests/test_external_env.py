@@ -266,8 +266,11 @@ def _alive(pid):
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    with open(f"/proc/{pid}/stat") as f:  # a zombie is dead too
-        return f.read().split()[2] != "Z"
+    try:
+        with open(f"/proc/{pid}/stat") as f:  # a zombie is dead too
+            return f.read().split()[2] != "Z"
+    except OSError:  # it went away between the two reads (ESRCH while reading, or no file)
+        return False
 
 
 def test_process_pool_runs_the_users_function_kills_hung_subagents_and_closes():
