@@ -1124,6 +1124,11 @@ def run_corpus(argv: Optional[list[str]], *, round_no: int, description: str, ca
     dupes = {n for n in names if names.count(n) > 1}
     if dupes:
         raise SystemExit(f"duplicate case names: {sorted(dupes)}")
+    if not cases:  # --only naming nothing that runs (a dropped case's name, a typo)
+        dropped = [n for n in (getattr(v, "name", v) for v in valid) if any(o in str(n) for o in only)]
+        why = f": {', '.join(map(str, dropped))} {'is' if len(dropped) == 1 else 'are'} dropped as valid" if dropped else ""
+        print(f"error: --only {' '.join(only)}: no case to run{why} (--list shows the cases)", file=sys.stderr)
+        return 2
     full = not a.quick and not only
     if hasattr(signal, "SIGHUP"):  # cases that send SIGHUP test a program run from a terminal: a corpus started
         signal.signal(signal.SIGHUP, signal.SIG_DFL)  # under nohup would pass it down ignored (kept ignored)
