@@ -36,6 +36,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from parlightning.cli.user_code import user_code_error
 from parlightning.errors import ReportedError, error_text, named_by_package, tracebacks_wanted
 from parlightning.runtime.torch_state import global_state, state_change
 
@@ -228,17 +229,13 @@ class ComponentGuard:
             else:
                 fix = "log from a hook Lightning allows it in (e.g. on_train_batch_end or on_train_epoch_end)"
             return f"{where} called pl_module.log, which Lightning does not allow there ({text}); {fix}"
+        user = user_code_error(err)  # names the user's own frame; None: not raised in their code
         if not lightning:
-            from parlightning.cli.user_code import user_code_error
-
-            user = user_code_error(err)  # names the user's own frame; None: not raised in their code
             base = field.split("[")[0]  # user_code_error names the field without the entry's index
             if user is None or user.startswith(f"{base}: {_name(component)}."):
                 return user if user is None else field + user[len(base):]
             return f"{where}: {user}"  # the user's frame is another object's (a helper the hook called)
-        from parlightning.cli.user_code import user_code_error
-
-        user = user_code_error(err)  # the user's own code under Lightning's hook (a logger property it read)
+        # a Lightning component's hook that failed in the user's code (a logger property it read)
         if user is not None and user.startswith(("trainer.", "data.", "model.")):  # the user's object has a field:
             head, sep, tail = user.partition("; the error is in that code")  # it first, then the hook that reached it
             return f"{head} (called by {where}){sep}{tail}" if sep else f"{user} (called by {where})"
