@@ -108,7 +108,19 @@ class PARLAnnealing(RolloutCallback):
         return {"position": int(self.position), "unit": self.unit}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.position = int(state_dict["position"])
+        unit = state_dict.get("unit", self.unit) if isinstance(state_dict, dict) else None
+        if unit != self.unit:
+            raise ConfigError(f"--ckpt_path: the checkpoint's PARLAnnealing counted its position in {unit!r}, but this "
+                              f"config's PARLAnnealing.unit is {self.unit!r}: the schedules would resume at another "
+                              f"point; resume with unit: {unit} (trainer.callbacks, PARLAnnealing's init_args), or "
+                              "start fresh without --ckpt_path")
+        position = state_dict.get("position")
+        if isinstance(position, bool) or not isinstance(position, (int, float)) or position != position or \
+                position < 0 or position == float("inf") or position != int(position):
+            raise ConfigError(f"--ckpt_path: the checkpoint's PARLAnnealing position is {position!r}, not a count "
+                              f"of {self.unit} (an integer >= 0): it was edited or damaged; resume from an unedited "
+                              "checkpoint, or start fresh without --ckpt_path")
+        self.position = int(position)
         if self._reward is not None:
             self._reward.advance_to(self.position)
 

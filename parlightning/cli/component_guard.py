@@ -83,6 +83,7 @@ class ComponentGuard:
         self.config = config
         self.notes: list[str] = []  # on_exception hooks that raised while another error was reported
         self._params: dict[int, list] = {}  # a module's parameters (listed again at every hook that is not per step)
+        self._named: dict[int, list] = {}  # the same, with their names: [(name, parameter)]
 
     # ------------------------------------------------------------------ install
     @classmethod
@@ -138,6 +139,10 @@ class ComponentGuard:
             checkpoint = args[2] if hook == "on_save_checkpoint" and len(args) > 2 else None
             kept = dict(checkpoint) if isinstance(checkpoint, dict) else None
             policy = getattr(module, "policy", _ABSENT) if module is not None else _ABSENT
+            layout = _layout(guard._named[id(module)]) if params else None
+            hparams = _hparams_of(module)
+            trainer = args[0] if args and not lightning and hasattr(args[0], "strategy") else None
+            optimizers = _optimizers_of(trainer)
             try:
                 out = fn(*args, **kwargs)
             except BaseException as err:  # noqa: BLE001 (named below, or passed on untouched)
@@ -167,6 +172,23 @@ class ComponentGuard:
                 raise ComponentFault(f"{where} replaced rollout.buffer (with {type(rollout.buffer).__name__}); the "
                                      "update's minibatches are cut from it after the rollout hooks: leave it in place "
                                      "(read from it; the next round reuses its memory)", lightning)
+            if hparams is not None:
+                _check_hparams(where, module, hparams, lightning)
+            if layout is not None:
+                named = guard._named[id(module)] if per_step else guard._relist(module)
+                change = _parameter_change(layout, _layout(named))
+                if change is not None:
+                    raise ComponentFault(f"{where} {change}; the optimizer, the rollout and every checkpoint hold the "
+                                         "parameters the module built (their dtype from trainer.precision, their "
+                                         "device from trainer.accelerator): leave them in place (change weights in "
+                                         "place, e.g. under torch.no_grad(): p.mul_(0.5))", lightning)
+            if optimizers is not None and _optimizers_of(trainer) != optimizers:
+                now = _optimizers_of(trainer) or []
+                raise ComponentFault(f"{where} replaced trainer.optimizers ({len(optimizers)} optimizers before, "
+                                     f"{len(now)} now, {sum(1 for o in now if o not in optimizers)} of them new); the "
+                                     "PPO update steps the optimizer configure_optimizers built, and checkpoints save "
+                                     "its state: leave trainer.optimizers in place (change settings in place, e.g. "
+                                     "trainer.optimizers[0].param_groups[0]['lr'])", lightning)
             if trainable is not None and [p.requires_grad for p in params] != trainable:
                 frozen = sum(1 for p, was in zip(params, trainable) if was and not p.requires_grad)
                 if frozen and not any(p.requires_grad for p in params):  # some frozen is fine-tuning; all is no update
@@ -195,11 +217,18 @@ class ComponentGuard:
         hook reads the cached list: walking the module tree costs more than the check)."""
         key = id(module)
         if refresh or key not in self._params:
-            try:
-                self._params[key] = [p for p in module.parameters() if p._version is not None]
-            except RuntimeError:  # inference tensors have no version counter
-                self._params[key] = []
+            self._relist(module)
         return self._params[key]
+
+    def _relist(self, module: torch.nn.Module) -> list:
+        """List the module's (name, parameter) pairs again (cached for the per-step hooks)."""
+        try:
+            named = [(n, p) for n, p in module.named_parameters() if p._version is not None]
+        except RuntimeError:  # inference tensors have no version counter
+            named = []
+        self._named[id(module)] = named
+        self._params[id(module)] = [p for _, p in named]
+        return named
 
     # ------------------------------------------------------------------ messages
     def _fault(self, component: Any, field: str, hook: str, err: BaseException, lightning: bool,
@@ -279,6 +308,11 @@ def _check_checkpoint(where: str, kept: dict, checkpoint: dict, lightning: bool)
         raise ComponentFault(f"{where} {what} checkpoint['state_dict'] (the policy's weights): a checkpoint without them "
                              "cannot resume, evaluate or export; leave it in place (save smaller checkpoints with "
                              "ModelCheckpoint(save_weights_only=True) instead)", lightning)
+    gone = [k for k in _RESUME_KEYS if k in kept and k not in checkpoint]
+    if gone:
+        raise ComponentFault(f"{where} removed checkpoint[{gone[0]!r}] ({_RESUME_KEYS[gone[0]]}): a checkpoint without "
+                             "it cannot resume the run; leave it in place (for weights-only files use "
+                             "ModelCheckpoint(save_weights_only=True) beside the default one)", lightning)
     why = unsavable(checkpoint)
     if why is not None:
         raise ComponentFault(f"{where} put into the checkpoint what a resume could not read back: {why}; "
@@ -286,6 +320,11 @@ def _check_checkpoint(where: str, kept: dict, checkpoint: dict, lightning: bool)
                              "device), numbers, strings and plain containers (e.g. a datetime as .isoformat())",
                              lightning)
 
+
+# What Lightning's resume reads from a full checkpoint besides the weights (`state_dict`, checked above)
+_RESUME_KEYS = {"optimizer_states": "Adam's moments and step counts", "loops": "the fit loop's progress",
+                "lr_schedulers": "the schedulers' state", "callbacks": "the callbacks' state",
+                "epoch": "the epoch counter", "global_step": "the optimizer step counter"}
 
 _GRADIENT_HOOKS = ("on_after_backward", "on_before_optimizer_step")  # the hooks that see this step's gradients
 
@@ -367,6 +406,79 @@ def _batch_change(before: tuple, after: Any) -> str:
 
 
 _ABSENT = object()
+
+
+def _layout(named: list) -> list:
+    """The module's parameters as host metadata: (name, object id, dtype, device, shape); no data read."""
+    return [(n, id(p), p.dtype, p.device, p.shape) for n, p in named]
+
+
+def _parameter_change(before: list, after: list) -> Optional[str]:
+    """How a hook changed the module's parameters (removed, converted, moved, resized, replaced), or None;
+    parameters it added are its own (the optimizer does not hold them, and they change nothing it holds)."""
+    new = {e[0]: e for e in after}
+    removed = [e[0] for e in before if e[0] not in new]
+    if removed:
+        return f"removed {len(removed)} of the module's parameters (first {removed[0]})"
+    for name, pid, dtype, device, shape in before:
+        _, now_id, now_dtype, now_device, now_shape = new[name]
+        if now_dtype != dtype:
+            return f"converted the module's parameters to {now_dtype} (they were {dtype}; first {name})"
+        if now_device != device:
+            return f"moved the module's parameters to {now_device} (they were on {device}; first {name})"
+        if now_shape != shape:
+            return f"resized {name} from {list(shape)} to {list(now_shape)}"
+        if now_id != pid:
+            return f"replaced the parameter {name} with a new tensor (the optimizer still steps the old one)"
+    return None
+
+
+def _hparams_of(module: Any) -> Optional[dict]:
+    """A shallow copy of the module's hyper-parameters (what a hook may set), or None."""
+    hparams = getattr(module, "hparams", None) if module is not None else None
+    try:
+        return dict(hparams) if hparams is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _check_hparams(where: str, module: Any, before: dict, lightning: bool) -> None:
+    """A hyper-parameter a hook set must be one the module's constructor accepts (it is read at every
+    iteration: a bad one would fail there, naming no hook)."""
+    from parlightning.config_types import check_args
+    from parlightning.errors import ConfigError
+
+    now = getattr(module, "hparams", None)
+    changed = {}
+    for key, value in (now.items() if hasattr(now, "items") else ()):
+        old = before.get(key, _ABSENT)
+        if value is old:
+            continue
+        try:
+            same = bool(old == value)
+        except Exception:  # noqa: BLE001 (a tensor, an object whose == raises: compared by identity)
+            same = False
+        if not same:
+            changed[key] = value
+    if not changed:
+        return
+    try:
+        check_args("", type(module).__init__, changed)
+    except ConfigError as err:
+        name = str(err).split(":", 1)[0]
+        raise ComponentFault(f"{where} set pl_module.hparams.{name} to {changed.get(name)!r}, which the module does "
+                             f"not accept ({str(err).split(': ', 1)[-1]}); model.{name} is read at every iteration: "
+                             "set a value its config accepts, or leave hparams alone", lightning) from None
+
+
+def _optimizers_of(trainer: Any) -> Optional[list]:
+    """The trainer's optimizers (the objects), or None without a trainer."""
+    if trainer is None:
+        return None
+    try:
+        return list(trainer.optimizers or [])
+    except Exception:  # noqa: BLE001 (a trainer not yet set up)
+        return None
 
 
 def _policy_change(module: Any) -> str:

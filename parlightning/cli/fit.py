@@ -32,7 +32,7 @@ from parlightning.cli.config_log import LoggedConfig
 from parlightning.ppo.data import RolloutDataModule
 from parlightning.method_args import one_at_a_time
 from parlightning.errors import (
-    ConfigError, ReportedError, check_call_shape, parser_error_line, root_error_line,
+    ConfigError, ReportedError, check_call_shape, named_by_package, parser_error_line, root_error_line,
 )
 from parlightning.ppo.module import PPOModule
 from parlightning.cli.packaged import moved_hint, resolve_config_args
@@ -243,6 +243,7 @@ def _main(args: list[str], watch: RankWatch, began: Optional[int]) -> ParlCLI:
             if getattr(getattr(cli.trainer, "_signal_connector", None), "received_sigterm", False) is True and \
                     not isinstance(err, (SIGTERMException, Signalled)):
                 err = SIGTERMException()  # a SIGTERM to the process group also ended a child (the collector process)
+            err = _reported_first(err)
             message = _start_error(err)
             if message is None:
                 message = user_code_error(err)
@@ -290,6 +291,20 @@ def _main(args: list[str], watch: RankWatch, began: Optional[int]) -> ParlCLI:
     if watch.active and getattr(cli.trainer, "global_rank", 0) == 0:
         watch.wait_for_launched_ranks(STALL_TIMEOUT_S if stall is None else stall)  # a rank failing in its last hooks
     return cli
+
+
+def _reported_first(err: BaseException) -> BaseException:
+    """The package's own named error that `err` was raised while handling (Lightning's teardown failing
+    on what a fault left behind, e.g. a module a callback moved to the meta device), else `err`."""
+    if isinstance(err, (KeyboardInterrupt, SystemExit, SIGTERMException, Signalled, ConfigError, ReportedError)):
+        return err
+    seen, inner = {id(err)}, err.__context__
+    while inner is not None and id(inner) not in seen:
+        if isinstance(inner, (ConfigError, ReportedError)) and named_by_package(inner):
+            return inner
+        seen.add(id(inner))
+        inner = inner.__context__
+    return err
 
 
 KEPT = ("; the last checkpoint (written at the end of the last finished iteration) is intact: resume with "

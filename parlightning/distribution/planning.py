@@ -325,6 +325,7 @@ class RoundPlanner:
             self._restored = state
             return
         self._restored = None
+        self._check_state(state)
         self.rounds = int(state.get("rounds", 0))
         self.carried_episodes = int(state.get("carried_episodes", 0))
         ranks = state.get("ranks") or []
@@ -350,6 +351,30 @@ class RoundPlanner:
             strategy_state = saved[0] if saved else state.get("strategy")
         if strategy_state and callable(load):
             load(strategy_state)
+
+    def _check_state(self, state: Any) -> None:
+        """Refuse a saved state `state_dict` never writes (edited or damaged), naming the entry: one
+        ConfigError before any of it is applied."""
+        fix = ("it was edited or damaged; resume from an unedited checkpoint, or start fresh without --ckpt_path")
+        where = "--ckpt_path: the checkpoint's StrategyPlanner"
+        if not isinstance(state, dict):
+            raise ConfigError(f"{where} state is a {type(state).__name__}, not the dict it saves; {fix}")
+        ranks = state.get("ranks")
+        if not isinstance(ranks, list) or not ranks or not all(isinstance(r, dict) for r in ranks):
+            raise ConfigError(f"{where} ranks is {str(ranks)[:40]!r}, not one entry per rank that saved it (each rank's "
+                              f"counts since the last sync and its strategy's statistics); {fix}")
+        for key in ("rounds", "carried_episodes"):
+            value = state.get(key, 0)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(f"{where} {key} is {value!r}, not a count (an integer >= 0); {fix}")
+        episodes = state.get("episodes")
+        if episodes is not None and self._episodes is not None and (
+                not isinstance(episodes, torch.Tensor) or episodes.shape != self._episodes.shape):
+            got = list(episodes.shape) if isinstance(episodes, torch.Tensor) else type(episodes).__name__
+            raise ConfigError(f"{where} episodes has shape {got}, but this run's task bank has "
+                              f"{self._episodes.numel()} tasks (one count per task): the file was edited, or comes from "
+                              "another task bank; resume from an unedited checkpoint of this config, or start fresh "
+                              "without --ckpt_path")
 
     def __repr__(self) -> str:
         return f"RoundPlanner({self.strategy!r})"

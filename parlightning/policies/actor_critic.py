@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 from parlightning.config_types import OpenUnitInterval
 from parlightning.envs.base import ActionSpec, mask_layout
-from parlightning.errors import ArgumentError
+from parlightning.errors import ArgumentError, ReportedError
 from parlightning.method_args import IndexArg, checked
 
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "gelu": nn.GELU, "silu": nn.SiLU}
@@ -236,7 +236,7 @@ class ActorCritic(nn.Module):
         """Sample actions for a batch of observations: (action, log-prob, value); `key` [B] rows of
         `key_table` when keyed; `mask` the world's action mask (see `CategoricalHead._log_probs`)."""
         x = obs.flatten(1)
-        action, logprob = self.head.sample(self._forward(self.actor, x, key), generator, mask)
+        action, logprob = self.head.sample(self.action_logits(obs, key), generator, mask)
         return action, logprob, self._forward(self.critic, x, key).squeeze(-1)
 
     def evaluate(self, obs: Tensor, action: Tensor, key: Optional[Tensor] = None,
@@ -244,7 +244,7 @@ class ActorCritic(nn.Module):
         """Score stored actions under the current parameters: (log-prob, entropy, value)."""
         x = obs.flatten(1)
         try:
-            logprob, entropy = self.head.log_prob_entropy(self._forward(self.actor, x, key), action, mask)
+            logprob, entropy = self.head.log_prob_entropy(self.action_logits(obs, key), action, mask)
         except (IndexError, RuntimeError) as err:  # checked only when scoring fails: no host read per minibatch
             if "out of bounds" not in str(err) and "out of range" not in str(err):
                 raise
@@ -263,7 +263,20 @@ class ActorCritic(nn.Module):
     def action_logits(self, obs: Tensor, key: Optional[Tensor] = None, mask: Optional[Tensor] = None) -> Tensor:
         """The actor's raw outputs [B, head.n_outputs] (greedy evaluation, export, behaviour cloning);
         `mask` is accepted for the policies' common signature (the head applies it, not the network)."""
-        return self._forward(self.actor, obs.flatten(1), key)
+        return checked_logits(self.actor, self._forward(self.actor, obs.flatten(1), key), self.head.n_outputs)
+
+
+def checked_logits(actor: nn.Module, out: Tensor, width: int) -> Tensor:
+    """`out`, the actor's output, when its last dimension is the `width` the action head reads (a shape
+    read: no host sync); else one ReportedError naming the actor's forward hooks (what usually changed it)."""
+    if out.shape[-1] == width:
+        return out
+    hooks = [getattr(h, "__qualname__", type(h).__qualname__) for m in actor.modules() for h in m._forward_hooks.values()]
+    by = f" (forward hooks on it: {', '.join(hooks)})" if hooks else ""
+    raise ReportedError(f"policy.actor: its output has {out.shape[-1]} columns per sample{by}, but the action head "
+                        f"reads {width} (one logit per category of the world's action spec): a forward hook or a "
+                        "replaced layer changed the actor's output width; keep the output's shape (a hook may change "
+                        "its values), or build the policy for the world's action spec")
 
 
 def observation_fault(network: nn.Module, shape: Sequence[int]) -> Optional[str]:

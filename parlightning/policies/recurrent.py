@@ -18,7 +18,9 @@ from torch import Tensor, nn
 from parlightning.buffer import RolloutBuffer
 from parlightning.envs.base import ActionSpec
 from parlightning.errors import ArgumentError
-from parlightning.policies.actor_critic import ACTIVATIONS, CategoricalHead, GaussianHead, layer_init, mlp
+from parlightning.policies.actor_critic import (
+    ACTIVATIONS, CategoricalHead, GaussianHead, checked_logits, layer_init, mlp,
+)
 
 CELLS = {"gru": nn.GRUCell, "lstm": nn.LSTMCell}
 
@@ -120,7 +122,7 @@ class RecurrentActorCritic(nn.Module):
         self._check_state(state, obs, "act")
         features, state = self.unroll(obs.unsqueeze(1), state, episode_start.unsqueeze(1))
         features = features[:, 0]
-        action, logprob = self.head.sample(self.actor(features), generator, mask)
+        action, logprob = self.head.sample(checked_logits(self.actor, self.actor(features), self.head.n_outputs), generator, mask)
         return action, logprob, self.critic(features).squeeze(-1), state
 
     def value(self, obs: Tensor, state: Tensor, episode_start: Tensor) -> Tensor:
@@ -138,7 +140,8 @@ class RecurrentActorCritic(nn.Module):
         features, _ = self.unroll(obs, state0, episode_start)
         features = features.reshape(B * L, -1)
         flat_mask = None if mask is None else mask.flatten(0, 1)
-        logprob, entropy = self.head.log_prob_entropy(self.actor(features), actions.flatten(0, 1), flat_mask)
+        logprob, entropy = self.head.log_prob_entropy(
+            checked_logits(self.actor, self.actor(features), self.head.n_outputs), actions.flatten(0, 1), flat_mask)
         return logprob.reshape(B, L), entropy.reshape(B, L), self.critic(features).reshape(B, L)
 
 

@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from parlightning.envs.base import ActionSpec
 from parlightning.errors import ConfigError
 from parlightning.method_args import IndexArg, checked
-from parlightning.policies.actor_critic import ACTIVATIONS, CategoricalHead, mlp
+from parlightning.policies.actor_critic import ACTIVATIONS, CategoricalHead, checked_logits, mlp
 
 
 class SlotsActorCritic(nn.Module):
@@ -76,7 +76,8 @@ class SlotsActorCritic(nn.Module):
         mean = (h * live).sum(1) / live.sum(1).clamp(min=1.0)
         top = (h * live - (1.0 - live) * 1e4).amax(1) * (live.sum(1) > 0)
         pool = torch.cat([mean, top], -1)  # [B, 2H]
-        logits = self.actor(torch.cat([h, pool.unsqueeze(1).expand(-1, W, -1)], -1))  # [B, W, C]
+        logits = checked_logits(self.actor, self.actor(torch.cat([h, pool.unsqueeze(1).expand(-1, W, -1)], -1)),
+                                self.choices)  # [B, W, C]
         return logits.flatten(1), torch.cat([pool, context], -1)
 
     def _check_key(self, key: Optional[Tensor]) -> None:

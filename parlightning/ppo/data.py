@@ -549,6 +549,18 @@ class RolloutDataModule(pl.LightningDataModule):
         if missing:
             raise ConfigError(f"--ckpt_path: the checkpoint's data module state lacks {missing}; resume from a "
                               "checkpoint written by RolloutDataModule")
+        for key in ("round_index", "env_steps"):
+            value = state[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value < 0 or \
+                    value == float("inf") or value != int(value):
+                raise ConfigError(f"--ckpt_path: the checkpoint's RolloutDataModule.{key} is {value!r}, not a count "
+                                  "(an integer >= 0): it was edited or damaged; resume from an unedited checkpoint, or "
+                                  "start fresh without --ckpt_path")
+        ranks = state.get("ranks", None if "env" in state else [])
+        if ranks is not None and (not isinstance(ranks, list) or not ranks):
+            raise ConfigError(f"--ckpt_path: the checkpoint's RolloutDataModule.ranks is {str(ranks)[:40]!r}: it holds "
+                              "no rank's worlds, observations or random streams, so the run cannot resume exactly; "
+                              "resume from an unedited checkpoint, or start fresh without --ckpt_path")
         saved = state.get("num_envs", self.num_envs)
         if saved != self.num_envs:
             raise ConfigError(f"data.num_envs: the checkpoint has {saved} actors per rank but this config has "

@@ -19,6 +19,7 @@ from __future__ import annotations
 import collections
 import errno
 import hashlib
+import functools
 import os
 import re
 import shutil
@@ -579,7 +580,10 @@ def check_resume(path: str, module: Any, datamodule: Any, probe: Optional[dict[s
     if callable(check):
         check(checkpoint[key])
     if probe is not None:
-        check_weight_shapes(path, checkpoint["state_dict"], module, probe)
+        policy = check_weight_shapes(path, checkpoint["state_dict"], module, probe)
+        if policy is not None and {f"policy.{k}" for k in policy.state_dict()} == set(checkpoint["state_dict"]):
+            # the policy built here is the one that was saved (not so for a keyed table, built with the trainer)
+            check_optimizer_state(path, checkpoint.get("optimizer_states"), list(policy.parameters()))
     return checkpoint
 
 
@@ -661,18 +665,19 @@ def check_env_signature(path: str, saved: Optional[dict[str, Any]], ours: dict[s
         )
 
 
-def check_weight_shapes(path: str, saved: dict[str, Any], module: Any, probe: dict[str, Any]) -> None:
+def check_weight_shapes(path: str, saved: dict[str, Any], module: Any, probe: dict[str, Any]) -> Optional[Any]:
     """Every weight the policy of this config has must be in the checkpoint with the same shape
-    (another env or architecture, or a damaged tensor, fails here, not in a size-mismatch traceback)."""
+    (another env or architecture, or a damaged tensor, fails here, not in a size-mismatch traceback).
+    Returns the policy it built to compare (None where it could not build one)."""
     build = getattr(module, "build_policy", None)
     if not callable(build):
-        return
+        return None
     try:
         policy = build(probe["observation_shape"], probe["action_spec"])
     except ConfigError:
         raise
     except Exception:  # a policy that needs the trainer (e.g. a keyed table): Lightning's strict load decides
-        return
+        return None
     fix = "resume with the config (env and model) that wrote it, or start fresh without --ckpt_path"
     for name, value in policy.state_dict().items():
         key = f"policy.{name}"
@@ -683,6 +688,73 @@ def check_weight_shapes(path: str, saved: dict[str, Any], module: Any, probe: di
             raise ConfigError(f"--ckpt_path: {path!r} does not fit this config: {key} has shape "
                               f"{list(saved[key].shape)} in the checkpoint but {list(value.shape)} here (another env "
                               f"or architecture, or a damaged tensor); {fix}")
+    return policy
+
+
+def check_optimizer_state(path: str, states: Any, params: list) -> None:
+    """The saved optimizer state must be one this policy's optimizer can load and step: settings its
+    class accepts (betas, eps, weight decay, lr: torch's own checks), one entry per parameter, each
+    moment of its parameter's shape and every entry the settings need (AMSGrad's maximum): tried on
+    zero-filled copies of the parameters, so an edited state fails here, before anything is written,
+    not in a traceback at the first update. A single torch optimizer only (a module's own
+    `configure_optimizers` with several, or a class torch does not have, is left to Lightning)."""
+    if not isinstance(states, list) or len(states) != 1 or not isinstance(states[0], dict):
+        return
+    groups = states[0].get("param_groups")
+    if not isinstance(groups, list) or not groups or not all(isinstance(g, dict) for g in groups):
+        return
+    fix = "it was edited or damaged; resume from an earlier checkpoint (e.g. an epoch=N.ckpt beside it) or start fresh"
+    counts = [len(g.get("params") or ()) for g in groups]
+    if sum(counts) != len(params):
+        raise ConfigError(f"--ckpt_path: {path!r} holds optimizer state for {sum(counts)} parameters, but this "
+                          f"config's policy has {len(params)}; {fix}")
+    cls = _optimizer_class(groups[0])
+    if cls is None:
+        return
+    known = set(_optimizer_keys()[cls])
+    settings = [{k: v for k, v in g.items() if k in known} for g in groups]
+    for i, hp in enumerate(settings):
+        for key, value in hp.items():  # one at a time: the line names the setting
+            try:
+                cls([torch.zeros(1, requires_grad=True)], **{key: value})
+            except (ValueError, TypeError, RuntimeError) as err:
+                raise ConfigError(f"--ckpt_path: {path!r} holds {cls.__name__} settings torch refuses: optimizer_states"
+                                  f"[0].param_groups[{i}].{key} = {value!r} ({' '.join(str(err).split())[:120]}); "
+                                  f"{fix}") from None
+    copies = iter([torch.zeros(p.shape, dtype=p.dtype, requires_grad=True) for p in params])
+    try:
+        optimizer = cls([{"params": [next(copies) for _ in range(n)], **hp} for n, hp in zip(counts, settings)])
+        optimizer.load_state_dict(states[0])
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                p.grad = torch.zeros_like(p)
+        optimizer.step()
+    except Exception as err:  # noqa: BLE001 (whatever the state makes torch raise: named, not a traceback)
+        why = (f"an entry its settings need is missing: {err}" if isinstance(err, KeyError)
+               else f"{type(err).__name__}: {' '.join(str(err).split())[:160]}")
+        raise ConfigError(f"--ckpt_path: {path!r} holds {cls.__name__} optimizer state (optimizer_states[0]) this "
+                          f"policy's parameters cannot use ({why}); {fix}") from None
+
+
+@functools.lru_cache(maxsize=1)
+def _optimizer_keys() -> dict[type, tuple[str, ...]]:
+    """torch's optimizer classes and the settings each stores in a parameter group."""
+    out: dict[type, tuple[str, ...]] = {}
+    for name in dir(torch.optim):
+        cls = getattr(torch.optim, name)
+        if isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer) and cls is not torch.optim.Optimizer:
+            try:
+                out[cls] = tuple(cls([torch.zeros(1, requires_grad=True)]).defaults)
+            except Exception:  # noqa: BLE001 (a class that needs more arguments)
+                continue
+    return out
+
+
+def _optimizer_class(group: dict[str, Any]) -> Optional[type]:
+    """The torch optimizer class whose parameter groups hold exactly `group`'s settings (Adam first)."""
+    keys = set(group) - {"params", "initial_lr"}
+    found = [cls for cls, names in _optimizer_keys().items() if set(names) == keys]
+    return torch.optim.Adam if torch.optim.Adam in found else (found[0] if found else None)
 
 
 def _plain(value: Any) -> Any:
