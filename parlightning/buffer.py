@@ -18,7 +18,7 @@ from torch import Tensor
 from parlightning.config_types import PositiveInt, check_allocation, check_value
 from parlightning.envs.base import EpisodeParts
 from parlightning.errors import ArgumentError, ConfigError
-from parlightning.method_args import IndexArg, Lifecycle, State, TensorArg, checked, checked_methods
+from parlightning.method_args import IndexArg, Lifecycle, State, TensorArg, check_dtype, checked, checked_methods
 
 _TN = TensorArg("number", ("T", "N"), device="same")
 
@@ -174,6 +174,9 @@ class RolloutBuffer:
             if items is None or not all(isinstance(d, numbers.Integral) and not isinstance(d, bool) and 0 < d < 2**63 for d in items):
                 raise ConfigError(f"RolloutBuffer: {name} must be a tuple of positive ints (e.g. (6,) or (13, 6)), "
                                   f"got {shape!r:.80}")
+        # torch's factories take a torch.dtype only ('int64' is a raw TypeError from torch.empty)
+        check_dtype("RolloutBuffer(action_dtype)", action_dtype,
+                    example="torch.long for discrete actions, torch.float32 for continuous ones")
         obs = math.prod(observation_shape)
         action = math.prod(action_shape) * torch.empty((), dtype=action_dtype).element_size()
         # per step and actor: obs and final_obs (float32), the action, 7 float32 columns (logprobs, values,

@@ -21,7 +21,7 @@ from parlightning.envs.normalize import ObsNormalizer, normalizer_from_checkpoin
 from parlightning.errors import ArgumentError, ConfigError
 from parlightning.cli.evaluate import check_device, greedy_action
 from parlightning.method_args import Is, TensorArg, checked, checked_methods
-from parlightning.policies.actor_critic import observation_fault
+from parlightning.policies.actor_critic import check_observation_shape, observation_fault
 
 Observation = Union[Tensor, np.ndarray]
 
@@ -69,6 +69,8 @@ class Policy:
             raise ArgumentError(f"Policy(normalizer): must be an ObsNormalizer (load_policy's, or "
                                 f"normalizer_from_checkpoint's), or None, got {type(normalizer).__name__}")
         # the sizes the caller declares against the network's own: one line naming the argument
+        if observation_shape is not None:
+            observation_shape = check_observation_shape("Policy(observation_shape)", observation_shape)
         fault = None if observation_shape is None else observation_fault(network, observation_shape)
         if fault is not None:
             raise ArgumentError(f"Policy(observation_shape): must be {fault}, got {tuple(observation_shape)}")
@@ -155,7 +157,7 @@ def load_policy(path: Union[str, os.PathLike], device: Union[str, torch.device] 
     `PPOModule`'s own loading (`on_load_checkpoint`), with the run's observation normalisation.
     A missing, unreadable, recurrent or keyed checkpoint is one `ConfigError`."""
     from parlightning.runtime.checkpoint import load_checkpoint_file
-    from parlightning.ppo.module import PPOModule
+    from parlightning.ppo.saved_policy import module_from_checkpoint, spaces_of_checkpoint
 
     path = os.fspath(path)
     if isinstance(device, (str, torch.device)) and str(device) == "meta":  # a meta tensor has a shape and no values: no weights, no actions
@@ -163,12 +165,11 @@ def load_policy(path: Union[str, os.PathLike], device: Union[str, torch.device] 
                           "could not compute an action); use cpu or cuda")
     check_device("device", device, types=None)
     checkpoint = load_checkpoint_file(path)
-    hp = dict(checkpoint.get("hyper_parameters") or {})
-    if hp.get("policy", "mlp") not in ("mlp", "slots"):
+    module = module_from_checkpoint(checkpoint, path, "load_policy(path)")  # a refused saved value: one line naming it
+    if module.hparams.policy not in ("mlp", "slots"):
         raise ConfigError(f"--ckpt_path: load_policy runs mlp and slots policies; {path} holds a "
-                          f"{hp['policy']!r} policy (its hidden state would have to travel between calls)")
-    names, skip = PPOModule.__init__.__code__.co_varnames, ("init_from", "prior")  # how training began: replaced
-    module = PPOModule(**{k: v for k, v in hp.items() if k in names and k not in skip})
+                          f"{module.hparams.policy!r} policy (its hidden state would have to travel between calls)")
+    spaces_of_checkpoint(checkpoint, path, "load_policy(path)")  # saved spaces that describe no policy: one line
     module.on_load_checkpoint(checkpoint)
     module.load_state_dict(checkpoint["state_dict"])
     spaces = checkpoint["policy_spaces"]

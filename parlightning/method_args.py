@@ -7,7 +7,9 @@ are checked at entry by one mechanism, and a bad one is one `ArgumentError` (a `
 
 `checked_methods` (a class decorator) wraps a class's public methods, `checked` one function. What
 is checked comes from the annotations (`int`, `float`, `bool`, `str`, the constrained types of
-`parlightning.config_types`, `Tensor`, `Mapping`, `Callable`, `Optional` / `Sequence` of them) and
+`parlightning.config_types`, `Tensor`, `Mapping`, `Callable`, `torch.dtype` (`check_dtype`: a dtype's name as
+a string is told the torch.dtype to pass), `torch.Generator` (on the object's device, `generator_fault`),
+`Optional` / `Sequence` of them) and
 from specs given by name for what an annotation cannot say: `TensorArg` (dtype kind, shape against
 the object's sizes or the call's other tensors, device, finite values, a value range), `IndexArg`
 (an int in a range the object knows), `OneOf`, `Passed` (accepted as is, with the reason: the
@@ -53,9 +55,9 @@ from parlightning.config_types import check_plain, check_value, constraint_of, p
 from parlightning.errors import ArgumentError, ConfigError, LifecycleError
 
 __all__ = ["AllOf", "Arg", "ArgumentError", "IndexArg", "Is", "ItemsArg", "Lifecycle", "LifecycleError", "MappingArg",
-           "PathArg", "Serialisable", "State", "check_real_device", "check_real_tensors", "check_state", "OneOf", "Passed",
-           "TensorArg", "checked", "checked_methods", "holds", "layout_fault", "lifecycle_of", "mark", "one_at_a_time",
-           "require", "specs_of", "vouch_values"]
+           "PathArg", "Serialisable", "State", "check_dtype", "check_real_device", "check_real_tensors", "check_state",
+           "OneOf", "Passed", "TensorArg", "checked", "checked_methods", "generator_fault", "holds", "layout_fault",
+           "lifecycle_of", "mark", "one_at_a_time", "require", "specs_of", "vouch_values"]
 
 _DTYPE_TEXT = {"int": "an integer (torch.long)", "float": "a float", "bool": "a bool", "number": "a numeric"}
 
@@ -580,6 +582,95 @@ class Annotated(Arg):
                 _torch().device(value)
             except (RuntimeError, TypeError, ValueError):
                 self.fail(field, "a torch device (cpu, cuda, cuda:N or a torch.device)", value)
+        elif kind == "dtype":
+            check_dtype(field, value, kinds=None, optional=self.optional)
+        if kind == "generator":  # on the object's device (a policy's, a buffer's): torch's own error is raw
+            generator_fault(field, value, obj)
+
+
+_DTYPE_KINDS = {"int": "an integer", "float": "a floating-point"}
+
+
+def _is_integer_dtype(dtype: Any) -> bool:
+    torch = _torch()
+    if dtype == torch.bool or dtype.is_floating_point or dtype.is_complex:
+        return False
+    try:
+        torch.iinfo(dtype)  # quantized and other special dtypes have none
+    except (TypeError, ValueError, RuntimeError):
+        return False
+    return True
+
+
+def _torch_dtype_named(value: Any) -> Any:
+    """The torch.dtype a string ('int64', 'torch.float32'), a numpy dtype or a Python type (int, float,
+    bool) names, or None."""
+    torch = _torch()
+    if isinstance(value, str):
+        found = getattr(torch, value.strip().removeprefix("torch."), None)
+        return found if isinstance(found, torch.dtype) else None
+    if value in (int, float, bool):
+        return {int: torch.long, float: torch.float32, bool: torch.bool}[value]
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        try:
+            if isinstance(value, numpy.dtype) or (isinstance(value, type) and issubclass(value, numpy.generic)):
+                return torch.from_numpy(numpy.zeros(0, dtype=value)).dtype
+        except (TypeError, ValueError):
+            return None
+    return None
+
+
+def check_dtype(field: str, value: Any, kinds: Optional[tuple[str, ...]] = ("int", "float"), example: str = "torch.long",
+                optional: bool = False) -> None:
+    """A `torch.dtype` argument (`RolloutBuffer(action_dtype)`): one ArgumentError naming `field`
+    otherwise. A name of one given as a string (`'int64'`), a numpy dtype or a Python type is told the
+    torch.dtype to pass (torch's own factories refuse them with a raw TypeError). `kinds`: the dtype's
+    kinds accepted ("int": an integer dtype, not bool; "float"), None for any."""
+    torch = _torch()
+    if value is None and optional:
+        return
+    tail = ", or None" if optional else ""
+    if not isinstance(value, torch.dtype):
+        named = _torch_dtype_named(value)
+        given = f"the string {value!r}" if isinstance(value, str) else _got(value)
+        fix = f": pass {str(named)}" if named is not None else ""
+        raise ArgumentError(f"{field}: must be a torch.dtype (e.g. {example}){tail}, got {given}{fix}")
+    if kinds is None:
+        return
+    ok = ("int" in kinds and _is_integer_dtype(value)) or ("float" in kinds and value.is_floating_point)
+    if not ok:
+        need = " or ".join(_DTYPE_KINDS[k] for k in kinds)
+        raise ArgumentError(f"{field}: must be {need} torch.dtype (e.g. {example}){tail}, got {value}")
+
+
+def generator_fault(field: str, generator: Any, obj: Any) -> None:
+    """A torch.Generator for an object with a `device` (a policy, a buffer, a world) must be on that
+    device: torch's samplers refuse another one with a raw RuntimeError (a meta generator: 'META device
+    type not an accelerator'). O(1): the generator's and the object's device."""
+    torch = sys.modules.get("torch")
+    if torch is None or obj is None or not isinstance(generator, torch.Generator):
+        return
+    try:
+        device = getattr(obj, "device", None)  # a user world's property: whatever it raises is its own business
+    except Exception:  # noqa: BLE001
+        return
+    if not isinstance(device, (torch.device, str)):
+        return
+    try:
+        where = generator.device
+    except RuntimeError:  # a generator on a device that cannot draw numbers (meta)
+        where = None
+    try:
+        if where is not None and _same_device(where, device):
+            return
+    except (RuntimeError, TypeError, ValueError):  # the object's device is no device name: not this check's to say
+        return
+    owner = type(obj).__name__
+    shown = "a device that cannot draw random numbers (meta)" if where is None else str(where)
+    example = "" if str(device) == "meta" else f" (e.g. torch.Generator(device={str(device)!r}).manual_seed(0))"
+    raise ArgumentError(f"{field}: must be a torch.Generator on the {owner}'s device {str(device)}{example}, or None, "
+                        f"got a generator on {shown}")
 
 
 def _from_annotation(annotation: Any) -> Optional[Arg]:
@@ -608,6 +699,8 @@ def _from_annotation(annotation: Any) -> Optional[Arg]:
         return Annotated("generator", annotation, optional)
     if names <= {"str", "device"} and "device" in names:
         return Annotated("device", annotation, optional)
+    if names == {"dtype"} and torch is not None and args[0] is torch.dtype:
+        return Annotated("dtype", annotation, optional)
     return None
 
 

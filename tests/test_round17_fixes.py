@@ -297,7 +297,7 @@ def test_a_lightning_hook_failing_in_the_users_logger_names_the_logger(tmp_path)
     (lambda: __import__("parlightning.envs.normalize", fromlist=["x"]).saved_world_state([1, 2]),
      r"saved_world_state\(checkpoint\): must be the loaded checkpoint, a dict .* got list"),
     (lambda: __import__("parlightning.envs.normalize", fromlist=["x"]).RunningMeanStd((-1,), torch.device("cpu")),
-     r"RunningMeanStd\(shape\): must be a tuple of sizes >= 0"),
+     r"RunningMeanStd\(shape\): must be a tuple of sizes >= 1"),
     (lambda: __import__("parlightning.envs.normalize", fromlist=["x"]).normalize_obs(
         torch.zeros(2, 3), torch.zeros(3), torch.ones(3), 1e-8, -1.0), r"normalize_obs\(clip\): must be a finite number > 0"),
     (lambda: __import__("parlightning.parl.reward", fromlist=["x"]).PARLReward(8).load_state_dict({"position": "x"}),

@@ -208,22 +208,28 @@ def load_policy(path: str, env: Any) -> torch.nn.Module:
     """The policy of a `parlightning.fit` checkpoint, built for `env`'s spaces; a checkpoint that
     is missing, unreadable, recurrent, keyed or of another world is one ConfigError."""
     from parlightning.runtime.checkpoint import load_checkpoint_file
-    from parlightning.ppo.module import PPOModule
+    from parlightning.ppo.saved_policy import module_from_checkpoint
 
     if not os.path.isfile(path):
         raise ConfigError(f"--ckpt_path: no checkpoint file at {path!r}; pass a .ckpt written by parlightning.fit")
     ckpt = load_checkpoint_file(path)
-    hp = dict(ckpt.get("hyper_parameters") or {})
     state = {k[len("policy."):]: v for k, v in (ckpt.get("state_dict") or {}).items() if k.startswith("policy.")}
     if not state:
         raise ConfigError(f"--ckpt_path: {path} holds no policy weights; pass a checkpoint written by parlightning.fit")
-    if hp.get("policy", "mlp") not in ("mlp", "slots"):
-        raise ConfigError(f"--ckpt_path: evaluate runs mlp and slots policies; this checkpoint's is {hp['policy']!r}")
+    module = module_from_checkpoint(ckpt, path)  # a saved value the module refuses: hyper_parameters.<name>, one line
+    if module.hparams.policy not in ("mlp", "slots"):
+        raise ConfigError(f"--ckpt_path: evaluate runs mlp and slots policies; this checkpoint's is "
+                          f"{module.hparams.policy!r}")
     if "key_table.weight" in state:
         raise ConfigError("--ckpt_path: a keyed (TensorParallel) policy needs each task's key; evaluate runs unkeyed policies")
-    skip = ("init_from", "prior")  # how training started: the weights below replace it
-    module = PPOModule(**{k: v for k, v in hp.items() if k in PPOModule.__init__.__code__.co_varnames and k not in skip})
-    policy = module.build_policy(env.observation_shape, env.action_spec)
+    try:
+        policy = module.build_policy(env.observation_shape, env.action_spec)
+    except ConfigError as err:  # the world is the config's; a saved setting it cannot take names the checkpoint
+        text = str(err)
+        if not text.startswith("model."):
+            raise
+        name, _, rest = text.partition(":")
+        raise ConfigError(f"--ckpt_path: {path!r}: hyper_parameters.{name.removeprefix('model.')}:{rest}") from None
     try:
         policy.load_state_dict(state)
     except RuntimeError as err:

@@ -28,14 +28,14 @@ import torch
 from torch import Tensor, nn
 
 from parlightning.runtime.checkpoint import load_checkpoint_file
-from parlightning.envs.base import ActionSpec
 from parlightning.envs.normalize import ObsNormalizer, normalizer_from_checkpoint
 from parlightning.errors import ArgumentError, ConfigError
 from parlightning.cli.arg_types import existing_file, output_file
 from parlightning.cli.outputs import check_output_file, raise_write_error, written_whole
 from parlightning.cli.stop_signals import UNWRITTEN, Signalled, stop_on_signals, stopped
-from parlightning.policies.actor_critic import ActorCritic, CategoricalHead, observation_fault
+from parlightning.policies.actor_critic import ActorCritic, CategoricalHead, check_observation_shape, observation_fault
 from parlightning.method_args import IndexArg, Is, OneOf, checked
+from parlightning.ppo.saved_policy import build_saved_policy, module_from_checkpoint, spaces_of_checkpoint
 
 PATH = Is((str, os.PathLike), "a path (str or PathLike)")
 
@@ -78,22 +78,23 @@ def load_policy(ckpt_path: str | os.PathLike) -> tuple[ActorCritic, tuple[int, .
         raise ConfigError(f"--ckpt_path: no checkpoint file at {str(ckpt_path)!r}; pass a .ckpt written by "
                           "python -m parlightning.fit (e.g. lightning_logs/version_0/checkpoints/last.ckpt)")
     ckpt = load_checkpoint_file(str(ckpt_path))  # truncated, corrupt, edited (checksum) or non-finite: one line
-    hp, spaces = ckpt.get("hyper_parameters") or {}, ckpt.get("policy_spaces")
+    spaces = ckpt.get("policy_spaces")
     if spaces is None or "state_dict" not in ckpt:
         raise ConfigError(f"--ckpt_path: {str(ckpt_path)!r} has no policy spaces; it was not written by a PPOModule "
                           "of this version: retrain (or resume once) with python -m parlightning.fit")
-    policy_kind = hp.get("policy", "mlp")
+    # the saved hyper-parameters, checked by the module's own constructor (one line naming hyper_parameters.<name>)
+    module = module_from_checkpoint(ckpt, str(ckpt_path))
+    policy_kind = module.hparams.policy
     weights = {k.removeprefix("policy."): v for k, v in ckpt["state_dict"].items() if k.startswith("policy.")}
     if policy_kind != "mlp":
-        raise ConfigError(f"--ckpt_path: the checkpoint holds a recurrent policy (model.policy: {policy_kind}); "
-                          "export supports the MLP policy only (it would need the hidden state as an input)")
+        what = "recurrent" if policy_kind in ("gru", "lstm") else policy_kind
+        raise ConfigError(f"--ckpt_path: the checkpoint holds a {what} policy (model.policy: {policy_kind}); "
+                          "export supports the MLP policy only (a recurrent one would need the hidden state as an input)")
     if "key_table.weight" in weights:
         raise ConfigError("--ckpt_path: the checkpoint holds a keyed policy (TensorParallel's per-key table); "
                           "export supports MLP policies without keys only")
-    a = spaces["action_spec"]
-    spec = ActionSpec(a["kind"], tuple(a["nvec"]), tuple(a["shape"]), a["low"], a["high"])
-    obs_shape = tuple(spaces["observation_shape"])
-    policy = ActorCritic(obs_shape, spec, hp.get("hidden_sizes", (64, 64)), hp.get("activation", "tanh"))
+    obs_shape = spaces_of_checkpoint(ckpt, str(ckpt_path))[0]
+    policy = build_saved_policy(module, ckpt, str(ckpt_path))
     try:
         policy.load_state_dict(weights)
     except RuntimeError as err:  # a key or shape the checkpoint's own hyper-parameters do not build
@@ -129,6 +130,7 @@ def export_policy(policy: ActorCritic, observation_shape: Sequence[int], out: st
         except ImportError:
             raise ConfigError("--format onnx: needs the onnx extra (onnx, onnxscript): "
                               "pip install 'parlightning[onnx]', or export --format pt2") from None
+    observation_shape = check_observation_shape("export_policy(observation_shape)", observation_shape)
     fault = observation_fault(policy, observation_shape)  # a traced program for another input would fail deep in it
     if fault is not None:
         raise ArgumentError(f"export_policy(observation_shape): must be {fault}, got {tuple(observation_shape)}")

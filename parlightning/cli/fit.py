@@ -29,6 +29,8 @@ from parlightning.runtime.checkpoint import (
     remove_new_outputs, use_atomic_checkpoints,
 )
 from parlightning.cli.config_log import LoggedConfig
+from parlightning.cli.run_folders import check_logger_folders, full_disk_place, remote_path_error, run_places
+from parlightning.config_types import size_text
 from parlightning.ppo.data import RolloutDataModule
 from parlightning.method_args import one_at_a_time
 from parlightning.errors import (
@@ -105,6 +107,9 @@ class ParlCLI(LightningCLI):
 
     def before_instantiate_classes(self) -> None:
         config = self.config
+        remote = remote_path_error(config)  # s3://... without s3fs: the Trainer's ImportError names no field
+        if remote is not None:
+            raise SystemExit(f"error: {remote}")
         ckpt = config.get("ckpt_path")
         if ckpt is not None:
             try:
@@ -186,6 +191,7 @@ def _end_started(began: Optional[int]) -> None:
 
 def _main(args: list[str], watch: RankWatch, began: Optional[int]) -> ParlCLI:
     """`began`: the processes started from then on are the run's (ended with it when it fails)."""
+    cli = None
     try:
         cli = build_cli(args)
         ckpt = cli.config.get("ckpt_path")
@@ -197,7 +203,7 @@ def _main(args: list[str], watch: RankWatch, began: Optional[int]) -> ParlCLI:
     except Signalled:  # a signal during start-up: main's one line and the signal's exit code
         raise
     except Exception as err:  # ReportedError: e.g. a user's world failing the probe step
-        message = _start_error(err)
+        message = _start_error(err, run_places(cli.trainer) if cli is not None else None)
         if message is None:  # a bug: its traceback is kept
             raise
         _end_started(began)  # a probe world's stuck step may have left a program running
@@ -252,6 +258,8 @@ def _main(args: list[str], watch: RankWatch, began: Optional[int]) -> ParlCLI:
                 message = (f"--ckpt_path: the state saved in {ckpt!r} does not fit this run ({text}): a tensor of the "
                            "checkpoint was resized or comes from another config (e.g. data.num_envs); resume with the "
                            "config that wrote it, or start fresh without --ckpt_path")
+            if isinstance(err, OSError) and message is not None:  # a full disk: the run's folder it filled, by field
+                message = _environment_error(err, run_places(cli.trainer)) or message
             if message is not None:
                 message = guard.with_notes(message)  # on_exception hooks that raised too: after the run's own error
             before_any = cli.datamodule.last_rollout is None  # failed in setup, before any rollout; or a Lightning
@@ -484,6 +492,7 @@ def preflight(cli: ParlCLI, ckpt: Optional[str]) -> dict:
     rollout's memory (on a small probe of the env), and the checkpoint to resume from."""
     trainer = cli.trainer
     check_output_dirs(trainer)
+    check_logger_folders(trainer)  # two loggers writing one save_dir/name/version folder
     check_callbacks(trainer.callbacks, cli.config)
     probe_loggers(trainer, cli.config)  # a logger argument that breaks its first log, on a scratch copy
     device = trainer.strategy.root_device
@@ -673,10 +682,11 @@ def _is_size_mismatch(err: BaseException) -> bool:
         "The size of tensor", "size mismatch", "shape mismatch", "must match the size", "out of bounds"))
 
 
-def _start_error(err: BaseException) -> Optional[str]:
+def _start_error(err: BaseException, places: Optional[list[tuple[str, str]]] = None) -> Optional[str]:
     """The one-line message for an error raised by fit: a ConfigError from setup, a ReportedError
     (a user's world, a full disk), the non-finite-loss stop, or Lightning's size-mismatch when a
-    checkpoint's weights do not fit; None for anything else (a bug: its traceback is kept)."""
+    checkpoint's weights do not fit; None for anything else (a bug: its traceback is kept).
+    `places`: the run's folders by field (`run_places`), to name the one a failed write was in."""
     if isinstance(err, (ConfigError, ReportedError)):
         return " ".join(str(err).split())
     if type(err).__module__.startswith("parlightning.") and isinstance(err, RuntimeError) and str(err):
@@ -698,7 +708,7 @@ def _start_error(err: BaseException) -> Optional[str]:
         first = next((line.strip() for line in text.splitlines()[1:] if line.strip()), "")
         return (f"--ckpt_path: the checkpoint's weights do not fit this config ({first[:200]}); resume with the "
                 "config (env and model) that wrote it, or start fresh without --ckpt_path")
-    return _environment_error(err)
+    return _environment_error(err, places)
 
 
 def check_environment_for_ddp(trainer: Any) -> None:
@@ -728,10 +738,11 @@ def check_environment_for_ddp(trainer: Any) -> None:
                                   "holds it); pick a free port or unset MASTER_PORT (Lightning then finds one)") from None
 
 
-def _environment_error(err: BaseException) -> Optional[str]:
+def _environment_error(err: BaseException, places: Optional[list[tuple[str, str]]] = None) -> Optional[str]:
     """The one-line message for a failure that comes from the process's environment, not from the
     package or the config: a warning turned into an error, a resource limit (threads, address space,
-    file size), a DDP address or port, a scheduler's variables Lightning refuses. None otherwise."""
+    file size), a DDP address or port, a scheduler's variables Lightning refuses. None otherwise. A
+    full disk names the run's folder it filled (`places`: (field, folder), `full_disk_place`)."""
     import errno
 
     text = " ".join(str(err).split())[:240]
@@ -749,6 +760,14 @@ def _environment_error(err: BaseException) -> Optional[str]:
         where = f" {err.filename}" if err.filename else ""
         why = {errno.EFBIG: "larger than the file-size limit (ulimit -f)", errno.ENOSPC: "the disk is full",
                errno.EDQUOT: "the disk quota is used up", errno.EROFS: "the file system is read-only"}[err.errno]
+        place = full_disk_place(err, places or []) if err.errno != errno.EFBIG else None
+        if place is not None:  # the run's folder (by its config field) the write was in, with its free space
+            field, folder, free = place
+            room = f", {size_text(free)} free there" if free is not None else ""
+            into = f" into {field} {folder!r}" if not err.filename else f" ({field} {folder!r})"
+            fix = ("free space there, or point {} at a folder on a disk with room" if err.errno != errno.EROFS
+                   else "make it writable, or point {} at a writable folder").format(field)
+            return f"writing{where}{into} failed: {why}{room}; {fix}"
         return (f"writing{where} failed: {why}; raise the limit or free space, or point "
                 "--trainer.default_root_dir elsewhere")
     if type(err).__name__ == "DistNetworkError" or "EADDRINUSE" in text:

@@ -48,6 +48,9 @@ class AgreedCounters:
     @classmethod
     def zeros(cls, *shape: int, dtype: torch.dtype = torch.float64,
               device: Optional[torch.device] = None) -> "AgreedCounters":
+        from parlightning.method_args import check_dtype
+
+        check_dtype("AgreedCounters.zeros(dtype)", dtype, example="torch.float64 or torch.long")
         return cls(torch.zeros(*shape, dtype=dtype, device=device))
 
     @classmethod

@@ -63,12 +63,18 @@ class ActionSpec:
     def _check_kind(self) -> None:
         """The fields the kind uses, and only those: a discrete action has at most one nvec entry, a field
         of another kind (a discrete spec's shape or bounds, a continuous one's nvec) is refused, bounds are
-        finite with low < high. A field left empty (`ActionSpec('continuous')` with no shape, a discrete
-        spec with no nvec) is the preflight probe's to refuse, naming the world: a module may build a spec
-        before it fills it in."""
+        finite with low < high, and a discrete or multi-discrete spec has at least one action dimension
+        (an empty nvec is a policy with no action to take). A continuous spec with no shape
+        (`ActionSpec('continuous')`) and a dimension of 0 categories are the preflight probe's to refuse,
+        naming the world: a module may build a spec before it fills it in."""
         from parlightning.errors import ConfigError
 
         kind, nvec = self.kind, self.nvec
+        if kind != "continuous" and not nvec:
+            example = "nvec=(3,)" if kind == "discrete" else "nvec=(3, 3)"
+            raise ConfigError(f"ActionSpec.nvec: a {kind} action needs at least one action dimension, got nvec=(); "
+                              f"give one entry (the number of categories) per dimension, e.g. ActionSpec({kind!r}, "
+                              f"{example})")
         if kind == "discrete" and len(nvec) > 1:
             raise ConfigError(f"ActionSpec.nvec: a discrete action is one category, nvec=(n,), got nvec={nvec!r}; for "
                               f"one category per dimension use ActionSpec('multi_discrete', nvec={nvec!r})")

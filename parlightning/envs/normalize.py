@@ -59,9 +59,9 @@ class RunningMeanStd:
     `device`, started at count `epsilon` (SB3's `RunningMeanStd`). Updates are tensor ops only."""
 
     def __init__(self, shape: tuple[int, ...], device: torch.device, epsilon: float = 1e-4) -> None:
-        if isinstance(shape, int) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
-            raise ArgumentError(f"RunningMeanStd(shape): must be a tuple of sizes >= 0 (the observation shape, e.g. "
-                                f"(4,)), got {shape!r:.60}")
+        if isinstance(shape, int) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in shape):
+            raise ArgumentError(f"RunningMeanStd(shape): must be a tuple of sizes >= 1 (the observation shape, e.g. "
+                                f"(4,); () for a scalar), got {shape!r:.60}")
         check_value("RunningMeanStd(epsilon)", NonNegativeFinite, epsilon)
         self.mean = torch.zeros(shape, dtype=torch.float64, device=device)
         self.var = torch.ones(shape, dtype=torch.float64, device=device)

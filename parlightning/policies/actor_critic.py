@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Optional, Sequence
+import numbers
+from collections.abc import Sequence as AbcSequence
+from typing import Any, Optional, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -30,8 +32,8 @@ def layer_init(layer: nn.Linear, std: float = math.sqrt(2), bias: float = 0.0) -
 
 def mlp(sizes: Sequence[int], activation: str, out_std: float) -> nn.Sequential:
     """Linear layers with `activation` between them; the last layer initialised with `out_std`."""
-    if activation not in ACTIVATIONS:
-        raise ValueError(f"activation: unknown {activation!r}; choose one of {sorted(ACTIVATIONS)}")
+    if not isinstance(activation, str) or activation not in ACTIVATIONS:
+        raise ArgumentError(f"mlp(activation): unknown {activation!r:.40}; choose one of {sorted(ACTIVATIONS)}")
     layers: list[nn.Module] = []
     for i in range(len(sizes) - 1):
         last = i == len(sizes) - 2
@@ -45,6 +47,34 @@ def padding_logit(dtype: torch.dtype) -> float:
     """The logit of a padded category: half the dtype's most negative finite value, so that
     subtracting a log-normaliser cannot overflow to -inf (-1e9 is -inf in fp16; -inf * 0 is NaN)."""
     return torch.finfo(dtype).min / 2
+
+
+def check_observation_shape(field: str, shape: Any) -> tuple[int, ...]:
+    """One observation's shape (no batch dimension) as a tuple of ints: a non-empty tuple, list or
+    torch.Size of positive ints, else one ArgumentError naming `field` (a zero or negative size would
+    build a network over no features, or fail in torch's layer init)."""
+    if isinstance(shape, (tuple, list, torch.Size)) and shape and all(
+            isinstance(d, numbers.Integral) and not isinstance(d, bool) and 0 < d < 2**63 for d in shape):
+        return tuple(int(d) for d in shape)
+    bad = next((d for d in shape if not (isinstance(d, numbers.Integral) and not isinstance(d, bool) and d > 0)), None) \
+        if isinstance(shape, (tuple, list, torch.Size)) else None
+    why = f" ({bad!r} is not a positive size)" if bad is not None else ""
+    raise ArgumentError(f"{field}: must be a non-empty tuple of positive ints (one observation's shape without the batch "
+                        f"dimension, e.g. (4,) or (13, 6)), got {shape!r:.80}{why}")
+
+
+def check_layers(owner: str, hidden_sizes: Any, activation: Any, empty: bool = True) -> list[int]:
+    """A policy's `hidden_sizes` (layer widths: positive ints; none at all when `empty`) and `activation`
+    (a name of `ACTIVATIONS`): the widths as ints, else one ArgumentError naming `owner(arg)`."""
+    ok = isinstance(hidden_sizes, AbcSequence) and not isinstance(hidden_sizes, (str, bytes)) and all(
+        isinstance(h, numbers.Integral) and not isinstance(h, bool) and 0 < h < 2**31 for h in hidden_sizes)
+    if not ok or (not empty and not hidden_sizes):
+        need = "one or more positive ints" if not empty else "a list of positive ints"
+        raise ArgumentError(f"{owner}(hidden_sizes): must be {need} (every layer needs a positive width, e.g. "
+                            f"(64, 64)), got {hidden_sizes!r:.80}")
+    if not isinstance(activation, str) or activation not in ACTIVATIONS:
+        raise ArgumentError(f"{owner}(activation): unknown {activation!r:.40}; choose one of {sorted(ACTIVATIONS)}")
+    return [int(h) for h in hidden_sizes]
 
 
 class CategoricalHead(nn.Module):
@@ -196,11 +226,9 @@ class ActorCritic(nn.Module):
         n_keys: int = 0,
     ) -> None:
         super().__init__()
-        obs_dim = int(math.prod(observation_shape))
+        obs_dim = math.prod(check_observation_shape(f"{type(self).__name__}(observation_shape)", observation_shape))
         self.obs_dim = obs_dim  # the flattened observation the network takes (`observation_fault`)
-        hidden = [int(h) for h in hidden_sizes]
-        if any(h <= 0 for h in hidden):
-            raise ValueError(f"hidden_sizes: every layer needs a positive width, got {list(hidden_sizes)}")
+        hidden = check_layers(type(self).__name__, hidden_sizes, activation)
         self.action_spec = action_spec
         self.head: CategoricalHead | GaussianHead = (
             CategoricalHead(action_spec.nvec) if action_spec.is_discrete else GaussianHead(action_spec.shape)
@@ -208,7 +236,8 @@ class ActorCritic(nn.Module):
         self.critic = mlp([obs_dim, *hidden, 1], activation, out_std=1.0)
         self.actor = mlp([obs_dim, *hidden, self.head.n_outputs], activation, out_std=0.01)
         if isinstance(n_keys, bool) or not isinstance(n_keys, int) or n_keys < 0:
-            raise ValueError(f"n_keys: must be an integer >= 0 (rows of the per-key table), got {n_keys!r}")
+            raise ArgumentError(f"{type(self).__name__}(n_keys): must be an integer >= 0 (rows of the per-key table), "
+                                f"got {n_keys!r:.40}")
         self.n_keys = n_keys
         self.key_table: Optional[nn.Embedding] = None
         if n_keys:

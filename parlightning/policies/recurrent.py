@@ -16,6 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from parlightning.buffer import RolloutBuffer
+from parlightning.policies.actor_critic import check_layers, check_observation_shape
 from parlightning.envs.base import ActionSpec
 from parlightning.errors import ArgumentError
 from parlightning.policies.actor_critic import (
@@ -42,14 +43,13 @@ class RecurrentActorCritic(nn.Module):
         activation: str = "tanh",
     ) -> None:
         super().__init__()
-        if cell not in CELLS:
-            raise ValueError(f"cell: unknown {cell!r}; choose one of {sorted(CELLS)}")
+        owner = type(self).__name__
+        if not isinstance(cell, str) or cell not in CELLS:
+            raise ArgumentError(f"{owner}(cell): unknown {cell!r:.40}; choose one of {sorted(CELLS)}")
         if isinstance(rnn_hidden, bool) or not isinstance(rnn_hidden, int) or rnn_hidden <= 0:
-            raise ValueError(f"rnn_hidden: must be a positive integer, got {rnn_hidden!r}")
-        hidden = [int(h) for h in hidden_sizes]
-        if any(h <= 0 for h in hidden):
-            raise ValueError(f"hidden_sizes: every layer needs a positive width, got {list(hidden_sizes)}")
-        obs_dim = int(math.prod(observation_shape))
+            raise ArgumentError(f"{owner}(rnn_hidden): must be a positive integer, got {rnn_hidden!r:.40}")
+        hidden = check_layers(owner, hidden_sizes, activation)
+        obs_dim = math.prod(check_observation_shape(f"{type(self).__name__}(observation_shape)", observation_shape))
         self.obs_dim = obs_dim  # the flattened observation the network takes (`observation_fault`)
         self.action_spec, self.cell, self.rnn_hidden = action_spec, cell, rnn_hidden
         self.state_layers = 2 if cell == "lstm" else 1

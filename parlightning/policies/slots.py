@@ -15,6 +15,7 @@ from typing import Optional, Sequence
 import torch
 from torch import Tensor, nn
 
+from parlightning.policies.actor_critic import check_layers, check_observation_shape
 from parlightning.envs.base import ActionSpec
 from parlightning.errors import ConfigError
 from parlightning.method_args import IndexArg, checked
@@ -34,17 +35,17 @@ class SlotsActorCritic(nn.Module):
     def __init__(self, observation_shape: Sequence[int], action_spec: ActionSpec,
                  hidden_sizes: Sequence[int] = (64, 64), activation: str = "relu") -> None:
         super().__init__()
-        shape = tuple(int(s) for s in observation_shape)
+        shape = check_observation_shape(f"{type(self).__name__}(observation_shape)", observation_shape)
         nvec = tuple(action_spec.nvec) if action_spec.is_discrete else ()
         if len(shape) != 2 or len(nvec) != shape[0] - 1 or len(set(nvec)) != 1:
             raise ConfigError(
                 "model.policy: slots needs a world whose observation is [slots + 1, features] (slot rows, then a "
                 f"context row) and one equal categorical per slot; got observation {shape} and actions {nvec or action_spec.kind}; "
                 "use model.policy: mlp for this world")
-        if activation not in ACTIVATIONS:
+        if not isinstance(activation, str) or activation not in ACTIVATIONS:
             raise ConfigError(f"model.activation: unknown {activation!r}; choose one of {sorted(ACTIVATIONS)}")
         self.width, self.features, self.choices = shape[0] - 1, shape[1], nvec[0]
-        hidden = [int(h) for h in hidden_sizes]
+        hidden = check_layers(type(self).__name__, hidden_sizes, activation, empty=False)
         H, F = hidden[-1], self.features
         self.encoder = nn.Sequential(mlp([2 * F, *hidden], activation, out_std=math.sqrt(2)), ACTIVATIONS[activation]())
         self.actor = mlp([3 * H, H, self.choices], activation, out_std=0.01)  # (slot, mean, max) -> logits
