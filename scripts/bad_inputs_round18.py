@@ -1733,6 +1733,7 @@ DROPPED: dict[str, str] = {
     'ckpt-stamped-adam-exp-avg-float16': "it resumed: torch's Optimizer.load_state_dict casts floating-point state to its parameter's dtype, so a float16 moment loads as float32; valid",
     'ckpt-stamped-num-envs-a-float': "it resumed: 8.0 equals the run's 8 actors; valid",
     'user-callback-adds-an-optimizer-param-group': 'it trained: a callback adding a parameter group is a legal optimizer change, and a resume with the same callback may match it; ambiguous',
+    'api-predict-generator-on-the-meta-device': "dropped by the fixer after the before run: on torch 2.13 torch.Generator(device='meta') itself raises 'META device type not an accelerator.' in the case's own line, before predict is called, so the package is never reached (a CPU policy given a generator on another device is refused by predict since round 18's fixes)",
     'cfg-critical-steps-monitor-on-a-world-without-episode-parts': 'it trained: a monitor that finds no episode parts logs nothing; harmless',
 }
 
