@@ -70,6 +70,7 @@ def _annealing(ck: dict) -> dict:
      "the checkpoint's StrategyPlanner episodes has shape [3], but this run's task bank has"),
     (lambda ck: ck["StrategyPlanner"].__setitem__("rounds", -2), "the checkpoint's StrategyPlanner rounds is -2"),
     (lambda ck: ck["RolloutDataModule"].__setitem__("ranks", []), "the checkpoint's RolloutDataModule.ranks is '[]'"),
+    (lambda ck: ck["RolloutDataModule"].pop("ranks"), "the checkpoint's RolloutDataModule.ranks is 'None'"),
     (lambda ck: ck["RolloutDataModule"].__setitem__("env_steps", 128.5),
      "the checkpoint's RolloutDataModule.env_steps is 128.5, not a count"),
 ])

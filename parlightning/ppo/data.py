@@ -542,9 +542,11 @@ class RolloutDataModule(pl.LightningDataModule):
             state["ranks"] = gather_ranks(self.collector.state_dict(), self.world_size)
         return state
 
-    def check_state(self, state: dict[str, Any]) -> None:
+    def check_state(self, state: dict[str, Any], resuming: bool = False) -> None:
         """Refuse, with one `ConfigError` naming the field, a saved state this data module cannot
-        resume (run by `--ckpt_path` before anything is written, and again on load)."""
+        resume (run by `--ckpt_path` before anything is written, and again on load). `resuming`: the
+        state must also hold the worlds' (`ranks`; a fit's checkpoint always does, its data module was
+        built), not only the counters of a data module never built."""
         missing = [k for k in ("round_index", "env_steps") if k not in state]
         if missing:
             raise ConfigError(f"--ckpt_path: the checkpoint's data module state lacks {missing}; resume from a "
@@ -556,8 +558,8 @@ class RolloutDataModule(pl.LightningDataModule):
                 raise ConfigError(f"--ckpt_path: the checkpoint's RolloutDataModule.{key} is {value!r}, not a count "
                                   "(an integer >= 0): it was edited or damaged; resume from an unedited checkpoint, or "
                                   "start fresh without --ckpt_path")
-        ranks = state.get("ranks", None if "env" in state else [])
-        if ranks is not None and (not isinstance(ranks, list) or not ranks):
+        ranks = state.get("ranks")  # absent: the state of a data module not yet built (refused when resuming)
+        if ("ranks" in state or resuming and "env" not in state) and (not isinstance(ranks, list) or not ranks):
             raise ConfigError(f"--ckpt_path: the checkpoint's RolloutDataModule.ranks is {str(ranks)[:40]!r}: it holds "
                               "no rank's worlds, observations or random streams, so the run cannot resume exactly; "
                               "resume from an unedited checkpoint, or start fresh without --ckpt_path")

@@ -264,6 +264,20 @@ TRAINING_BATCH = MappingArg({key: (_is_tensor, "a tensor") for key in ("obs", "a
                                     "'advantages', 'returns'} (RolloutDataModule's train_dataloader)")
 
 
+def weights_mismatch(state: Mapping, own: Mapping, strict: bool = True) -> Optional[str]:
+    """Which saved weight does not fit a module's own (`{key} is [..] in the checkpoint, [..] here`; or,
+    `strict`, the missing and unexpected keys), or None when every one fits."""
+    shapes = [k for k, v in state.items() if k in own and isinstance(v, Tensor) and v.shape != own[k].shape]
+    missing = [k for k in own if k not in state] if strict else []
+    unexpected = [k for k in state if k not in own] if strict else []
+    if shapes:
+        return f"{shapes[0]} is {list(state[shapes[0]].shape)} in the checkpoint, {list(own[shapes[0]].shape)} here"
+    if missing or unexpected:
+        return (f"missing {missing[:3]}" if missing else "") + ("; " if missing and unexpected else "") + (
+            f"unexpected {unexpected[:3]}" if unexpected else "")
+    return None
+
+
 @checked_methods(skip=MODULE_HOOKS, annealed_lr={"iteration": IndexArg()}, lifecycle=Lifecycle(
     {"trainer": State("called before the module is attached to a Trainer (it reads trainer.max_epochs); call it "
                       "during trainer.fit(module, datamodule=...)", holds=lambda module: module._trainer is not None),
@@ -473,20 +487,12 @@ class PPOModule(pl.LightningModule):
         whose checkpoint and current values differ (`hidden_sizes`, `policy`, ...), torch's list as detail."""
         own = super().state_dict()
         if isinstance(state_dict, Mapping):
-            shapes = [k for k, v in state_dict.items() if k in own and isinstance(v, Tensor) and v.shape != own[k].shape]
-            missing = [k for k in own if k not in state_dict] if strict else []
-            unexpected = [k for k in state_dict if k not in own] if strict else []
-            if shapes or missing or unexpected:
-                raise ConfigError(self._weights_mismatch(state_dict, own, shapes, missing, unexpected))
+            detail = weights_mismatch(state_dict, own, strict)
+            if detail is not None:
+                raise ConfigError(self._weights_mismatch(detail))
         return super().load_state_dict(state_dict, strict=strict, assign=assign)
 
-    def _weights_mismatch(self, state: dict, own: dict, shapes: list, missing: list, unexpected: list) -> str:
-        if shapes:
-            k = shapes[0]
-            detail = f"{k} is {list(state[k].shape)} in the checkpoint, {list(own[k].shape)} here"
-        else:
-            detail = (f"missing {missing[:3]}" if missing else "") + ("; " if missing and unexpected else "") + (
-                f"unexpected {unexpected[:3]}" if unexpected else "")
+    def _weights_mismatch(self, detail: str) -> str:
         saved = getattr(self, "_checkpoint_hparams", None) or {}
         differ = [n for n in saved if n in self.hparams and saved[n] != self.hparams[n]]
         shaping = ("policy", "hidden_sizes", "rnn_hidden")  # the ones that set the network's shapes, first

@@ -20,6 +20,7 @@ import collections
 import errno
 import hashlib
 import functools
+import inspect
 import os
 import re
 import shutil
@@ -577,8 +578,12 @@ def check_resume(path: str, module: Any, datamodule: Any, probe: Optional[dict[s
                 f"{_plain(ours[name])!r}; resume with the checkpoint's value"
             )
     check = getattr(datamodule, "check_state", None)
-    if callable(check):
-        check(checkpoint[key])
+    if callable(check):  # `resuming`: RolloutDataModule's (a subclass's own check_state may not take it)
+        takes = "resuming" in inspect.signature(check).parameters
+        if takes:
+            check(checkpoint[key], resuming=True)
+        else:
+            check(checkpoint[key])
     if probe is not None:
         policy = check_weight_shapes(path, checkpoint["state_dict"], module, probe)
         if policy is not None and {f"policy.{k}" for k in policy.state_dict()} == set(checkpoint["state_dict"]):
