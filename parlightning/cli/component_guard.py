@@ -139,7 +139,8 @@ class ComponentGuard:
             checkpoint = args[2] if hook == "on_save_checkpoint" and len(args) > 2 else None
             kept = dict(checkpoint) if isinstance(checkpoint, dict) else None
             policy = getattr(module, "policy", _ABSENT) if module is not None else _ABSENT
-            layout = _layout(guard._named[id(module)]) if params else None
+            # Lightning's own callbacks may re-parametrize on purpose (ModelPruning's weight_orig): the user's only
+            layout = _layout(guard._named[id(module)]) if params and not lightning else None
             hparams = _hparams_of(module)
             trainer = args[0] if args and not lightning and hasattr(args[0], "strategy") else None
             optimizers = _optimizers_of(trainer)
