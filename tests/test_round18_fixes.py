@@ -4,7 +4,8 @@ parameters, whose PARLAnnealing counts in another unit or holds no count, whose 
 state holds no per-rank part or a count of another task bank; and a user's callback that changes what
 the run built: sets a hyper-parameter the module does not accept, converts, moves or removes the
 policy's parameters, replaces the trainer's optimizers, removes what a resume needs from a checkpoint,
-or widens the actor's output with a forward hook."""
+changes a data-module setting the run was built from (or a per-iteration one to a refused value, or
+during an update), or widens the actor's output with a forward hook."""
 
 from __future__ import annotations
 
@@ -147,6 +148,21 @@ class DoublesActorOutput(lightning.Callback):
         pl_module.policy.actor.register_forward_hook(lambda m, i, o: torch.cat([o, o], dim=-1))
 
 
+class GammaMidRun(lightning.Callback):
+    def on_train_epoch_start(self, trainer, pl_module):
+        trainer.datamodule.gamma = 1.5
+
+
+class NoMinibatches(lightning.Callback):
+    def on_train_epoch_start(self, trainer, pl_module):
+        trainer.datamodule.num_minibatches = 0
+
+
+class MinibatchesDuringTheUpdate(lightning.Callback):
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        trainer.datamodule.num_minibatches = 2
+
+
 class FineChanges(lightning.Callback):
     """Correct: a valid hyper-parameter schedule, a forward hook that scales the actor's output, an in-place
     weight change and an added parameter group's learning rate change."""
@@ -156,6 +172,7 @@ class FineChanges(lightning.Callback):
 
     def on_train_epoch_start(self, trainer, pl_module):
         pl_module.hparams.ent_coef = 0.005
+        trainer.datamodule.num_minibatches = 2  # read at each iteration's start
         trainer.optimizers[0].param_groups[0]["lr"] = 3e-4
         with torch.no_grad():
             pl_module.policy.critic[0].weight.mul_(1.0)
@@ -185,6 +202,12 @@ def callbacks(tmp_path):
     ("EmptiesOptimizers", "EmptiesOptimizers.on_train_epoch_end replaced trainer.optimizers (1 optimizers before, 0 "
                           "now"),
     ("DropsOptimizerStates", "DropsOptimizerStates.on_save_checkpoint removed checkpoint['optimizer_states']"),
+    ("GammaMidRun", "GammaMidRun.on_train_epoch_start set trainer.datamodule.gamma to 1.5 (it was 0.99); the data "
+                    "module reads it once, when the run builds"),
+    ("NoMinibatches", "NoMinibatches.on_train_epoch_start set trainer.datamodule.num_minibatches to 0 (it was 4), "
+                      "which the data module does not accept"),
+    ("MinibatchesDuringTheUpdate", "MinibatchesDuringTheUpdate.on_train_batch_start set trainer.datamodule."
+                                   "num_minibatches to 2 (it was 4); the data module reads it during an update"),
     ("DoublesActorOutput", "policy.actor: its output has 168 columns per sample (forward hooks on it: "
                            "DoublesActorOutput.on_train_start.<locals>.<lambda>), but the action head reads 84"),
 ])

@@ -144,6 +144,8 @@ class ComponentGuard:
             hparams = _hparams_of(module)
             trainer = args[0] if args and not lightning and hasattr(args[0], "strategy") else None
             optimizers = _optimizers_of(trainer)
+            datamodule = getattr(trainer, "datamodule", None) if trainer is not None else None
+            settings = _settings_of(datamodule)
             try:
                 out = fn(*args, **kwargs)
             except BaseException as err:  # noqa: BLE001 (named below, or passed on untouched)
@@ -190,6 +192,8 @@ class ComponentGuard:
                                      "PPO update steps the optimizer configure_optimizers built, and checkpoints save "
                                      "its state: leave trainer.optimizers in place (change settings in place, e.g. "
                                      "trainer.optimizers[0].param_groups[0]['lr'])", lightning)
+            if settings:
+                _check_settings(where, datamodule, settings, per_step, lightning)
             if trainable is not None and [p.requires_grad for p in params] != trainable:
                 frozen = sum(1 for p, was in zip(params, trainable) if was and not p.requires_grad)
                 if frozen and not any(p.requires_grad for p in params):  # some frozen is fine-tuning; all is no update
@@ -470,6 +474,62 @@ def _check_hparams(where: str, module: Any, before: dict, lightning: bool) -> No
         raise ComponentFault(f"{where} set pl_module.hparams.{name} to {changed.get(name)!r}, which the module does "
                              f"not accept ({str(err).split(': ', 1)[-1]}); model.{name} is read at every iteration: "
                              "set a value its config accepts, or leave hparams alone", lightning) from None
+
+
+@functools.lru_cache(maxsize=16)
+def _setting_names(cls: type) -> tuple[str, ...]:
+    """The constructor arguments of a data module class (its settings: `num_envs`, `gamma`, `sampler`, ...)."""
+    try:
+        params = inspect.signature(cls.__init__).parameters
+    except (TypeError, ValueError):
+        return ()
+    return tuple(n for n, p in params.items() if n != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD))
+
+
+def _settings_of(datamodule: Any) -> Optional[dict]:
+    """The data module's settings as they are now (the attributes named by its constructor), or None."""
+    if datamodule is None:
+        return None
+    names = _setting_names(type(datamodule))
+    return {n: v for n in names if (v := getattr(datamodule, n, _ABSENT)) is not _ABSENT}
+
+
+# read at each iteration's start (the update's minibatches): a hook between iterations may change them
+_LIVE_SETTINGS = ("update_epochs", "num_minibatches")
+
+
+def _check_settings(where: str, datamodule: Any, before: dict, per_step: bool, lightning: bool) -> None:
+    """A data module setting a hook changed: `update_epochs` / `num_minibatches` outside a per-step hook
+    to a value the constructor accepts is the next iteration's; any other change (another value, another
+    object) would be ignored (the worlds, buffer and collector were built from it) or break a rollout."""
+    from parlightning.config_types import check_args
+    from parlightning.errors import ConfigError
+
+    for name, was in before.items():
+        now = getattr(datamodule, name, _ABSENT)
+        if now is was:
+            continue
+        try:
+            same = bool(now == was) and type(now) is type(was)
+        except Exception:  # noqa: BLE001 (a tensor, an object whose == raises: compared by identity)
+            same = False
+        if same:
+            continue
+        now = None if now is _ABSENT else now
+        head = f"{where} set trainer.datamodule.{name} to {now!r:.60} (it was {was!r:.60})"
+        if name in _LIVE_SETTINGS and not per_step:
+            try:
+                check_args("data", type(datamodule).__init__, {name: now})
+                continue
+            except ConfigError as err:
+                raise ComponentFault(f"{head}, which the data module does not accept ({str(err).split(': ', 1)[-1]}); "
+                                     f"data.{name} is read at each iteration's start: set a value its config accepts",
+                                     lightning) from None
+        when = ("during an update (the minibatches of the iteration are cut already)" if name in _LIVE_SETTINGS else
+                "once, when the run builds its worlds, rollout buffer and collector")
+        raise ComponentFault(f"{head}; the data module reads it {when}, so the change would be ignored or break the "
+                             f"next rollout: set data.{name} in the config (update_epochs and num_minibatches may "
+                             "change between iterations, e.g. in on_train_epoch_start)", lightning)
 
 
 def _optimizers_of(trainer: Any) -> Optional[list]:
