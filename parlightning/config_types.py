@@ -93,6 +93,13 @@ def _requirement_of(tp: type, optional: bool, sequence: bool) -> str:
     return f"{text}, or null" if optional else text
 
 
+def is_count(value: Any) -> bool:
+    """Whether a restored value is a count: an integer >= 0 (an integral float such as 128.0 included), not a
+    bool, NaN, inf, a fraction or a negative number."""
+    return (not isinstance(value, bool) and isinstance(value, (int, float)) and value == value and 0 <= value < math.inf
+            and value == int(value))
+
+
 def check_value(field: str, annotation: Any, value: Any) -> Any:
     """`value` checked against the constrained type `annotation` names (see `constraint_of`), as a
     plain int / float (or a list of them); a value out of range is a ConfigError naming `field`."""

@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from parlightning.callbacks.base import RolloutCallback
+from parlightning.config_types import is_count
 from parlightning.envs.base import EpisodeParts
 from parlightning.errors import ConfigError
 from parlightning.parl.metrics import CriticalSteps
@@ -115,8 +116,7 @@ class PARLAnnealing(RolloutCallback):
                               f"point; resume with unit: {unit} (trainer.callbacks, PARLAnnealing's init_args), or "
                               "start fresh without --ckpt_path")
         position = state_dict.get("position")
-        if isinstance(position, bool) or not isinstance(position, (int, float)) or position != position or \
-                position < 0 or position == float("inf") or position != int(position):
+        if not is_count(position):
             raise ConfigError(f"--ckpt_path: the checkpoint's PARLAnnealing position is {position!r}, not a count "
                               f"of {self.unit} (an integer >= 0): it was edited or damaged; resume from an unedited "
                               "checkpoint, or start fresh without --ckpt_path")

@@ -438,6 +438,17 @@ def _parameter_change(before: list, after: list) -> Optional[str]:
     return None
 
 
+def _differs(old: Any, new: Any, same_type: bool) -> bool:
+    """Whether a hook changed a value: another object that is not equal (`same_type`: or of another type);
+    a tensor, or an object whose == raises, compared by identity."""
+    if new is old:
+        return False
+    try:
+        return not (bool(old == new) and (not same_type or type(old) is type(new)))
+    except Exception:  # noqa: BLE001
+        return True
+
+
 def _hparams_of(module: Any) -> Optional[dict]:
     """A shallow copy of the module's hyper-parameters (what a hook may set), or None."""
     hparams = getattr(module, "hparams", None) if module is not None else None
@@ -456,14 +467,7 @@ def _check_hparams(where: str, module: Any, before: dict, lightning: bool) -> No
     now = getattr(module, "hparams", None)
     changed = {}
     for key, value in (now.items() if hasattr(now, "items") else ()):
-        old = before.get(key, _ABSENT)
-        if value is old:
-            continue
-        try:
-            same = bool(old == value)
-        except Exception:  # noqa: BLE001 (a tensor, an object whose == raises: compared by identity)
-            same = False
-        if not same:
+        if _differs(before.get(key, _ABSENT), value, same_type=False):
             changed[key] = value
     if not changed:
         return
@@ -507,13 +511,7 @@ def _check_settings(where: str, datamodule: Any, before: dict, per_step: bool, l
 
     for name, was in before.items():
         now = getattr(datamodule, name, _ABSENT)
-        if now is was:
-            continue
-        try:
-            same = bool(now == was) and type(now) is type(was)
-        except Exception:  # noqa: BLE001 (a tensor, an object whose == raises: compared by identity)
-            same = False
-        if same:
+        if not _differs(was, now, same_type=True):
             continue
         now = None if now is _ABSENT else now
         head = f"{where} set trainer.datamodule.{name} to {now!r:.60} (it was {was!r:.60})"

@@ -265,7 +265,7 @@ class ActorCritic(nn.Module):
         """Sample actions for a batch of observations: (action, log-prob, value); `key` [B] rows of
         `key_table` when keyed; `mask` the world's action mask (see `CategoricalHead._log_probs`)."""
         x = obs.flatten(1)
-        action, logprob = self.head.sample(self.action_logits(obs, key), generator, mask)
+        action, logprob = self.head.sample(self._logits(x, key), generator, mask)
         return action, logprob, self._forward(self.critic, x, key).squeeze(-1)
 
     def evaluate(self, obs: Tensor, action: Tensor, key: Optional[Tensor] = None,
@@ -273,7 +273,7 @@ class ActorCritic(nn.Module):
         """Score stored actions under the current parameters: (log-prob, entropy, value)."""
         x = obs.flatten(1)
         try:
-            logprob, entropy = self.head.log_prob_entropy(self.action_logits(obs, key), action, mask)
+            logprob, entropy = self.head.log_prob_entropy(self._logits(x, key), action, mask)
         except (IndexError, RuntimeError) as err:  # checked only when scoring fails: no host read per minibatch
             if "out of bounds" not in str(err) and "out of range" not in str(err):
                 raise
@@ -292,7 +292,11 @@ class ActorCritic(nn.Module):
     def action_logits(self, obs: Tensor, key: Optional[Tensor] = None, mask: Optional[Tensor] = None) -> Tensor:
         """The actor's raw outputs [B, head.n_outputs] (greedy evaluation, export, behaviour cloning);
         `mask` is accepted for the policies' common signature (the head applies it, not the network)."""
-        return checked_logits(self.actor, self._forward(self.actor, obs.flatten(1), key), self.head.n_outputs)
+        return self._logits(obs.flatten(1), key)
+
+    def _logits(self, x: Tensor, key: Optional[Tensor]) -> Tensor:
+        """The actor's outputs for flattened observations `x`, their width checked (`checked_logits`)."""
+        return checked_logits(self.actor, self._forward(self.actor, x, key), self.head.n_outputs)
 
 
 def checked_logits(actor: nn.Module, out: Tensor, width: int) -> Tensor:

@@ -27,7 +27,7 @@ from parlightning.callbacks.planner import StrategyPlanner
 from parlightning.runtime.ranks import gather_ranks
 from parlightning.collection import Collector, RoundHooks, make_collector
 from parlightning.distribution.planning import RoundPlanner
-from parlightning.config_types import ClosedUnitInterval, NonNegativeInt, PositiveInt, Seed, check_args
+from parlightning.config_types import ClosedUnitInterval, NonNegativeInt, PositiveInt, Seed, check_args, is_count
 from parlightning.envs.base import BatchedEnv, task_ids_of
 from parlightning.method_args import IndexArg, Is, Lifecycle, State, checked_methods, require
 from parlightning.errors import ConfigError, ReportedError, check_call_shape, error_text
@@ -553,8 +553,7 @@ class RolloutDataModule(pl.LightningDataModule):
                               "checkpoint written by RolloutDataModule")
         for key in ("round_index", "env_steps"):
             value = state[key]
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value < 0 or \
-                    value == float("inf") or value != int(value):
+            if not is_count(value):
                 raise ConfigError(f"--ckpt_path: the checkpoint's RolloutDataModule.{key} is {value!r}, not a count "
                                   "(an integer >= 0): it was edited or damaged; resume from an unedited checkpoint, or "
                                   "start fresh without --ckpt_path")
