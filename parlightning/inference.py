@@ -157,8 +157,7 @@ def load_policy(path: Union[str, os.PathLike], device: Union[str, torch.device] 
     `PPOModule`'s own loading (`on_load_checkpoint`), with the run's observation normalisation.
     A missing, unreadable, recurrent or keyed checkpoint is one `ConfigError`."""
     from parlightning.runtime.checkpoint import load_checkpoint_file
-    from parlightning.ppo.module import weights_mismatch
-    from parlightning.ppo.saved_policy import module_from_checkpoint, spaces_of_checkpoint
+    from parlightning.ppo.saved_policy import module_from_checkpoint, spaces_of_checkpoint, unfit_weights
 
     path = os.fspath(path)
     if isinstance(device, (str, torch.device)) and str(device) == "meta":  # a meta tensor has a shape and no values: no weights, no actions
@@ -172,11 +171,9 @@ def load_policy(path: Union[str, os.PathLike], device: Union[str, torch.device] 
                           f"{module.hparams.policy!r} policy (its hidden state would have to travel between calls)")
     spaces_of_checkpoint(checkpoint, path, "load_policy(path)")  # saved spaces that describe no policy: one line
     module.on_load_checkpoint(checkpoint)  # builds the policy from the saved policy_spaces
-    detail = weights_mismatch(checkpoint["state_dict"], module.state_dict())
-    if detail is not None:  # the module loader's line advises other settings: here only the file decides
-        raise ConfigError(f"load_policy(path): {path!r}: its weights do not fit the policy its own policy_spaces and "
-                          f"hyper_parameters build ({detail}): one of them was edited after the save; load an unedited "
-                          "checkpoint of python -m parlightning.fit")
+    unfit = unfit_weights("load_policy(path)", path, checkpoint, checkpoint["state_dict"], module.state_dict())
+    if unfit is not None:  # the module loader's line advises other settings: here only the file decides
+        raise unfit
     module.load_state_dict(checkpoint["state_dict"])
     spaces = checkpoint["policy_spaces"]
     return Policy(module.policy.to(device), normalizer_from_checkpoint(checkpoint), spaces["observation_shape"])

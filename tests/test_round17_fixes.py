@@ -127,7 +127,8 @@ def test_export_names_weights_its_hyper_parameters_do_not_build(ckpt, tmp_path):
     ck = torch.load(ckpt, weights_only=True)
     ck["state_dict"]["policy.actor.9.weight"] = torch.zeros(3, 3)
     torch.save(stamp_checkpoint(ck), tmp_path / "c.ckpt")
-    with pytest.raises(ConfigError, match=r"holds policy weights its hyper_parameters do not build \(Unexpected key"):
+    with pytest.raises(ConfigError, match=r"its weights do not fit the policy its own policy_spaces and hyper_parameters "
+                                          r"build \(unexpected \['actor.9.weight'\]\):"):
         load_policy(str(tmp_path / "c.ckpt"))
     policy, shape = load_policy(ckpt)  # the unedited file still exports
     assert shape == tuple(ck["policy_spaces"]["observation_shape"])

@@ -26,7 +26,7 @@ from types import TracebackType
 from typing import NoReturn, Optional
 
 from parlightning.cli.stdout_guard import run_guarded
-from parlightning.cli.stop_signals import Signalled, stop_on_signals, stopped
+from parlightning.cli.stop_signals import KILLING, Signalled, stop_on_signals, stopped
 from parlightning.errors import package_environment_error
 from parlightning.runtime.launch_env import distributed_environment_error
 
@@ -203,8 +203,7 @@ def _print_exit(code: object) -> None:
 
 
 def _stopped_by_a_signal(code: object) -> bool:
-    return isinstance(code, int) and not isinstance(code, bool) and code - 128 in (
-        signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGXCPU)
+    return isinstance(code, int) and not isinstance(code, bool) and code - 128 in (signal.SIGINT, *KILLING)
 
 
 def exit_now(code: int) -> NoReturn:

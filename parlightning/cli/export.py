@@ -35,7 +35,7 @@ from parlightning.cli.outputs import check_output_file, raise_write_error, writt
 from parlightning.cli.stop_signals import UNWRITTEN, Signalled, stop_on_signals, stopped
 from parlightning.policies.actor_critic import ActorCritic, CategoricalHead, check_observation_shape, observation_fault
 from parlightning.method_args import IndexArg, Is, OneOf, checked
-from parlightning.ppo.saved_policy import build_saved_policy, module_from_checkpoint, spaces_of_checkpoint
+from parlightning.ppo.saved_policy import build_saved_policy, module_from_checkpoint, spaces_of_checkpoint, unfit_weights
 
 PATH = Is((str, os.PathLike), "a path (str or PathLike)")
 
@@ -95,13 +95,10 @@ def load_policy(ckpt_path: str | os.PathLike) -> tuple[ActorCritic, tuple[int, .
                           "export supports MLP policies without keys only")
     obs_shape = spaces_of_checkpoint(ckpt, str(ckpt_path))[0]
     policy = build_saved_policy(module, ckpt, str(ckpt_path))
-    try:
-        policy.load_state_dict(weights)
-    except RuntimeError as err:  # a key or shape the checkpoint's own hyper-parameters do not build
-        detail = " ".join(str(err).strip().splitlines()[-1].split())[:240]
-        raise ConfigError(f"--ckpt_path: {str(ckpt_path)!r} holds policy weights its hyper_parameters do not build "
-                          f"({detail}): it was edited or comes from another version; export an unedited checkpoint "
-                          "of python -m parlightning.fit") from None
+    unfit = unfit_weights("--ckpt_path", str(ckpt_path), ckpt, weights, policy.state_dict())
+    if unfit is not None:  # a key or shape the checkpoint's own record does not build
+        raise unfit
+    policy.load_state_dict(weights)
     policy.mask_width = spaces.get("action_mask_width")
     return policy.eval(), obs_shape
 

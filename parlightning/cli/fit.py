@@ -39,7 +39,7 @@ from parlightning.errors import (
 from parlightning.ppo.module import PPOModule
 from parlightning.cli.packaged import moved_hint, resolve_config_args
 from parlightning.cli.entry import check_working_folder
-from parlightning.cli.stop_signals import Signalled, holding_signals, stop_on_signals
+from parlightning.cli.stop_signals import KILLING, Signalled, holding_signals, stop_on_signals
 from parlightning.cli.user_code import user_code_error
 from parlightning.cli.component_guard import (
     UNLOGGED_MONITOR, ComponentFault, ComponentGuard, component_of_error, logged_examples, probe_loggers,
@@ -233,9 +233,9 @@ def _main(args: list[str], watch: RankWatch, began: Optional[int]) -> ParlCLI:
     watch.cleanup = lambda: remove_new_outputs(fresh) if cli.datamodule.last_rollout is None else None
     fit_began = time.time()
     try:
-        # SIGHUP, SIGUSR1 / SIGUSR2 end the fit with one line (Lightning handles SIGTERM and SIGINT); fit() from the
+        # SIGHUP, SIGUSR1, SIGALRM... end the fit with one line (Lightning handles SIGTERM and SIGINT); fit() from the
         # Python API leaves the caller's handlers as they were
-        with stop_on_signals((signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGXCPU), after=KEPT), \
+        with stop_on_signals([s for s in KILLING if s != signal.SIGTERM], after=KEPT), \
                 warnings.catch_warnings():
             # Lightning only warns (each iteration, saving nothing) when a ModelCheckpoint's monitor is never logged
             # and a validation loop might log it later; a PPO run has none, so it is the config's error

@@ -1,7 +1,8 @@
 """Signals whose default action kills a program without a word (SIGTERM, SIGHUP, SIGUSR1, SIGUSR2,
-and SIGINT's KeyboardInterrupt) end it with one line instead: `stop_on_signals(...)` installs a
-handler that raises `Signalled` in the main thread, where the program's own error handling (and its
-atomic outputs) take over; handlers someone else installed are kept, and the old ones come back after."""
+SIGALRM, SIGQUIT and the others in `KILLING`, and SIGINT's KeyboardInterrupt) end it with one line
+instead: `stop_on_signals(...)` installs a handler that raises `Signalled` in the main thread, where
+the program's own error handling (and its atomic outputs) take over; handlers someone else installed
+are kept, and the old ones come back after."""
 
 from __future__ import annotations
 
@@ -12,8 +13,15 @@ from typing import Iterator, NoReturn, Sequence
 
 from parlightning.errors import ReportedError
 
-# default action: end without a word (SIGXCPU: the soft CPU-time limit, `ulimit -t`, reached; the hard one kills next)
-KILLING = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGXCPU)
+# Every signal whose default action ends the program without a word (or with a core dump) and that
+# arrives from outside: from a scheduler, a shell (Ctrl-\ sends SIGQUIT), a timer (SIGALRM, SIGVTALRM,
+# SIGPROF: `timeout --signal`, setitimer), the kernel (SIGXCPU: the soft CPU-time limit, `ulimit -t`,
+# reached; the hard one kills next; SIGIO, SIGPWR) or a user's `kill`. Not the faults a process raises
+# in itself (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGSYS, SIGTRAP: Python cannot go on after one),
+# nor SIGPIPE and SIGXFSZ, which Python ignores (a write then fails with its own error).
+KILLING = tuple(getattr(signal, name) for name in (
+    "SIGTERM", "SIGHUP", "SIGUSR1", "SIGUSR2", "SIGXCPU", "SIGALRM", "SIGVTALRM", "SIGPROF", "SIGQUIT", "SIGIO",
+    "SIGPWR", "SIGSTKFLT") if hasattr(signal, name))
 
 
 class Signalled(ReportedError):

@@ -13,6 +13,7 @@ import contextvars
 import inspect
 from collections.abc import Mapping
 import math
+import numbers
 import os
 from typing import Any, Optional, Sequence, Union
 
@@ -705,11 +706,24 @@ class PPOModule(pl.LightningModule):
 
 def spaces_from_checkpoint(spaces: dict[str, Any]) -> tuple[tuple[int, ...], Any]:
     """The observation shape and `ActionSpec` a checkpoint's `policy_spaces` (written by
-    `PPOModule.on_save_checkpoint`) describe."""
+    `PPOModule.on_save_checkpoint`) describe; a record that describes no policy is one ConfigError
+    naming the entry (`policy_spaces.action_spec.nvec: ...`)."""
     from parlightning.envs.base import ActionSpec
 
-    a = spaces["action_spec"]
-    spec = ActionSpec(a["kind"], tuple(a["nvec"]), tuple(a["shape"]), a["low"], a["high"])
+    a = spaces.get("action_spec")
+    if not isinstance(a, Mapping) or not {"kind", "nvec", "shape", "low", "high"} <= a.keys():
+        raise ConfigError(f"policy_spaces.action_spec: {a!r:.80} is not the record of an ActionSpec (a mapping of kind, "
+                          "nvec, shape, low and high)")
+    for name, value in (("observation_shape", spaces.get("observation_shape")), ("action_spec.nvec", a["nvec"]),
+                        ("action_spec.shape", a["shape"])):
+        if (isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple, torch.Size))
+                or any(isinstance(d, bool) or not isinstance(d, numbers.Integral) or d < 1 for d in value)):
+            raise ConfigError(f"policy_spaces.{name}: {value!r:.80} is not a list of sizes, each an int >= 1 (a policy "
+                              "has at least one input, and one category or number per action dimension)")
+    try:
+        spec = ActionSpec(a["kind"], tuple(a["nvec"]), tuple(a["shape"]), a["low"], a["high"])
+    except ConfigError as err:  # ActionSpec.<field>: ... -> policy_spaces.action_spec.<field>: ...
+        raise ConfigError(str(err).replace("ActionSpec.", "policy_spaces.action_spec.", 1)) from None
     return tuple(int(d) for d in spaces["observation_shape"]), spec
 
 

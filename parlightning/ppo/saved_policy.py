@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Optional
 
 from parlightning.errors import ConfigError
 
@@ -66,10 +66,37 @@ def spaces_of_checkpoint(checkpoint: Mapping, path: str, flag: str = "--ckpt_pat
                           "retrain (or resume once) with python -m parlightning.fit")
     try:
         return spaces_from_checkpoint(dict(spaces))
-    except (ConfigError, TypeError, ValueError, KeyError) as err:
+    except ConfigError as err:  # policy_spaces.<entry>: ...
+        raise ConfigError(f"{flag}: {path!r}: {' '.join(str(err).split())[:300]}; {_FIX}") from None
+    except (TypeError, ValueError, KeyError) as err:
         detail = f"no {err}" if isinstance(err, KeyError) else " ".join(str(err).split())[:240]
         raise ConfigError(f"{flag}: {path!r}: policy_spaces do not describe a policy's spaces ({detail}); "
                           f"{_FIX}") from None
+
+
+def unfit_weights(flag: str, path: str, checkpoint: Mapping, state: Mapping, own: Mapping) -> Optional[ConfigError]:
+    """Saved weights (`state`) that do not fit the policy the checkpoint's own record builds (`own`, its
+    state dict): one ConfigError naming the first misfit (`weights_mismatch`) and, for a shape, the
+    saved values the policy's shapes follow (the edited one is among them); None when they fit."""
+    from parlightning.ppo.module import weights_mismatch
+
+    detail = weights_mismatch(state, own)
+    if detail is None:
+        return None
+    if weights_mismatch(state, own, strict=False) is not None:  # a shape, not a key
+        hp = checkpoint.get("hyper_parameters") or {}
+        spaces = checkpoint.get("policy_spaces") or {}
+        action = spaces.get("action_spec") if isinstance(spaces.get("action_spec"), Mapping) else {}
+        shown = [f"policy_spaces.observation_shape {list(spaces.get('observation_shape', ()))}",
+                 f"policy_spaces.action_spec.nvec {list(action.get('nvec') or ())}" if action.get("nvec") else
+                 f"policy_spaces.action_spec.shape {list(action.get('shape') or ())}",
+                 f"hyper_parameters.hidden_sizes {list(hp.get('hidden_sizes', (64, 64)))}"]
+        if hp.get("policy") in ("gru", "lstm"):
+            shown.append(f"hyper_parameters.rnn_hidden {hp.get('rnn_hidden', 64)}")
+        detail += f"; its shapes follow {', '.join(shown)}"
+    return ConfigError(f"{flag}: {path!r}: its weights do not fit the policy its own policy_spaces and hyper_parameters "
+                       f"build ({detail}): one of them was edited after the save; use an unedited checkpoint of "
+                       "python -m parlightning.fit")
 
 
 def build_saved_policy(module: Any, checkpoint: Mapping, path: str, flag: str = "--ckpt_path") -> Any:

@@ -35,7 +35,7 @@ from lightning.fabric.utilities.cloud_io import get_filesystem
 from lightning.fabric.plugins.io.checkpoint_io import CheckpointIO
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from parlightning.errors import ConfigError, ReportedError, check_loaded_checkpoint
+from parlightning.errors import ConfigError, ReportedError, check_loaded_checkpoint, error_text
 from parlightning.paths import dangling_link, dangling_link_error, not_a_file  # noqa: F401 (their old home)
 from parlightning.runtime.waits import expected_wait
 from parlightning.runtime.rng import rng_state, set_rng_state  # noqa: F401 (their old home)
@@ -200,20 +200,18 @@ UNCHECKED_ENV = "PARLIGHTNING_UNCHECKED_CHECKPOINTS"  # "1": load a checkpoint w
 _PLAIN = (type(None), bool, int, float, complex, str, bytes)
 
 
-def state_checksum(checkpoint: dict[str, Any]) -> dict[str, Any]:
+def state_checksum(checkpoint: dict[str, Any], field: str = "checkpoint") -> dict[str, Any]:
     """SHA-256 over every tensor in `checkpoint` (its key path, dtype, shape and bytes), walking
     containers in order, and a short digest of every part by its key path (`leaves`): each tensor, and
     each plain value (a number, string, None), so a value edited, added or removed after the save is
     found and named, not only flipped tensor bytes. Objects of other types count by their type only
-    (their repr may hold a memory address)."""
+    (their repr may hold a memory address). A tensor whose bytes cannot be read (on the meta device,
+    nested, quantized) is one `ConfigError` starting with `field`, naming its key path."""
     digest = hashlib.sha256()
     leaves: dict[str, str] = {}
     for where, value in _leaves(checkpoint, ""):
         if isinstance(value, torch.Tensor):
-            t = value.detach().to("cpu")
-            t = (t if t.layout == torch.strided else t.to_dense()).contiguous()  # a sparse tensor: its values
-            head = f"{where}|{t.dtype}|{tuple(t.shape)}|".encode()
-            data = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+            head, data = _tensor_bytes(where, value, field)
             digest.update(head)
             digest.update(data)
             leaves[where] = "t" + hashlib.sha256(head + data).hexdigest()[:16]  # "t": a tensor's bytes
@@ -222,12 +220,42 @@ def state_checksum(checkpoint: dict[str, Any]) -> dict[str, Any]:
     return {"sha256": digest.hexdigest(), "leaves": leaves}
 
 
+def _tensor_bytes(where: str, value: torch.Tensor, field: str) -> tuple[bytes, bytes]:
+    """The checksum's header (key path, dtype, shape) and data bytes of one tensor (a sparse one: its
+    dense values), or one `ConfigError` naming the tensor when it has no bytes to read."""
+    name = where.lstrip("/").replace("/", ".")
+    fix = ("a checkpoint's tensors hold data: replace it with a real tensor (a sparse, nested or quantized one as "
+           ".to_dense() / .dequantize()), or use a checkpoint python -m parlightning.fit wrote")
+    if value.is_meta:
+        raise ConfigError(f"{field}: {name} is a tensor on the meta device (a shape without data), which no checksum "
+                          f"can cover and no policy can load; {fix}")
+    try:
+        t = value.detach().to("cpu")
+        t = (t if t.layout == torch.strided else t.to_dense()).contiguous()  # a sparse tensor: its values
+        data = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+    except (RuntimeError, NotImplementedError, TypeError) as err:
+        raise ConfigError(f"{field}: {name} is a {_kind(value)} tensor of {value.dtype} whose bytes cannot be read "
+                          f"({error_text(err).splitlines()[0][:160]}); {fix}") from None
+    return f"{where}|{t.dtype}|{tuple(t.shape)}|".encode(), data
+
+
+def _kind(value: torch.Tensor) -> str:
+    """What is odd about a tensor that is not a plain dense one, in a word or two."""
+    if value.is_meta:
+        return "meta-device (data-less)"
+    if value.is_nested:
+        return "nested"
+    if value.is_quantized:
+        return "quantized"
+    return str(value.layout).replace("torch.", "")
+
+
 def stamp_checkpoint(checkpoint: dict[str, Any]) -> dict[str, Any]:
     """`checkpoint` with a fresh checksum over its current contents: for a checkpoint a program edits on
     purpose (a migration, a test), so the check at load time trusts the edit."""
     check_loaded_checkpoint("stamp_checkpoint", checkpoint)
     plain = {k: v for k, v in checkpoint.items() if k != CHECKSUM_KEY}
-    return {**plain, CHECKSUM_KEY: state_checksum(plain)}
+    return {**plain, CHECKSUM_KEY: state_checksum(plain, "stamp_checkpoint(checkpoint)")}
 
 
 def _plain_text(value: Any) -> str:
@@ -288,7 +316,7 @@ def verify_checkpoint(checkpoint: dict[str, Any], path: str) -> None:
                           "stores one), so its tensors cannot be trusted: it was written by another program or edited; "
                           f"{fix}, or set {UNCHECKED_ENV}=1 to load it unchecked")
     if stored is not None:
-        now = state_checksum(checkpoint)
+        now = state_checksum(checkpoint, f"--ckpt_path: {path!r}:")
         if isinstance(stored, dict) and isinstance(stored.get("leaves"), dict) and stored["leaves"] != now["leaves"]:
             parts = _changed_parts(stored["leaves"], now["leaves"])
             if stored["leaves"].keys() == now["leaves"].keys() and all(
@@ -304,6 +332,12 @@ def verify_checkpoint(checkpoint: dict[str, Any], path: str) -> None:
         if not isinstance(stored, dict) or stored.get("sha256") != now["sha256"]:
             raise ConfigError(f"--ckpt_path: {path!r} is corrupt: its tensors do not match the checksum stored when it "
                               f"was saved (flipped or overwritten bytes); {fix}")
+    dense = "the policy's weights and optimizer state are dense tensors"
+    for where, v in [*_tensors(checkpoint.get("state_dict") or {}, "state_dict"),
+                     *_tensors(checkpoint.get("optimizer_states") or [], "optimizer_states")]:
+        if v.layout != torch.strided or v.is_meta or v.is_nested or v.is_quantized:
+            raise ConfigError(f"--ckpt_path: {path!r} holds a {_kind(v)} tensor at {where.replace('/', '.')}, which no save "
+                              f"of python -m parlightning.fit writes ({dense}): it was edited; {fix}")
     bad = [k for k, v in (checkpoint.get("state_dict") or {}).items()
            if isinstance(v, torch.Tensor) and v.is_floating_point() and not bool(torch.isfinite(v).all())]
     if bad:

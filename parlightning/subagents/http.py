@@ -63,13 +63,21 @@ def check_request_text(pool: str, **values: Any) -> None:
     """The strings a pool puts into every request: `model` a non-empty string; `api_key` one token
     (no whitespace or control characters: a newline would end the Authorization header, and every
     call would fail with a header error instead of reaching the server); `system` and
-    `success_marker` strings or None."""
+    `success_marker` strings or None; `api_key` and `success_marker` not empty (an empty marker is in
+    every reply, an empty key is no key: null says either)."""
     for name, value in values.items():
         if value is None and name != "model":
             continue
         if not isinstance(value, str) or (name == "model" and not value.strip()):
             raise ValueError(f"{pool}: {name} must be a {'non-empty ' if name == 'model' else ''}string"
                              f"{'' if name == 'model' else ' or null'}, got {value!r:.60}")
+        if value == "" and name == "success_marker":
+            raise ValueError(f"{pool}: success_marker is '', which every reply contains, so every answer would count "
+                             "as a success (an unset environment variable?); give the text a successful reply holds, "
+                             "or null to count every answer")
+        if value == "" and name == "api_key":
+            raise ValueError(f"{pool}: api_key is '' (an unset environment variable?): the requests would go without "
+                             "a key; give the key, or null for a server that needs none")
         if name == "api_key" and any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in value):
             raise ValueError(f"{pool}: api_key holds whitespace or a control character (e.g. a newline copied with "
                              "it); give the key alone, one line with no spaces")
