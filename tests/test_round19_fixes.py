@@ -114,11 +114,16 @@ def test_a_policy_spaces_entry_that_describes_no_policy_is_named(ckpt, tmp_path,
     from parlightning import load_policy
     from parlightning.cli.export import load_policy as export_load
 
+    from parlightning.ppo.module import PPOModule
+
     path = _edited(ckpt, tmp_path, edit)
     for load, flag in ((export_load, "--ckpt_path"), (load_policy, "load_policy(path)")):
         with pytest.raises(ConfigError) as err:
             load(path)
         assert str(err.value).startswith(f"{flag}: {path!r}: {says}"), str(err.value)
+    with pytest.raises(ConfigError) as err:  # Lightning's own loader: the module rebuilds the policy from the entry
+        PPOModule.load_from_checkpoint(path)
+    assert str(err.value).startswith(says), str(err.value)
 
 
 def test_weights_that_do_not_fit_name_the_saved_values_the_shapes_follow(ckpt, tmp_path):
