@@ -68,6 +68,20 @@ def test_stamp_checkpoint_names_a_tensor_with_no_bytes_to_checksum(make, says):
     assert str(err.value).startswith("stamp_checkpoint(checkpoint): ") and says in str(err.value), str(err.value)
 
 
+def test_a_stamped_file_holding_a_meta_tensor_is_named_at_load(monkeypatch):
+    from parlightning.runtime.checkpoint import CHECKSUM_KEY, stamp_checkpoint, verify_checkpoint
+
+    ck = stamp_checkpoint({"state_dict": {"w": torch.ones(3)}})
+    ck["state_dict"]["w"] = torch.empty(3, device="meta")  # stamped over data, then replaced by a shape alone
+    with pytest.raises(ConfigError) as err:
+        verify_checkpoint(ck, "c.ckpt")
+    assert str(err.value).startswith("--ckpt_path: 'c.ckpt': state_dict.w is a tensor on the meta device"), str(err.value)
+    del ck[CHECKSUM_KEY]  # loaded unchecked (PARLIGHTNING_UNCHECKED_CHECKPOINTS=1): still refused, by its kind
+    monkeypatch.setenv("PARLIGHTNING_UNCHECKED_CHECKPOINTS", "1")
+    with pytest.raises(ConfigError, match=r"holds a meta-device \(data-less\) tensor at state_dict.w"):
+        verify_checkpoint(ck, "c.ckpt")
+
+
 @pytest.mark.parametrize("where, make, kind", [
     ("state_dict", lambda v: v.to_sparse(), "sparse_coo"),
     ("state_dict", lambda v: v.to_sparse_csr(), "sparse_csr"),

@@ -316,7 +316,7 @@ def verify_checkpoint(checkpoint: dict[str, Any], path: str) -> None:
                           "stores one), so its tensors cannot be trusted: it was written by another program or edited; "
                           f"{fix}, or set {UNCHECKED_ENV}=1 to load it unchecked")
     if stored is not None:
-        now = state_checksum(checkpoint, f"--ckpt_path: {path!r}:")
+        now = state_checksum(checkpoint, f"--ckpt_path: {path!r}")
         if isinstance(stored, dict) and isinstance(stored.get("leaves"), dict) and stored["leaves"] != now["leaves"]:
             parts = _changed_parts(stored["leaves"], now["leaves"])
             if stored["leaves"].keys() == now["leaves"].keys() and all(
