@@ -1132,9 +1132,12 @@ def run_corpus(argv: Optional[list[str]], *, round_no: int, description: str, ca
     full = not a.quick and not only
     if hasattr(signal, "SIGHUP"):  # cases that send SIGHUP test a program run from a terminal: a corpus started
         signal.signal(signal.SIGHUP, signal.SIG_DFL)  # under nohup would pass it down ignored (kept ignored)
-    # likewise SIGINT: a non-interactive shell starts a background job (`... &`) with SIGINT ignored, and the cases'
-    # programs would keep it ignored (a Ctrl-C case then trains to the end); a handler here is reset at exec
+    # likewise SIGINT and SIGQUIT: a non-interactive shell starts a background job (`... &`) with both ignored, and
+    # the cases' programs would keep them ignored (a Ctrl-C or Ctrl-\ case then trains to the end); a handler here is
+    # reset at exec
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    if hasattr(signal, "SIGQUIT"):
+        signal.signal(signal.SIGQUIT, signal.SIG_DFL)
     log_lines: list[str] = []
     real_stdout = sys.stdout
 
