@@ -23,3 +23,16 @@ import sys  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
+
+
+@pytest.fixture(scope="session")
+def ckpt(tmp_path_factory) -> str:
+    """A real 1-iteration fit of configs/swarm.yaml (8 actors x 8 steps): its last checkpoint, shared
+    read-only by the tests of the bad-input rounds' fixes (each edits a copy)."""
+    from parlightning import fit
+
+    folder = tmp_path_factory.mktemp("swarmfit")
+    fit(os.path.join(ROOT, "configs", "swarm.yaml"),
+        ["--data.num_envs", "8", "--data.num_steps", "8", "--trainer.max_epochs", "1", "--trainer.enable_model_summary",
+         "false", "--trainer.enable_progress_bar", "false", "--trainer.default_root_dir", str(folder)])
+    return str(next(folder.glob("lightning_logs/version_0/checkpoints/last.ckpt")))

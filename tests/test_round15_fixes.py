@@ -37,16 +37,6 @@ def _env(**extra: str) -> dict:
     return {**env, **extra}
 
 
-@pytest.fixture(scope="module")
-def ckpt(tmp_path_factory) -> str:
-    """A real 1-iteration SwarmEnv fit's last checkpoint."""
-    from parlightning import fit
-
-    folder = tmp_path_factory.mktemp("r15fit")
-    fit(SWARM, [*TINY, "--trainer.default_root_dir", str(folder)])
-    return str(next(folder.glob("lightning_logs/version_0/checkpoints/last.ckpt")))
-
-
 # ------------------------------------------------------------------ a checkpoint's values edited after the save
 def _put(ck: dict, path: list, value) -> None:
     node = ck

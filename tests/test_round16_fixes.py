@@ -131,15 +131,6 @@ def _verify_unchecked(verify, checkpoint):
             os.environ["PARLIGHTNING_UNCHECKED_CHECKPOINTS"] = old
 
 
-@pytest.fixture(scope="module")
-def ckpt(tmp_path_factory) -> str:
-    from parlightning import fit
-
-    folder = tmp_path_factory.mktemp("r16fit")
-    fit(SWARM, [*TINY, "--trainer.default_root_dir", str(folder)])
-    return str(next(folder.glob("lightning_logs/version_0/checkpoints/last.ckpt")))
-
-
 @pytest.mark.parametrize("edit, says", [
     (lambda r: r.__setitem__("obs", torch.zeros(*r["obs"].shape[:-1], r["obs"].shape[-1] + 1)), "state['obs'] is"),
     (lambda r: r["episode_return"].fill_(float("nan")), "state['episode_return'] holds NaN or inf"),

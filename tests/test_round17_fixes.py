@@ -87,15 +87,6 @@ def test_a_negative_second_moment_is_refused_at_load():
     verify_checkpoint(stamp_checkpoint({"state_dict": {}, "optimizer_states": [{"state": state}]}), "c.ckpt")
 
 
-@pytest.fixture(scope="module")
-def ckpt(tmp_path_factory) -> str:
-    from parlightning import fit
-
-    folder = tmp_path_factory.mktemp("r17fit")
-    fit(SWARM, [*TINY, "--trainer.default_root_dir", str(folder)])
-    return str(next(folder.glob("lightning_logs/version_0/checkpoints/last.ckpt")))
-
-
 @pytest.mark.parametrize("edit, says", [
     (lambda dm: dm["ranks"][0].pop("action_generator"),
      "--ckpt_path: the checkpoint's RolloutDataModule.ranks[0] cannot be restored (KeyError: 'action_generator')"),

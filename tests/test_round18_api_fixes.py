@@ -160,15 +160,6 @@ def test_a_generator_that_cannot_say_its_device_is_named():
 
 
 # ---------------------------------------------------------------------------------- saved hyper-parameters
-@pytest.fixture(scope="module")
-def ckpt(tmp_path_factory) -> str:
-    from parlightning import fit
-
-    folder = tmp_path_factory.mktemp("r18fit")
-    fit(SWARM, [*TINY, "--trainer.default_root_dir", str(folder)])
-    return str(next(folder.glob("lightning_logs/version_0/checkpoints/last.ckpt")))
-
-
 def _edited(ckpt: str, folder: Path, **hp) -> str:
     from parlightning.runtime.checkpoint import stamp_checkpoint
 

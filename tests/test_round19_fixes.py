@@ -26,15 +26,6 @@ TINY = ["--data.num_envs", "8", "--data.num_steps", "8", "--trainer.max_epochs",
         "--trainer.enable_model_summary", "false", "--trainer.enable_progress_bar", "false"]
 
 
-@pytest.fixture(scope="module")
-def ckpt(tmp_path_factory) -> str:
-    from parlightning import fit
-
-    folder = tmp_path_factory.mktemp("r19fit")
-    fit(SWARM, [*TINY, "--trainer.default_root_dir", str(folder)])
-    return str(next(folder.glob("lightning_logs/version_0/checkpoints/last.ckpt")))
-
-
 def _edited(ckpt: str, tmp_path: Path, edit) -> str:
     from parlightning.runtime.checkpoint import stamp_checkpoint
 
