@@ -824,6 +824,8 @@ def _subst(value: Any, work: Path, fx: Path) -> Any:
         return value.replace("{fx}", str(fx)).replace("{tmp}", str(work)).replace("{root}", str(ROOT))
     if isinstance(value, list):
         return [_subst(v, work, fx) for v in value]
+    if isinstance(value, dict):  # a case's environment variables: {tmp} and {fx} in their values too
+        return {k: _subst(v, work, fx) for k, v in value.items()}
     return value
 
 

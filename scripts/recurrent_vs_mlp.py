@@ -22,7 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from parlightning.cli.arg_types import ScriptParser, actor_count, positive_int, random_seed, step_count  # noqa: E402
+from parlightning.cli.arg_types import (  # noqa: E402
+    ALLOC_MAX, ScriptParser, actor_count, bounded_int, positive_int, random_seed, step_count)
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 # task -> (configs for the MLP, configs for a recurrent policy, the metric per rollout)
@@ -64,7 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--epochs", type=positive_int, default=None, help="trainer.max_epochs (default: the config's)")
     parser.add_argument("--num_envs", type=actor_count, default=None, help="data.num_envs (default: the config's)")
     parser.add_argument("--delay", type=step_count, default=None, help="memory: steps between cue and query")
-    parser.add_argument("--n_cues", type=positive_int, default=None, help="memory: number of cues")
+    parser.add_argument("--n_cues", type=bounded_int(2, ALLOC_MAX), default=None,
+                        help="memory: number of cues (2..1000000: each observation is a one-hot of them)")
     parser.add_argument("--quick", action="store_true", help="smoke run: mlp and gru, seed 0, 2 iterations of 32 actors")
     return parser
 

@@ -318,6 +318,14 @@ def _check_checkpoint(where: str, kept: dict, checkpoint: dict, lightning: bool)
         raise ComponentFault(f"{where} removed checkpoint[{gone[0]!r}] ({_RESUME_KEYS[gone[0]]}): a checkpoint without "
                              "it cannot resume the run; leave it in place (for weights-only files use "
                              "ModelCheckpoint(save_weights_only=True) beside the default one)", lightning)
+    weights = checkpoint.get("state_dict")
+    poisoned = next((k for k, v in (weights.items() if isinstance(weights, dict) else ())
+                     if isinstance(v, torch.Tensor) and v.is_floating_point() and v.layout == torch.strided
+                     and not v.is_meta and not bool(torch.isfinite(v).all())), None)
+    if poisoned is not None:
+        raise ComponentFault(f"{where} left non-finite values (NaN or inf) in checkpoint['state_dict'][{poisoned!r}]: "
+                             "every load refuses such a file (resume, evaluate, export) and the run's weights are "
+                             "finite; save the weights as they are (work on a copy to store something else)", lightning)
     why = unsavable(checkpoint)
     if why is not None:
         raise ComponentFault(f"{where} put into the checkpoint what a resume could not read back: {why}; "

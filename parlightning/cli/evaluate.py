@@ -208,7 +208,7 @@ def load_policy(path: str, env: Any) -> torch.nn.Module:
     """The policy of a `parlightning.fit` checkpoint, built for `env`'s spaces; a checkpoint that
     is missing, unreadable, recurrent, keyed or of another world is one ConfigError."""
     from parlightning.runtime.checkpoint import load_checkpoint_file
-    from parlightning.ppo.saved_policy import module_from_checkpoint
+    from parlightning.ppo.saved_policy import module_from_checkpoint, spaces_of_checkpoint
 
     if not os.path.isfile(path):
         raise ConfigError(f"--ckpt_path: no checkpoint file at {path!r}; pass a .ckpt written by parlightning.fit")
@@ -217,6 +217,13 @@ def load_policy(path: str, env: Any) -> torch.nn.Module:
     if not state:
         raise ConfigError(f"--ckpt_path: {path} holds no policy weights; pass a checkpoint written by parlightning.fit")
     module = module_from_checkpoint(ckpt, path)  # a saved value the module refuses: hyper_parameters.<name>, one line
+    if ckpt.get("policy_spaces") is not None:  # the file's own record of its world's spaces: this world's, or refused
+        shape, spec = spaces_of_checkpoint(ckpt, path)
+        if shape != tuple(env.observation_shape) or spec != env.action_spec:
+            raise ConfigError(f"--ckpt_path: {path!r}: its policy_spaces record a policy for observations {shape} and "
+                              f"{_actions(spec)}, this world's are {tuple(env.observation_shape)} and "
+                              f"{_actions(env.action_spec)}: the checkpoint is of another world (or was edited); pass "
+                              "the --config it was trained with")
     if module.hparams.policy not in ("mlp", "slots"):
         raise ConfigError(f"--ckpt_path: evaluate runs mlp and slots policies; this checkpoint's is "
                           f"{module.hparams.policy!r}")
@@ -239,6 +246,11 @@ def load_policy(path: str, env: Any) -> torch.nn.Module:
             f"actions {env.action_spec.nvec or env.action_spec.shape} here; {first}); pass the --config it was trained with"
         ) from None
     return policy.to(env.device).eval()
+
+
+def _actions(spec: Any) -> str:
+    """An ActionSpec in a few words: `multi_discrete actions nvec (7, 7)`."""
+    return f"{spec.kind} actions " + (f"nvec {tuple(spec.nvec)}" if spec.nvec else f"shape {tuple(spec.shape)}")
 
 
 # ---------------------------------------------------------------------------------- config

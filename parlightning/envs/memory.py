@@ -17,7 +17,8 @@ from parlightning.config_types import PositiveInt, Seed, check_allocation, check
 from parlightning.envs.base import ActionSpec, BatchedEnv, StepResult, checked_device, world_lifecycle, world_specs
 from parlightning.method_args import check_state, checked_methods
 
-Cues = restricted_number_type("Cues", int, [(">=", 2)], docstring="the number of cues, at least 2")
+# the cues size every observation (a one-hot of n_cues) and the action head: a count, capped as every tensor size is
+Cues = restricted_number_type("Cues", int, [(">=", 2), ("<=", 10**6)], docstring="the number of cues, 2..10**6")
 # an episode is delay + 1 steps: a million blank steps is far past what any rollout or BPTT chunk can span
 Delay = restricted_number_type("Delay", int, [(">=", 0), ("<=", 10**6)], docstring="blank steps, 0..10**6")
 
@@ -35,8 +36,8 @@ class CueMemoryEnv(BatchedEnv):
                  n_cues: Cues = 2, delay: Delay = 4) -> None:
         num_envs, seed, n_cues, delay = check_args("CueMemoryEnv", CueMemoryEnv.__init__, locals()).values()
         self.device = checked_device("CueMemoryEnv.device", device)
-        # per actor: the observation [n_cues + 1], its one-hot and the concatenation (float32)
-        check_allocation(f"CueMemoryEnv(num_envs={num_envs}, n_cues={n_cues})", 4 * 3 * num_envs * (n_cues + 1),
+        # per actor and cue: the one-hot (int64), its float copy, the masked copy and the concatenation (float32)
+        check_allocation(f"CueMemoryEnv(num_envs={num_envs}, n_cues={n_cues})", (8 + 4 * 3) * num_envs * (n_cues + 1),
                          self.device, "lower n_cues or num_envs")
         self.num_envs, self.n_cues, self.delay = num_envs, n_cues, delay
         self.observation_shape = (n_cues + 1,)

@@ -720,6 +720,10 @@ def spaces_from_checkpoint(spaces: dict[str, Any]) -> tuple[tuple[int, ...], Any
                 or any(isinstance(d, bool) or not isinstance(d, numbers.Integral) or d < 1 for d in value)):
             raise ConfigError(f"policy_spaces.{name}: {value!r:.80} is not a list of sizes, each an int >= 1 (a policy "
                               "has at least one input, and one category or number per action dimension)")
+    width = spaces.get("action_mask_width")
+    if width is not None and (isinstance(width, bool) or not isinstance(width, numbers.Integral) or width < 1):
+        raise ConfigError(f"policy_spaces.action_mask_width: {width!r:.40} is not a mask width (null for a world without "
+                          "action masks, else an int >= 1: the entries of one actor's mask)")
     try:
         spec = ActionSpec(a["kind"], tuple(a["nvec"]), tuple(a["shape"]), a["low"], a["high"])
     except ConfigError as err:  # ActionSpec.<field>: ... -> policy_spaces.action_spec.<field>: ...

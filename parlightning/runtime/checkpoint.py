@@ -668,6 +668,41 @@ def _check_counters(path: str, checkpoint: dict[str, Any]) -> None:
         raise ConfigError(f"--ckpt_path: {path!r} holds counters that disagree with its own fit loop: "
                           f"{' and '.join(bad)}; the checkpoint was edited: resume from the unedited file (or an "
                           "earlier checkpoint of the run)")
+    wrong = next(_wrong_progress(loops, "loops"), None)
+    if wrong is not None:
+        raise ConfigError(f"--ckpt_path: {path!r} holds loop progress no run writes: {wrong}; the checkpoint was edited "
+                          "or damaged: resume from the unedited file (or an earlier checkpoint of the run)")
+
+
+_STAGES = ("ready", "started", "processed", "completed")  # Lightning's progress trackers count in this order
+
+
+def _wrong_progress(node: Any, where: str):
+    """Each of Lightning's progress counters in `node` (`loops`) that no run writes: a count that is not
+    an int >= 0, stages out of order (ready >= started >= processed >= completed), or a `current`
+    count above its `total`."""
+    if not isinstance(node, dict):
+        return
+    if "ready" in node and "completed" in node:
+        counts = [(k, node[k]) for k in _STAGES if k in node]
+        for k, v in counts:
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                yield f"{where}.{k} = {v!r} (a count: an int >= 0)"
+                return
+        for (a, x), (b, y) in zip(counts, counts[1:]):
+            if x < y:
+                yield f"{where}.{a} = {x} is below {b} = {y} (each stage counts what the one before it let through)"
+                return
+        return
+    for key, value in node.items():
+        yield from _wrong_progress(value, f"{where}.{key}")
+    total, current = node.get("total"), node.get("current")
+    if isinstance(total, dict) and isinstance(current, dict):
+        for k in _STAGES:
+            x, y = total.get(k), current.get(k)
+            if isinstance(x, int) and isinstance(y, int) and y > x:
+                yield f"{where}.current.{k} = {y} is above {where}.total.{k} = {x} (the total counts every run's)"
+                return
 
 
 def _epochs_done(checkpoint: dict[str, Any]) -> int:
@@ -740,9 +775,10 @@ def check_optimizer_state(path: str, states: Any, params: list) -> None:
     if not isinstance(states, list) or len(states) != 1 or not isinstance(states[0], dict):
         return
     groups = states[0].get("param_groups")
-    if not isinstance(groups, list) or not groups or not all(isinstance(g, dict) for g in groups):
-        return
     fix = "it was edited or damaged; resume from an earlier checkpoint (e.g. an epoch=N.ckpt beside it) or start fresh"
+    if not isinstance(groups, list) or not groups or not all(isinstance(g, dict) for g in groups):
+        raise ConfigError(f"--ckpt_path: {path!r}: optimizer_states[0].param_groups is {groups!r:.60}, not the optimizer's "
+                          f"parameter groups (a non-empty list, each a dict of settings and parameter indices); {fix}")
     counts = [len(g.get("params") or ()) for g in groups]
     if sum(counts) != len(params):
         raise ConfigError(f"--ckpt_path: {path!r} holds optimizer state for {sum(counts)} parameters, but this "
