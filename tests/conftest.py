@@ -36,3 +36,19 @@ def ckpt(tmp_path_factory) -> str:
         ["--data.num_envs", "8", "--data.num_steps", "8", "--trainer.max_epochs", "1", "--trainer.enable_model_summary",
          "false", "--trainer.enable_progress_bar", "false", "--trainer.default_root_dir", str(folder)])
     return str(next(folder.glob("lightning_logs/version_0/checkpoints/last.ckpt")))
+
+
+@pytest.fixture
+def restamped(ckpt, tmp_path):
+    """`restamped(edit)`: the path of a copy of `ckpt` that `edit(checkpoint_dict)` changed and
+    `stamp_checkpoint` re-stamped (a checkpoint edited on purpose, which the checksum then trusts)."""
+    def make(edit) -> str:
+        from parlightning.runtime.checkpoint import stamp_checkpoint
+
+        checkpoint = torch.load(ckpt, weights_only=True)
+        edit(checkpoint)
+        out = tmp_path / "c.ckpt"
+        torch.save(stamp_checkpoint(checkpoint), out)
+        return str(out)
+
+    return make

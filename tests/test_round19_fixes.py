@@ -26,16 +26,6 @@ TINY = ["--data.num_envs", "8", "--data.num_steps", "8", "--trainer.max_epochs",
         "--trainer.enable_model_summary", "false", "--trainer.enable_progress_bar", "false"]
 
 
-def _edited(ckpt: str, tmp_path: Path, edit) -> str:
-    from parlightning.runtime.checkpoint import stamp_checkpoint
-
-    ck = torch.load(ckpt, weights_only=True)
-    edit(ck)
-    out = tmp_path / "c.ckpt"
-    torch.save(stamp_checkpoint(ck), out)
-    return str(out)
-
-
 def _quantized() -> torch.Tensor:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -79,7 +69,7 @@ def test_a_stamped_file_holding_a_meta_tensor_is_named_at_load(monkeypatch):
     ("state_dict", lambda v: _quantized(), "quantized"),
     ("optimizer_states", lambda v: v.to_sparse(), "sparse_coo"),
 ])
-def test_export_and_the_loaders_refuse_a_weight_that_is_not_a_dense_tensor(ckpt, tmp_path, where, make, kind):
+def test_export_and_the_loaders_refuse_a_weight_that_is_not_a_dense_tensor(ckpt, restamped, where, make, kind):
     from parlightning import load_policy
     from parlightning.cli.export import load_policy as export_load
 
@@ -90,7 +80,7 @@ def test_export_and_the_loaders_refuse_a_weight_that_is_not_a_dense_tensor(ckpt,
             state = ck["optimizer_states"][0]["state"][0]
             state["exp_avg"] = make(state["exp_avg"])
 
-    path = _edited(ckpt, tmp_path, edit)
+    path = restamped(edit)
     key = "state_dict.policy.critic.0.weight" if where == "state_dict" else "optimizer_states.0.state.0.exp_avg"
     for load in (export_load, load_policy):
         with pytest.raises(ConfigError) as err:
@@ -115,13 +105,13 @@ def _spaces(ck) -> dict:
     (lambda ck: _spaces(ck)["action_spec"].__setitem__("kind", "discrete"), "policy_spaces.action_spec.nvec: a discrete "
                                                                             "action is one category"),
 ])
-def test_a_policy_spaces_entry_that_describes_no_policy_is_named(ckpt, tmp_path, edit, says):
+def test_a_policy_spaces_entry_that_describes_no_policy_is_named(restamped, edit, says):
     from parlightning import load_policy
     from parlightning.cli.export import load_policy as export_load
 
     from parlightning.ppo.module import PPOModule
 
-    path = _edited(ckpt, tmp_path, edit)
+    path = restamped(edit)
     for load, flag in ((export_load, "--ckpt_path"), (load_policy, "load_policy(path)")):
         with pytest.raises(ConfigError) as err:
             load(path)
@@ -131,11 +121,11 @@ def test_a_policy_spaces_entry_that_describes_no_policy_is_named(ckpt, tmp_path,
     assert str(err.value).startswith(says), str(err.value)
 
 
-def test_weights_that_do_not_fit_name_the_saved_values_the_shapes_follow(ckpt, tmp_path):
+def test_weights_that_do_not_fit_name_the_saved_values_the_shapes_follow(restamped):
     from parlightning import load_policy
     from parlightning.cli.export import load_policy as export_load
 
-    path = _edited(ckpt, tmp_path, lambda ck: ck["hyper_parameters"].__setitem__("hidden_sizes", [32, 32]))
+    path = restamped(lambda ck: ck["hyper_parameters"].__setitem__("hidden_sizes", [32, 32]))
     for load, key in ((export_load, "critic.0.weight"), (load_policy, "policy.critic.0.weight")):
         with pytest.raises(ConfigError) as err:
             load(path)
@@ -144,7 +134,7 @@ def test_weights_that_do_not_fit_name_the_saved_values_the_shapes_follow(ckpt, t
                "in the checkpoint, [32, 78] here; its shapes follow policy_spaces.observation_shape [13, 6], " in text, text
         assert "hyper_parameters.hidden_sizes [32, 32]" in text, text
     # a key, not a shape: the misfit alone (no shapes to explain)
-    path = _edited(ckpt, tmp_path, lambda ck: ck["state_dict"].__setitem__("policy.extra.weight", torch.zeros(2)))
+    path = restamped(lambda ck: ck["state_dict"].__setitem__("policy.extra.weight", torch.zeros(2)))
     with pytest.raises(ConfigError) as err:
         export_load(path)
     assert "(unexpected ['extra.weight']): one of them was edited" in str(err.value), str(err.value)

@@ -25,16 +25,6 @@ TINY = ["--data.num_envs", "8", "--data.num_steps", "8", "--trainer.max_epochs",
         "--trainer.enable_model_summary", "false", "--trainer.enable_progress_bar", "false"]
 
 
-def _edited(ckpt: str, tmp_path: Path, edit) -> str:
-    from parlightning.runtime.checkpoint import stamp_checkpoint
-
-    ck = torch.load(ckpt, weights_only=True)
-    edit(ck)
-    out = tmp_path / "c.ckpt"
-    torch.save(stamp_checkpoint(ck), out)
-    return str(out)
-
-
 # ------------------------------------------------------------------ optimizer groups and loop progress
 @pytest.mark.parametrize("groups", [[], None, "adam", [1, 2]])
 def test_optimizer_state_without_parameter_groups_is_named(ckpt, groups):
@@ -74,10 +64,10 @@ def test_loop_progress_no_run_writes_is_named(ckpt, edit, says):
         str(err.value), str(err.value)
 
 
-def test_a_resume_from_negative_loop_progress_is_one_line(ckpt, tmp_path, monkeypatch):
+def test_a_resume_from_negative_loop_progress_is_one_line(restamped, tmp_path, monkeypatch):
     from parlightning import fit
 
-    path = _edited(ckpt, tmp_path, lambda ck: [_batch(ck, p).__setitem__(k, -5) for p in ("total", "current")
+    path = restamped(lambda ck: [_batch(ck, p).__setitem__(k, -5) for p in ("total", "current")
                                                for k in ("ready", "started", "processed", "completed")])
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ConfigError, match=r"holds loop progress no run writes: loops\.fit_loop\.epoch_loop\.batch_progress"):
@@ -87,11 +77,11 @@ def test_a_resume_from_negative_loop_progress_is_one_line(ckpt, tmp_path, monkey
 
 # ------------------------------------------------------------------ policy_spaces
 @pytest.mark.parametrize("width", [-12, 0, True, "12", 1.5])
-def test_a_mask_width_that_is_no_width_is_named(ckpt, tmp_path, width):
+def test_a_mask_width_that_is_no_width_is_named(restamped, width):
     from parlightning import load_policy
     from parlightning.cli.export import load_policy as export_load
 
-    path = _edited(ckpt, tmp_path, lambda ck: ck["policy_spaces"].__setitem__("action_mask_width", width))
+    path = restamped(lambda ck: ck["policy_spaces"].__setitem__("action_mask_width", width))
     for load, flag in ((export_load, "--ckpt_path"), (load_policy, "load_policy(path)")):
         with pytest.raises(ConfigError) as err:
             load(path)
@@ -99,14 +89,14 @@ def test_a_mask_width_that_is_no_width_is_named(ckpt, tmp_path, width):
                                          "width"), str(err.value)
 
 
-def test_evaluate_and_bc_refuse_a_record_of_another_world_even_when_the_weights_fit(ckpt, tmp_path):
+def test_evaluate_and_bc_refuse_a_record_of_another_world_even_when_the_weights_fit(ckpt, restamped, tmp_path):
     from parlightning.cli.bc import clone
     from parlightning.cli.evaluate import build_env, load_policy
     from parlightning.envs.swarm import SwarmEnv
 
     env = build_env(SwarmEnv, {}, 2, 0, None, "cpu")
     load_policy(ckpt, env)  # its own record: this world's
-    path = _edited(ckpt, tmp_path, lambda ck: ck["policy_spaces"]["action_spec"].__setitem__("nvec", [8] * 12))
+    path = restamped(lambda ck: ck["policy_spaces"]["action_spec"].__setitem__("nvec", [8] * 12))
     with pytest.raises(ConfigError) as err:
         load_policy(path, env)
     assert str(err.value).startswith(f"--ckpt_path: {path!r}: its policy_spaces record a policy for observations (13, 6) "
