@@ -16,11 +16,10 @@ import torch
 from torch import Tensor, nn
 
 from parlightning.buffer import RolloutBuffer
-from parlightning.policies.actor_critic import check_layers, check_observation_shape
 from parlightning.envs.base import ActionSpec
 from parlightning.errors import ArgumentError
 from parlightning.policies.actor_critic import (
-    ACTIVATIONS, CategoricalHead, GaussianHead, checked_logits, layer_init, mlp,
+    ACTIVATIONS, CategoricalHead, GaussianHead, check_layers, check_observation_shape, checked_logits, layer_init, mlp,
 )
 
 CELLS = {"gru": nn.GRUCell, "lstm": nn.LSTMCell}
@@ -49,7 +48,7 @@ class RecurrentActorCritic(nn.Module):
         if isinstance(rnn_hidden, bool) or not isinstance(rnn_hidden, int) or rnn_hidden <= 0:
             raise ArgumentError(f"{owner}(rnn_hidden): must be a positive integer, got {rnn_hidden!r:.40}")
         hidden = check_layers(owner, hidden_sizes, activation)
-        obs_dim = math.prod(check_observation_shape(f"{type(self).__name__}(observation_shape)", observation_shape))
+        obs_dim = math.prod(check_observation_shape(f"{owner}(observation_shape)", observation_shape))
         self.obs_dim = obs_dim  # the flattened observation the network takes (`observation_fault`)
         self.action_spec, self.cell, self.rnn_hidden = action_spec, cell, rnn_hidden
         self.state_layers = 2 if cell == "lstm" else 1

@@ -15,11 +15,12 @@ from typing import Optional, Sequence
 import torch
 from torch import Tensor, nn
 
-from parlightning.policies.actor_critic import check_layers, check_observation_shape
 from parlightning.envs.base import ActionSpec
 from parlightning.errors import ConfigError
 from parlightning.method_args import IndexArg, checked
-from parlightning.policies.actor_critic import ACTIVATIONS, CategoricalHead, checked_logits, mlp
+from parlightning.policies.actor_critic import (
+    ACTIVATIONS, CategoricalHead, check_layers, check_observation_shape, checked_logits, mlp,
+)
 
 
 class SlotsActorCritic(nn.Module):

@@ -80,10 +80,11 @@ def unfit_weights(flag: str, path: str, checkpoint: Mapping, state: Mapping, own
     saved values the policy's shapes follow (the edited one is among them); None when they fit."""
     from parlightning.ppo.module import weights_mismatch
 
-    detail = weights_mismatch(state, own)
+    shape = weights_mismatch(state, own, strict=False)  # a weight of another shape (named first), else None
+    detail = shape or weights_mismatch(state, own)  # else a missing or unexpected key
     if detail is None:
         return None
-    if weights_mismatch(state, own, strict=False) is not None:  # a shape, not a key
+    if shape is not None:
         hp = checkpoint.get("hyper_parameters") or {}
         spaces = checkpoint.get("policy_spaces") or {}
         action = spaces.get("action_spec") if isinstance(spaces.get("action_spec"), Mapping) else {}
